@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file host_backend.hpp
+/// @brief `HostBackend`: runs mpe's per-item code on the CPU through Thrust's explicit
+/// OpenMP policy (`thrust::omp::par`), with memory from the C++ heap.
+///
+/// Every primitive here gives the same result whatever the thread count: per-item work
+/// writes disjoint outputs, sorts are stable, and the only reductions are over
+/// integers. Public headers never define THRUST_DEVICE_SYSTEM.
+#pragma once
+
+#include <omp.h>
+#include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/for_each.h>
+#include <thrust/reduce.h>
+#include <thrust/scan.h>
+#include <thrust/sort.h>
+#include <thrust/system/cpp/execution_policy.h>
+#include <thrust/system/omp/execution_policy.h>
+#include <thrust/transform_reduce.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#include "mpe/detail/atomics.hpp"
+#include "mpe/numeric/config.hpp"
+
+namespace mpe {
+
+/// The host execution backend (the default `Backend` of CachedEmbedding).
+///
+/// `num_threads` = 0 uses OpenMP's default; n > 0 runs each parallel primitive on n
+/// threads (the caller's OpenMP setting is restored afterwards). 1 runs sequentially
+/// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
+/// with this backend are ordinary host memory. All calls are synchronous.
+struct HostBackend {
+  int num_threads = 0;
+
+  /// Indices, outputs and gradients live in host memory with this backend.
+  static constexpr bool device_spans = false;
+  static constexpr const char* name = "host";
+
+  /// Allocates `bytes` of host memory, 64-byte aligned. Throws std::bad_alloc.
+  void* allocate(std::size_t bytes) const {
+    return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{64});
+  }
+  void deallocate(void* p, std::size_t /*bytes*/) const noexcept {
+    ::operator delete(p, std::align_val_t{64});
+  }
+  /// Copies between backend memory and host memory (both host here).
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void fill_bytes(void* dst, int value, std::size_t bytes) const {
+    if (bytes) std::memset(dst, value, bytes);
+  }
+  /// True when two byte ranges in backend memory are equal.
+  bool equal_bytes(const void* a, const void* b, std::size_t bytes) const {
+    return bytes == 0 || std::memcmp(a, b, bytes) == 0;
+  }
+  /// Waits for queued work (no-op: host calls are synchronous).
+  void synchronize() const {}
+
+  /// Calls f(i) for every i in [0, n), in parallel. f must write disjoint outputs.
+  template <class F>
+  void for_each(index_t n, F f) const {
+    if (n <= 0) return;
+    run([&](auto&& policy) {
+      thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f);
+    });
+  }
+
+  /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep
+  /// their order, so the result does not depend on the thread count.
+  template <class K, class V>
+  void stable_sort_by_key(K* keys, V* values, index_t n) const {
+    if (n <= 1) return;
+    run([&](auto&& policy) { thrust::stable_sort_by_key(policy, keys, keys + n, values); });
+  }
+
+  /// out[i] = in[0] + ... + in[i-1] (integers, so exact in any order); out[0] = 0.
+  template <class T>
+  void exclusive_scan(const T* in, T* out, index_t n) const {
+    if (n <= 0) return;
+    run([&](auto&& policy) { thrust::exclusive_scan(policy, in, in + n, out, T{0}); });
+  }
+
+  /// Sum of f(i) over [0, n) for an integer (or integer-aggregate) type T: exact, so
+  /// independent of the order Thrust picks.
+  template <class T, class F>
+  T sum(index_t n, F f) const {
+    if (n <= 0) return T{};
+    T result{};
+    run([&](auto&& policy) {
+      result = thrust::transform_reduce(policy, thrust::counting_iterator<index_t>(0),
+                                        thrust::counting_iterator<index_t>(n), f, T{},
+                                        thrust::plus<T>());
+    });
+    return result;
+  }
+
+ private:
+  template <class Body>
+  void run(Body&& body) const {
+    if (num_threads == 1) {
+      body(thrust::cpp::par);
+      return;
+    }
+    if (num_threads <= 0) {
+      body(thrust::omp::par);
+      return;
+    }
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(num_threads);
+    try {
+      body(thrust::omp::par);
+    } catch (...) {
+      omp_set_num_threads(saved);
+      throw;
+    }
+    omp_set_num_threads(saved);
+  }
+};
+
+
+}  // namespace mpe

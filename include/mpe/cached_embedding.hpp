@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file cached_embedding.hpp
+/// @brief `mpe::CachedEmbedding`: table-batched embedding bags whose rows live in a
+/// low-precision store, with a small FP32 cache of hot rows (Yang, Huang et al.,
+/// "Mixed-Precision Embedding Using a Cache", arXiv:2010.11305, 2020).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "mpe/backend/buffer.hpp"
+#include "mpe/backend/host_backend.hpp"
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/cache/policies.hpp"
+#include "mpe/numeric/rounding.hpp"
+#include "mpe/optim/optimizers.hpp"
+#include "mpe/storage/formats.hpp"
+#include "mpe/types.hpp"
+
+namespace mpe {
+
+namespace detail {
+struct CheckpointAccess;
+}
+
+/// Table-batched embedding bags in mixed precision.
+///
+/// Every row of the T tables lives in a store of `Storage` format (row-wise quantized
+/// INT8/INT4, FP16, BF16 or FP32). With `cache_rows > 0` a set-associative FP32 cache
+/// (`CachePolicy`: Lru<W>, Lfu<W>, DirectMapped) holds the hot rows: they are read and
+/// trained in FP32; rows without a slot are read and updated in the store directly.
+/// Every write to the store rounds with `Rounding` (StochasticRounding, NearestRounding).
+///
+/// Shapes: T tables, B bags per table per call, D = dim. `indices` are row ids local to
+/// their table, table-major (bag j = t*B + b holds indices[offsets[j] .. offsets[j+1])),
+/// `offsets` has T*B + 1 entries; outputs and output gradients are (B, T*D) row-major
+/// FP32, sample b's table-t vector at [b*T*D + t*D, +D). Global row = table's first
+/// row + local row (table 0 first).
+///
+/// Memory space: with HostBackend every span is host memory; with CudaBackend the index,
+/// offset, weight, output and gradient spans are device (or managed) memory, and
+/// set_weights/get_weights take host spans.
+///
+/// Errors: invalid input throws std::invalid_argument naming the argument and the value,
+/// and leaves the object unchanged; misuse (backward without forward, a changed optimizer
+/// kind) throws std::logic_error. Not thread-safe; const members may run concurrently
+/// with each other. Same seed and inputs give the same bits whatever the thread count.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend>
+class CachedEmbedding {
+ public:
+  using storage_type = Storage;
+  using cache_policy = Cache;
+  using rounding_type = Rounding;
+  using backend_type = Backend;
+
+  /// Builds the store (zero rows: every element reads 0), an empty cache and the
+  /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
+  /// rows rounded up to Ways). Throws std::invalid_argument for an empty table list, a
+  /// table or dim < 1, negative cache_rows, 0 < cache_rows < Ways, or a row_alignment
+  /// that is not a power of two in [1, 4096].
+  explicit CachedEmbedding(const EmbeddingConfig& config, Backend backend = {});
+
+  CachedEmbedding(CachedEmbedding&&) noexcept = default;
+  CachedEmbedding& operator=(CachedEmbedding&&) noexcept = default;
+
+  /// Replaces global rows [first_row, first_row + weights.size() / D) with `weights`
+  /// ((rows, D) row-major FP32, host memory), quantized with Rounding (site SetWeights),
+  /// and drops their cache lines without writing them back. Optimizer state and step are
+  /// unchanged. Throws std::invalid_argument if weights.size() is not a multiple of D,
+  /// the range leaves the table, or a value cannot be held by Storage (non-finite, or
+  /// beyond Storage::limit); nothing changes then.
+  void set_weights(std::span<const float> weights, std::int64_t first_row = 0);
+
+  /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)
+  /// FP32, host memory), read through the cache (cached rows in FP32, others
+  /// dequantized). Synchronous. Throws std::invalid_argument like set_weights.
+  void get_weights(std::span<float> out, std::int64_t first_row = 0) const;
+
+  /// Initializes every row uniformly in [low, high) from the seed (Philox, site Init) and
+  /// stores it with Rounding; drops the cache without write-back. Needs (65536, D) FP32
+  /// of workspace, never the whole table. Throws std::invalid_argument unless low < high,
+  /// both finite and within Storage::limit.
+  void init_uniform(float low, float high);
+
+  /// Populates the cache for the next forward() with the same indices and offsets (one
+  /// prefetch ahead: a second prefetch replaces the first). Rows of the batch still
+  /// awaiting backward() and of the prefetched batch are never evicted until that
+  /// batch's backward. Validates like forward(). No effect without a cache beyond the
+  /// validation.
+  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
+
+  /// Pooled lookup for training: populates the cache (unless a matching prefetch did),
+  /// then output (B, T*D) = per bag the sum (or mean) of its rows, in index order;
+  /// `per_sample_weights` (n) scale each occurrence (Sum pooling only). An empty bag
+  /// gives zeros. Remembers the batch for backward(). Throws std::invalid_argument for
+  /// malformed offsets (size not T*B + 1, offsets[0] != 0, decreasing, last !=
+  /// indices.size()), an index outside its table, output.size() != B*T*D, per-sample
+  /// weights of the wrong size, non-finite, or with Mean pooling.
+  void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+               std::span<float> output, Pooling pooling = Pooling::Sum,
+               std::span<const float> per_sample_weights = {});
+
+  /// Like forward() but reads through cache and store without changing anything (no
+  /// populate, no stats): for evaluation. Same validation.
+  void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+                         std::span<float> output, Pooling pooling = Pooling::Sum,
+                         std::span<const float> per_sample_weights = {}) const;
+
+  /// Applies `optimizer` (Sgd or RowwiseAdagrad) for the last forward(): per unique row
+  /// g = sum of its occurrences' output gradients (times per-sample weight or 1/L) in
+  /// position order, then w -= m * g on the FP32 cache row (marked dirty) or on the store
+  /// row (dequantize, update, quantize with Rounding). grad_output: (B, T*D). Throws
+  /// std::logic_error without a pending forward() or if the optimizer kind changed;
+  /// std::invalid_argument for a wrong size, a non-finite gradient (unless
+  /// config.non_finite == NonFinite::Skip: then the step is skipped and counted), or
+  /// non-finite optimizer parameters.
+  template <class Optimizer>
+  void backward(std::span<const float> grad_output, const Optimizer& optimizer);
+
+  /// Writes every dirty cache row back to the store (Rounding, site Flush) and clears the
+  /// dirty bits; cached rows stay resident in FP32.
+  void flush();
+
+  /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
+  /// fsync). Throws std::runtime_error (std::system_error) on I/O failure; the previous
+  /// file is then untouched.
+  void save(const std::filesystem::path& path) const;
+
+  /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
+  /// version, policies, shapes, checksums). Throws mpe::checkpoint_error for a bad file,
+  /// leaving the object unchanged.
+  void load(const std::filesystem::path& path);
+
+  /// Cumulative counters (see CacheStats).
+  CacheStats stats() const { return stats_; }
+  void reset_stats() { stats_ = CacheStats{}; }
+
+  /// Bytes as allocated, by purpose.
+  MemoryFootprint memory() const;
+
+  // ---- introspection ----
+  const EmbeddingConfig& config() const { return config_; }
+  const Backend& backend() const { return backend_; }
+  std::int64_t num_tables() const { return static_cast<std::int64_t>(config_.table_rows.size()); }
+  std::int64_t total_rows() const { return total_rows_; }
+  std::int32_t dim() const { return config_.dim; }
+  /// Bytes of one stored row including padding.
+  std::size_t store_row_bytes() const { return stride_; }
+  std::int64_t num_sets() const { return num_sets_; }
+  /// Cache capacity in rows (num_sets * Ways).
+  std::int64_t cache_slots() const { return num_sets_ * Cache::ways; }
+  /// Completed backward() calls (the `step` of the rounding counter).
+  std::uint64_t step() const { return step_; }
+  /// First global row of table t (t in [0, T]).
+  std::int64_t table_offset(std::int64_t t) const { return table_offsets_host_.at(static_cast<std::size_t>(t)); }
+  /// View of the cache in backend memory (valid until the object is moved or destroyed).
+  CacheRef cache_ref() const;
+
+ private:
+  friend struct detail::CheckpointAccess;
+  using IBuf = detail::Buffer<index_t, Backend>;
+  static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
+
+  struct Batch {
+    bool valid = false, sorted = false, awaiting_backward = false;
+    std::uint64_t id = 0;
+    index_t n = 0, B = 0, U = 0;
+    IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
+        slot_of_unique, order, indices_copy, offsets_copy;
+    detail::Buffer<std::uint64_t, Backend> keys;
+    detail::Buffer<std::uint32_t, Backend> estimates;
+    detail::Buffer<std::uint8_t, Backend> outcome;
+    detail::Buffer<float, Backend> coef, grad;
+    void set_backend(const Backend& b);
+    std::size_t bytes() const;
+  };
+
+  void check_weights(const char* fn, index_t* err, std::size_t n, std::span<const float> weights,
+                     Pooling pooling) const;
+  void validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
+                           std::span<const std::int64_t> offsets, std::span<const float> weights,
+                           Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
+                           index_t* bag_of) const;
+  void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
+  void prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
+                     std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
+                     std::size_t output_size) const;
+  void sort_unique(Batch& b);
+  void populate(Batch& b, std::uint64_t lock_floor);
+  bool same_batch(const Batch& b, std::span<const std::int64_t> indices,
+                  std::span<const std::int64_t> offsets) const;
+  void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  index_t read_scalar(const index_t* p) const;
+  [[noreturn]] void throw_index_error(const char* fn, std::span<const std::int64_t> indices,
+                                      std::span<const std::int64_t> offsets, index_t B, index_t pos) const;
+
+  EmbeddingConfig config_;
+  Backend backend_;
+  index_t total_rows_ = 0;
+  std::size_t stride_ = 0;
+  std::vector<index_t> table_offsets_host_;
+  IBuf table_offsets_;  // (T + 1)
+  detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
+  index_t num_sets_ = 0;
+  index_t sketch_width_ = 0;
+  detail::Buffer<float, Backend> cache_rows_;           // (slots, D)
+  IBuf tags_;                                           // (slots)
+  detail::Buffer<std::uint64_t, Backend> last_use_;     // (slots)
+  detail::Buffer<std::uint8_t, Backend> dirty_;         // (slots)
+  detail::Buffer<std::uint32_t, Backend> sketch_;       // (4, width), LFU only
+  detail::Buffer<float, Backend> opt_state_;            // (rows * state floats)
+  int opt_kind_ = 0;
+  std::uint64_t step_ = 0;
+  std::uint64_t populate_counter_ = 0;
+  std::uint64_t sketch_increments_ = 0;
+  CacheStats stats_{};
+  Batch current_, pending_, staging_;
+  mutable IBuf error_;  // (1) smallest offending position of the last validation
+  detail::Buffer<std::uint8_t, Backend> flush_outcome_;
+};
+
+}  // namespace mpe
+
+#include "mpe/detail/cached_embedding.inl"

@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file kernels.hpp
+/// @brief Per-item functors of CachedEmbedding (not public). Each is trivially copyable
+/// and `MPE_HOST_DEVICE`: HostBackend runs them through Thrust's OMP policy, CudaBackend
+/// launches them as kernels. Every functor writes disjoint outputs per item.
+#pragma once
+
+#include <cstdint>
+
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/detail/atomics.hpp"
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/philox.hpp"
+
+namespace mpe::detail {
+
+/// Outcome bits of one unique row in populate / backward.
+enum Outcome : std::uint8_t {
+  kHit = 1,
+  kFilled = 2,
+  kConflict = 4,
+  kRejected = 8,
+  kEvicted = 16,
+  kWroteBack = 32,
+  kSaturated = 64,
+};
+
+inline constexpr index_t kNoError = INT64_MAX;
+
+/// Bag j is malformed when offsets[j] > offsets[j+1]; records the smallest such j.
+struct CheckOffsets {
+  const index_t* offsets;  // (num_bags + 1)
+  index_t* bad_bag;        // (1) atomic min
+  MPE_HOST_DEVICE void operator()(index_t j) const {
+    if (offsets[j] > offsets[j + 1]) atomic_min(bad_bag, j);
+  }
+};
+
+/// First non-finite value of an array.
+struct CheckFinite {
+  const float* values;
+  index_t* bad_pos;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (!num::is_finite(values[i])) atomic_min(bad_pos, i);
+  }
+};
+
+/// Per bag j = t*B + b: validates its indices against table t's rows, and writes each
+/// occurrence's global row, bag and position (the sort's payload).
+struct ExpandBags {
+  const index_t* indices;        // (n) local row ids
+  const index_t* offsets;        // (T*B + 1)
+  const index_t* table_offsets;  // (T + 1) first global row of each table
+  index_t B;
+  index_t* global_rows;  // (n)
+  index_t* bag_of;       // (n)
+  index_t* bad_pos;      // (1) atomic min: first out-of-range occurrence
+  MPE_HOST_DEVICE void operator()(index_t j) const {
+    const index_t t = j / B;
+    const index_t rows = table_offsets[t + 1] - table_offsets[t];
+    for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+      const index_t idx = indices[i];
+      if (idx < 0 || idx >= rows) {
+        atomic_min(bad_pos, i);
+        global_rows[i] = table_offsets[t];
+      } else {
+        global_rows[i] = table_offsets[t] + idx;
+      }
+      bag_of[i] = j;
+    }
+  }
+};
+
+/// Copies keys and writes the identity permutation (sort input).
+struct PrepareSort {
+  const index_t* keys_in;
+  index_t* keys;
+  index_t* positions;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    keys[i] = keys_in[i];
+    positions[i] = i;
+  }
+};
+
+/// heads[i] = 1 where a run of equal sorted keys starts.
+struct MarkHeads {
+  const index_t* sorted_keys;
+  index_t* heads;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    heads[i] = (i == 0 || sorted_keys[i] != sorted_keys[i - 1]) ? 1 : 0;
+  }
+};
+
+/// For each run head: unique row and run start; for every sorted position, the
+/// occurrence's unique index.
+struct ScatterUnique {
+  const index_t* sorted_keys;
+  const index_t* sorted_pos;
+  const index_t* heads;
+  const index_t* head_rank;  // exclusive scan of heads
+  index_t* uniq;             // (U)
+  index_t* seg_start;        // (U + 1)
+  index_t* occ_to_unique;    // (n)
+  MPE_HOST_DEVICE void operator()(index_t k) const {
+    const index_t u = head_rank[k] + heads[k] - 1;
+    if (heads[k]) {
+      uniq[u] = sorted_keys[k];
+      seg_start[u] = k;
+    }
+    occ_to_unique[sorted_pos[k]] = u;
+  }
+};
+
+/// LFU: +1 per unique row of the batch in each sketch line (integer atomics: the
+/// result does not depend on order).
+struct SketchIncrement {
+  const index_t* uniq;
+  SketchRef sketch;
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    for (int k = 0; k < SketchRef::depth; ++k) atomic_add(&sketch.counters[sketch.cell(uniq[u], k)], 1u);
+  }
+};
+
+/// Halves every sketch counter.
+struct SketchHalve {
+  std::uint32_t* counters;
+  MPE_HOST_DEVICE void operator()(index_t i) const { counters[i] >>= 1; }
+};
+
+/// Admission sort keys: set in the high 32 bits; LFU puts the complemented estimate in
+/// the low bits (descending estimate); the stable sort keeps ascending rows within ties.
+template <bool UseSketch>
+struct AdmissionKeys {
+  const index_t* uniq;
+  SketchRef sketch;
+  std::int64_t num_sets;
+  std::uint32_t* estimates;  // (U), LFU only
+  std::uint64_t* keys;       // (U)
+  index_t* order;            // (U)
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    const std::uint64_t set = static_cast<std::uint64_t>(set_of_row(uniq[u], num_sets));
+    std::uint64_t key = set << 32;
+    if constexpr (UseSketch) {
+      const std::uint32_t e = sketch.estimate(uniq[u]);
+      estimates[u] = e;
+      key |= static_cast<std::uint64_t>(~e);
+    }
+    keys[u] = key;
+    order[u] = u;
+  }
+};
+
+/// One set of one batch: hits first, then misses in admission order take victims
+/// (empty way first, else lowest score, ties to the lowest way; locked ways never), write
+/// back dirty victims and fill from the store. Runs once per set (at each run head).
+template <class Storage, class Rounding, bool UseSketch>
+struct AdmitSet {
+  const std::uint64_t* keys;  // (U) sorted admission keys
+  const index_t* order;       // (U) unique index in admission order
+  index_t U;
+  const index_t* uniq;                 // (U)
+  const std::uint32_t* estimates;      // (U) LFU only
+  CacheRef cache;
+  SketchRef sketch;
+  std::uint8_t* store;
+  std::size_t stride;
+  std::uint64_t batch_id;
+  std::uint64_t lock_floor;
+  std::uint64_t seed;
+  std::uint32_t step;
+  index_t* slot_of_unique;  // (U)
+  std::uint8_t* outcome;    // (U)
+
+  MPE_HOST_DEVICE void operator()(index_t p) const {
+    const std::uint64_t set = keys[p] >> 32;
+    if (p > 0 && (keys[p - 1] >> 32) == set) return;
+    index_t end = p + 1;
+    while (end < U && (keys[end] >> 32) == set) ++end;
+    const index_t base = static_cast<index_t>(set) * cache.ways;
+    const std::int32_t D = cache.dim;
+    for (index_t q = p; q < end; ++q) {
+      const index_t u = order[q];
+      index_t s = -1;
+      for (std::int32_t w = 0; w < cache.ways; ++w) {
+        if (cache.tags[base + w] == uniq[u]) s = base + w;
+      }
+      slot_of_unique[u] = s;
+      outcome[u] = s >= 0 ? kHit : 0;
+      if (s >= 0) cache.last_use[s] = batch_id;
+    }
+    for (index_t q = p; q < end; ++q) {
+      const index_t u = order[q];
+      if (outcome[u] & kHit) continue;
+      index_t victim = -1;
+      std::uint64_t victim_score = 0;
+      bool empty = false;
+      for (std::int32_t w = 0; w < cache.ways; ++w) {
+        const index_t s = base + w;
+        if (cache.tags[s] < 0) {
+          victim = s;
+          empty = true;
+          break;
+        }
+        if (cache.last_use[s] >= lock_floor) continue;
+        std::uint64_t score;
+        if constexpr (UseSketch) {
+          score = sketch.estimate(cache.tags[s]);
+        } else {
+          score = cache.last_use[s];
+        }
+        if (victim < 0 || score < victim_score) {
+          victim = s;
+          victim_score = score;
+        }
+      }
+      if (victim < 0) {
+        outcome[u] = kConflict;
+        continue;
+      }
+      if constexpr (UseSketch) {
+        if (!empty && !(static_cast<std::uint64_t>(estimates[u]) > victim_score)) {
+          outcome[u] = kRejected;
+          continue;
+        }
+      }
+      std::uint8_t code = kFilled;
+      float* crow = cache.row(victim);
+      if (!empty) {
+        code |= kEvicted;
+        if (cache.dirty[victim]) {
+          const index_t old = cache.tags[victim];
+          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), step, num::RoundingSite::WriteBack};
+          if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride, rng)) {
+            code |= kSaturated;
+          }
+          code |= kWroteBack;
+        }
+      }
+      const typename Storage::Reader rd(store + static_cast<std::size_t>(uniq[u]) * stride, D);
+      for (std::int32_t d = 0; d < D; ++d) crow[d] = rd[d];
+      cache.tags[victim] = uniq[u];
+      cache.last_use[victim] = batch_id;
+      cache.dirty[victim] = 0;
+      slot_of_unique[u] = victim;
+      outcome[u] = code;
+    }
+  }
+};
+
+/// Forward pooling of bag j = t*B + b into output (B, T*D) at [b*T*D + t*D, +D):
+/// elements summed in index order (weighted: add(acc, mul(w, x))); mean multiplies by
+/// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
+/// `slot_of_occ` may be null (no cache): then every row is read from the store; with
+/// `lookup` the slot is found by scanning the row's set (forward_inference).
+template <class Storage>
+struct PoolBags {
+  const index_t* offsets;
+  const index_t* global_rows;     // (n)
+  const index_t* occ_to_unique;   // (n) or null
+  const index_t* slot_of_unique;  // (U) or null
+  const float* weights;           // (n) or null
+  CacheRef cache;
+  bool lookup;
+  const std::uint8_t* store;
+  std::size_t stride;
+  index_t B, T;
+  std::int32_t D;
+  bool mean;
+  float* output;
+  MPE_HOST_DEVICE void operator()(index_t j) const {
+    const index_t t = j / B, b = j - (j / B) * B;
+    float* o = output + (b * T + t) * D;
+    for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
+    const index_t begin = offsets[j], end = offsets[j + 1];
+    for (index_t i = begin; i < end; ++i) {
+      const index_t r = global_rows[i];
+      index_t s = -1;
+      if (lookup) {
+        s = cache.find(r);
+      } else if (slot_of_unique) {
+        s = slot_of_unique[occ_to_unique[i]];
+      }
+      if (s >= 0) {
+        const float* c = cache.row(s);
+        if (weights) {
+          const float w = weights[i];
+          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, c[d]));
+        } else {
+          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], c[d]);
+        }
+      } else {
+        const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
+        if (weights) {
+          const float w = weights[i];
+          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, rd[d]));
+        } else {
+          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], rd[d]);
+        }
+      }
+    }
+    if (mean && end > begin) {
+      const float inv = num::div(1.0f, static_cast<float>(end - begin));
+      for (std::int32_t d = 0; d < D; ++d) o[d] = num::mul(o[d], inv);
+    }
+  }
+};
+
+/// Per-occurrence gradient coefficient: the per-sample weight, 1/L for mean pooling, or 1.
+struct Coefficients {
+  const index_t* offsets;
+  const index_t* bag_of;
+  const float* weights;  // (n) or null
+  bool mean;
+  float* coef;  // (n)
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (weights) {
+      coef[i] = weights[i];
+    } else if (mean) {
+      const index_t j = bag_of[i];
+      coef[i] = num::div(1.0f, static_cast<float>(offsets[j + 1] - offsets[j]));
+    } else {
+      coef[i] = 1.0f;
+    }
+  }
+};
+
+/// Backward for unique row u: g = sum over its occurrences in position order of
+/// coef * grad_output[bag]; then the optimizer: w -= m * g on the cache row (marked
+/// dirty) or on the store row (dequantize, update, quantize with Rounding at site
+/// StoreUpdate).
+template <class Storage, class Rounding, class Rule, class Opt>
+struct UpdateRows {
+  const index_t* uniq;
+  const index_t* seg_start;   // (U + 1)
+  const index_t* sorted_pos;  // (n)
+  const index_t* bag_of;      // (n)
+  const float* coef;          // (n)
+  const float* grad_output;   // (B, T*D)
+  const index_t* slot_of_unique;  // (U) or null
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  index_t B, T;
+  std::int32_t D;
+  Opt opt;
+  float* opt_state;  // (rows * Rule::state_floats) or null
+  float* grad;       // (U, D) workspace
+  std::uint64_t seed;
+  std::uint32_t step;
+  std::uint8_t* outcome;  // (U)
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    const index_t r = uniq[u];
+    float* g = grad + u * D;
+    for (index_t k = seg_start[u]; k < seg_start[u + 1]; ++k) {
+      const index_t i = sorted_pos[k];
+      const index_t j = bag_of[i];
+      const index_t t = j / B, b = j - (j / B) * B;
+      const float* go = grad_output + (b * T + t) * D;
+      const float c = coef[i];
+      if (k == seg_start[u]) {
+        for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+      } else {
+        for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+      }
+    }
+    const float m = Rule::multiplier(opt, opt_state ? opt_state + r * Rule::state_floats : nullptr, g, D);
+    const index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    if (s >= 0 && cache.tags[s] == r) {
+      float* w = cache.row(s);
+      for (std::int32_t d = 0; d < D; ++d) w[d] = num::sub(w[d], num::mul(m, g[d]));
+      cache.dirty[s] = 1;
+      outcome[u] = 0;
+    } else {
+      std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
+      const typename Storage::Reader rd(row, D);
+      for (std::int32_t d = 0; d < D; ++d) g[d] = num::sub(rd[d], num::mul(m, g[d]));
+      const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, num::RoundingSite::StoreUpdate};
+      outcome[u] = Storage::template store<Rounding>(g, D, row, rng) ? kSaturated : 0;
+    }
+  }
+};
+
+/// Reads global rows [first, first + count) through the cache into out (count, D).
+template <class Storage>
+struct ReadRows {
+  CacheRef cache;
+  const std::uint8_t* store;
+  std::size_t stride;
+  index_t first;
+  float* out;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    const index_t r = first + i;
+    const std::int32_t D = cache.dim;
+    float* o = out + i * D;
+    const index_t s = cache.find(r);
+    if (s >= 0) {
+      const float* c = cache.row(s);
+      for (std::int32_t d = 0; d < D; ++d) o[d] = c[d];
+    } else {
+      const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
+      for (std::int32_t d = 0; d < D; ++d) o[d] = rd[d];
+    }
+  }
+};
+
+/// First element of rows (count, D) that Storage cannot hold (position i*D + d).
+template <class Storage>
+struct CheckRepresentable {
+  const float* src;
+  std::int32_t D;
+  index_t* bad_pos;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    const std::int32_t d = Storage::find_unrepresentable(src + i * D, D);
+    if (d >= 0) atomic_min(bad_pos, i * D + d);
+  }
+};
+
+/// Writes rows [first, first + count) into the store with Rounding (site SetWeights or
+/// Init) and drops their cache lines without writing them back.
+template <class Storage, class Rounding>
+struct WriteRows {
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  index_t first;
+  const float* src;  // (count, D)
+  std::uint64_t seed;
+  std::uint32_t step;
+  num::RoundingSite site;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    const index_t r = first + i;
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, site};
+    Storage::template store<Rounding>(src + i * cache.dim, cache.dim, store + static_cast<std::size_t>(r) * stride, rng);
+    const index_t s = cache.find(r);
+    if (s >= 0) {
+      cache.tags[s] = -1;
+      cache.dirty[s] = 0;
+      cache.last_use[s] = 0;
+    }
+  }
+};
+
+/// Fills rows with uniform values in [low, high) from Philox (counter: the row, step 0,
+/// site Init, one block per 4 elements), written to `out` (count, D) in FP32.
+struct UniformRows {
+  std::uint64_t seed;
+  index_t first;
+  std::int32_t D;
+  float low, high;
+  float* out;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    const num::RowRng rng{seed ^ 0x9e3779b97f4a7c15ull, static_cast<std::uint64_t>(first + i), 0,
+                          num::RoundingSite::Init};
+    const float span = num::sub(high, low);
+    for (std::int32_t g = 0; 4 * g < D; ++g) {
+      const num::Uint4 w = rng.draw(static_cast<std::uint32_t>(g));
+      for (std::int32_t d = 4 * g; d < D && d < 4 * g + 4; ++d) {
+        const float u = num::mul(static_cast<float>(num::word(w, d - 4 * g) >> 8), 0x1p-24f);
+        float v = num::add(low, num::mul(span, u));
+        out[i * D + d] = v < high ? v : low;
+      }
+    }
+  }
+};
+
+/// Writes back one dirty slot (site Flush) and clears its dirty bit.
+template <class Storage, class Rounding>
+struct FlushSlots {
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  std::uint64_t seed;
+  std::uint32_t step;
+  std::uint8_t* outcome;  // (slots)
+  MPE_HOST_DEVICE void operator()(index_t s) const {
+    outcome[s] = 0;
+    if (cache.tags[s] < 0 || !cache.dirty[s]) return;
+    const index_t r = cache.tags[s];
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, num::RoundingSite::Flush};
+    const bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
+                                                       store + static_cast<std::size_t>(r) * stride, rng);
+    cache.dirty[s] = 0;
+    outcome[s] = static_cast<std::uint8_t>(kWroteBack | (sat ? kSaturated : 0));
+  }
+};
+
+/// Integer tallies of outcome bits (summed exactly by the backend).
+struct OutcomeCounts {
+  std::uint64_t hits = 0, filled = 0, conflicts = 0, rejected = 0, evicted = 0, wrote_back = 0,
+                saturated = 0;
+  MPE_HOST_DEVICE OutcomeCounts operator+(const OutcomeCounts& o) const {
+    return {hits + o.hits,         filled + o.filled,         conflicts + o.conflicts,
+            rejected + o.rejected, evicted + o.evicted,       wrote_back + o.wrote_back,
+            saturated + o.saturated};
+  }
+};
+
+struct CountOutcome {
+  const std::uint8_t* outcome;
+  MPE_HOST_DEVICE OutcomeCounts operator()(index_t i) const {
+    const std::uint8_t c = outcome[i];
+    return {static_cast<std::uint64_t>((c & kHit) != 0),      static_cast<std::uint64_t>((c & kFilled) != 0),
+            static_cast<std::uint64_t>((c & kConflict) != 0), static_cast<std::uint64_t>((c & kRejected) != 0),
+            static_cast<std::uint64_t>((c & kEvicted) != 0),  static_cast<std::uint64_t>((c & kWroteBack) != 0),
+            static_cast<std::uint64_t>((c & kSaturated) != 0)};
+  }
+};
+
+}  // namespace mpe::detail

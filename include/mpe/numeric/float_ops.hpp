@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file float_ops.hpp
+/// @brief Correctly rounded float helpers of the numerics contract (DESIGN.md).
+///
+/// Every float operation in mpe's per-item code goes through these helpers so that
+/// host (g++, contraction off) and device (explicit `_rn` intrinsics, which nvcc never
+/// contracts) round identically. Each is a single IEEE-754 binary32 operation,
+/// round-to-nearest-even.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "mpe/numeric/config.hpp"
+
+namespace mpe::num {
+
+/// a * b, correctly rounded.
+MPE_HOST_DEVICE inline float mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/// a + b, correctly rounded.
+MPE_HOST_DEVICE inline float add(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/// a - b, correctly rounded.
+MPE_HOST_DEVICE inline float sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+/// a * b + c with a single rounding.
+MPE_HOST_DEVICE inline float fma(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// a / b, correctly rounded.
+MPE_HOST_DEVICE inline float div(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// sqrt(a), correctly rounded.
+MPE_HOST_DEVICE inline float sqrt(float a) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+/// floor(a): exact on both sides.
+MPE_HOST_DEVICE inline float floor(float a) {
+#ifdef __CUDA_ARCH__
+  return floorf(a);
+#else
+  return std::floor(a);
+#endif
+}
+
+/// The bits of a float.
+MPE_HOST_DEVICE inline std::uint32_t float_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+/// The float with the given bits.
+MPE_HOST_DEVICE inline float bits_float(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// True when x is neither NaN nor +-Inf (by bits, so it holds under any flags).
+MPE_HOST_DEVICE inline bool is_finite(float x) {
+  return (float_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/// 2^k as a float, exact for -126 <= k <= 127.
+MPE_HOST_DEVICE inline float pow2(int k) {
+  return bits_float(static_cast<std::uint32_t>(k + 127) << 23);
+}
+
+/// Round to the nearest integer, ties to even, independent of the floating-point
+/// environment. Exact for every float (|a| >= 2^23 is already an integer).
+MPE_HOST_DEVICE inline float rint_even(float a) {
+  const float t = floor(a);
+  const float d = sub(a, t);  // exact: 0 <= d < 1
+  if (d > 0.5f) return add(t, 1.0f);
+  if (d < 0.5f) return t;
+  const float half_t = mul(t, 0.5f);
+  return floor(half_t) == half_t ? t : add(t, 1.0f);
+}
+
+/// Load a float from possibly unaligned bytes (row formats put scale/bias after the data).
+MPE_HOST_DEVICE inline float load_f32(const std::uint8_t* p) {
+  float x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+
+/// Store a float to possibly unaligned bytes.
+MPE_HOST_DEVICE inline void store_f32(std::uint8_t* p, float x) { std::memcpy(p, &x, sizeof x); }
+
+/// Load a 16-bit value from possibly unaligned bytes (little-endian host and device).
+MPE_HOST_DEVICE inline std::uint16_t load_u16(const std::uint8_t* p) {
+  std::uint16_t x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+
+/// Store a 16-bit value to possibly unaligned bytes.
+MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) {
+  std::memcpy(p, &x, sizeof x);
+}
+
+}  // namespace mpe::num

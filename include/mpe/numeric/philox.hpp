@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file philox.hpp
+/// @brief Counter-based RNG Philox4x32-10 (Salmon et al., "Parallel random numbers:
+/// as easy as 1, 2, 3", SC 2011) and mpe's counter layout for stochastic rounding.
+///
+/// No RNG state is carried: every draw is a pure function of (seed, counter), so the
+/// same seed gives the same bits on host and GPU whatever the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "mpe/numeric/config.hpp"
+
+namespace mpe::num {
+
+/// Four 32-bit words: a Philox counter or its output block.
+struct Uint4 {
+  std::uint32_t x, y, z, w;
+};
+
+namespace detail {
+MPE_HOST_DEVICE inline void mulhilo32(std::uint32_t a, std::uint32_t b, std::uint32_t& hi,
+                                      std::uint32_t& lo) {
+  const std::uint64_t p = static_cast<std::uint64_t>(a) * b;
+  hi = static_cast<std::uint32_t>(p >> 32);
+  lo = static_cast<std::uint32_t>(p);
+}
+}  // namespace detail
+
+/// Philox4x32 with 10 rounds on counter `c` and 64-bit key `(k0, k1)`; matches the
+/// Random123 reference (and its known-answer vectors).
+MPE_HOST_DEVICE inline Uint4 philox4x32_10(Uint4 c, std::uint32_t k0, std::uint32_t k1) {
+  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      k0 += W0;
+      k1 += W1;
+    }
+    std::uint32_t hi0, lo0, hi1, lo1;
+    detail::mulhilo32(M0, c.x, hi0, lo0);
+    detail::mulhilo32(M1, c.z, hi1, lo1);
+    c = Uint4{hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+  }
+  return c;
+}
+
+/// Which operation rounds: part of the Philox counter so that two operations on the
+/// same row in the same step never share random bits.
+enum class RoundingSite : std::uint32_t {
+  SetWeights = 1,   ///< set_weights() quantizing user weights
+  StoreUpdate = 2,  ///< optimizer update of a row that has no cache slot
+  WriteBack = 3,    ///< eviction of a dirty cache row
+  Flush = 4,        ///< flush() of dirty cache rows
+  Init = 5,         ///< in-place initializers
+};
+
+/// The stochastic-rounding stream of one row write: DESIGN.md's counter
+/// `{row_lo, row_hi, step, site << 24 | element_group}` keyed by the 64-bit seed.
+/// One draw yields four 32-bit words, used by elements 4g .. 4g+3.
+struct RowRng {
+  std::uint64_t seed = 0;
+  std::uint64_t row = 0;   ///< global row
+  std::uint32_t step = 0;  ///< completed backward() calls (low 32 bits)
+  RoundingSite site = RoundingSite::SetWeights;
+
+  /// Four random words for element group `group` (elements 4*group .. 4*group+3).
+  MPE_HOST_DEVICE Uint4 draw(std::uint32_t group) const {
+    const Uint4 c{static_cast<std::uint32_t>(row), static_cast<std::uint32_t>(row >> 32), step,
+                  (static_cast<std::uint32_t>(site) << 24) | (group & 0xffffffu)};
+    return philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  }
+};
+
+/// Word `i` (0..3) of a block.
+MPE_HOST_DEVICE inline std::uint32_t word(const Uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+}  // namespace mpe::num

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file rounding.hpp
+/// @brief Rounding policies: how a value measured in grid steps becomes an integer
+/// number of steps. Used by every quantizer (Int8/Int4 codes, FP16/BF16 mantissas).
+///
+/// A policy is a type with `static constexpr bool stochastic`, a `name`, and
+/// `MPE_HOST_DEVICE static float round(float v, std::uint32_t random_word)` returning
+/// an integer-valued float. Nearest ignores the random word (and callers skip drawing).
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+
+#include "mpe/numeric/float_ops.hpp"
+
+namespace mpe {
+
+/// Round half to even (IEEE default). Deterministic, biased towards the grid for
+/// updates smaller than half a step (they vanish), which is why training prefers
+/// StochasticRounding.
+struct NearestRounding {
+  static constexpr bool stochastic = false;
+  static constexpr const char* name = "nearest";
+  MPE_HOST_DEVICE static float round(float v, std::uint32_t /*random_word*/) {
+    return num::rint_even(v);
+  }
+};
+
+/// Stochastic rounding: v rounds up with probability frac(v), using the top 24 bits of
+/// the random word as u in [0, 1) on a 2^-24 grid. Unbiased: |E[round(v)] - v| < 2^-24
+/// (zero when frac(v) is a multiple of 2^-24). Source of the technique: Gupta et al.,
+/// "Deep learning with limited numerical precision", ICML 2015.
+struct StochasticRounding {
+  static constexpr bool stochastic = true;
+  static constexpr const char* name = "stochastic";
+  MPE_HOST_DEVICE static float round(float v, std::uint32_t random_word) {
+    const float fl = num::floor(v);
+    const float frac = num::sub(v, fl);  // exact
+    const float u = num::mul(static_cast<float>(random_word >> 8), 0x1p-24f);  // exact
+    return u < frac ? num::add(fl, 1.0f) : fl;
+  }
+};
+
+/// A rounding policy: checked at compile time so a wrong type fails readably.
+template <class R>
+concept RoundingPolicy = requires(float v, std::uint32_t r) {
+  { R::stochastic } -> std::convertible_to<bool>;
+  { R::name } -> std::convertible_to<const char*>;
+  { R::round(v, r) } -> std::same_as<float>;
+};
+
+namespace detail {
+/// Round toward +infinity (internal: FP16 scale of Int4 rows).
+struct RoundUp {
+  static constexpr bool stochastic = false;
+  static constexpr const char* name = "up";
+  MPE_HOST_DEVICE static float round(float v, std::uint32_t) {
+    const float f = num::floor(v);
+    return f == v ? f : num::add(f, 1.0f);
+  }
+};
+/// Round toward -infinity (internal: FP16 bias of Int4 rows).
+struct RoundDown {
+  static constexpr bool stochastic = false;
+  static constexpr const char* name = "down";
+  MPE_HOST_DEVICE static float round(float v, std::uint32_t) { return num::floor(v); }
+};
+}  // namespace detail
+
+}  // namespace mpe

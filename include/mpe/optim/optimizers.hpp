@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file optimizers.hpp
+/// @brief Per-row update rules. Each has the shape w_rd -= m_r * g_rd, where g_r is the
+/// row's gradient summed over the batch and m_r a per-row multiplier that may read and
+/// update per-row optimizer state.
+#pragma once
+
+#include <cstdint>
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/reduce.hpp"
+
+namespace mpe {
+
+/// Plain SGD: w -= learning_rate * g. No state.
+struct Sgd {
+  float learning_rate;
+};
+
+/// FBGEMM's exact row-wise Adagrad (EXACT_ROWWISE_ADAGRAD): one FP32 accumulator G_r per
+/// table row (all rows, not cached), G_r += mean_d(g_rd^2); m = lr / (sqrt(G_r) + eps);
+/// w_rd -= m * g_rd. The mean uses mpe's fixed pairwise order (num::pairwise_sum).
+struct RowwiseAdagrad {
+  float learning_rate;
+  float eps = 1e-8f;
+};
+
+/// How an optimizer type plugs into backward(): `state_floats` per table row and the
+/// per-row multiplier. Specialize for a new optimizer of the same shape.
+template <class Opt>
+struct OptimizerRule;
+
+template <>
+struct OptimizerRule<Sgd> {
+  static constexpr int state_floats = 0;
+  static constexpr int kind = 1;
+  static constexpr const char* name = "sgd";
+  MPE_HOST_DEVICE static float multiplier(const Sgd& o, float* /*state*/, const float* /*g*/,
+                                          std::int32_t /*dim*/) {
+    return o.learning_rate;
+  }
+  static bool valid(const Sgd& o) { return num::is_finite(o.learning_rate); }
+};
+
+template <>
+struct OptimizerRule<RowwiseAdagrad> {
+  static constexpr int state_floats = 1;
+  static constexpr int kind = 2;
+  static constexpr const char* name = "rowwise_adagrad";
+  MPE_HOST_DEVICE static float multiplier(const RowwiseAdagrad& o, float* state, const float* g,
+                                          std::int32_t dim) {
+    const float sq = num::pairwise_sum(dim, [g](std::int64_t d) { return num::mul(g[d], g[d]); });
+    const float G = num::add(*state, num::div(sq, static_cast<float>(dim)));
+    *state = G;
+    return num::div(o.learning_rate, num::add(num::sqrt(G), o.eps));
+  }
+  static bool valid(const RowwiseAdagrad& o) {
+    return num::is_finite(o.learning_rate) && num::is_finite(o.eps) && o.eps >= 0.0f;
+  }
+};
+
+}  // namespace mpe

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file fp32.hpp
+/// @brief `Fp32` storage: the full-precision reference format, D x f32 (4D bytes).
+#pragma once
+
+#include <cfloat>
+
+#include "mpe/storage/storage.hpp"
+
+namespace mpe {
+
+/// Row format D x f32, little-endian, 4D bytes. The reference: with Fp32 storage the
+/// cache is invisible (same bits with or without it).
+struct Fp32 {
+  static constexpr const char* name = "fp32";
+  static constexpr int bits = 32;
+  static constexpr float limit = FLT_MAX;
+  static constexpr std::size_t data_bytes(std::int32_t dim) { return 4 * static_cast<std::size_t>(dim); }
+
+  /// Reads element d of a row.
+  struct Reader {
+    const std::uint8_t* row;
+    MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t /*dim*/) : row(r) {}
+    MPE_HOST_DEVICE float operator[](std::int32_t d) const { return num::load_f32(row + 4 * d); }
+  };
+
+  /// Copies the row; non-finite values saturate (NaN -> 0, +-Inf -> +-FLT_MAX).
+  template <class R>
+  MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
+                                    const num::RowRng& /*rng*/) {
+    bool sat = false;
+    for (std::int32_t d = 0; d < dim; ++d) num::store_f32(row + 4 * d, detail::sanitize(src[d], limit, sat));
+    return sat;
+  }
+
+  MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
+    return detail::first_outside(src, dim, limit);
+  }
+};
+
+}  // namespace mpe

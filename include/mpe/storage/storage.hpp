@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file storage.hpp
+/// @brief The StoragePolicy concept and helpers shared by the row formats.
+///
+/// A storage policy describes one row format of the low-precision store:
+///   - `name`, `bits` (bits per element), `limit` (largest magnitude it holds),
+///   - `data_bytes(dim)`: bytes of one row before padding,
+///   - `Reader(row, dim)` with `operator[](d)`: dequantize element d to FP32,
+///   - `store<Rounding>(src, dim, row, rng)`: quantize an FP32 row (returns true when a
+///     value had to be saturated into the format's range),
+///   - `find_unrepresentable(src, dim)`: first element the format cannot hold, or -1.
+/// All members are static and `MPE_HOST_DEVICE` (single-source host/device code).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/philox.hpp"
+#include "mpe/numeric/rounding.hpp"
+
+namespace mpe {
+
+/// A row format of the store (see the file comment for the members it must have).
+template <class S>
+concept StoragePolicy = requires(const std::uint8_t* row, std::uint8_t* out, const float* src,
+                                 std::int32_t dim, const num::RowRng& rng) {
+  { S::name } -> std::convertible_to<const char*>;
+  { S::bits } -> std::convertible_to<int>;
+  { S::limit } -> std::convertible_to<float>;
+  { S::data_bytes(dim) } -> std::same_as<std::size_t>;
+  typename S::Reader;
+  requires requires(const typename S::Reader& r) {
+    { r[dim] } -> std::same_as<float>;
+  };
+  { S::template store<NearestRounding>(src, dim, out, rng) } -> std::same_as<bool>;
+  { S::find_unrepresentable(src, dim) } -> std::same_as<std::int32_t>;
+};
+
+/// Bytes of one stored row: the format's data bytes rounded up to `alignment`
+/// (a power of two, in bytes).
+template <StoragePolicy S>
+constexpr std::size_t row_bytes(std::int32_t dim, std::int32_t alignment) {
+  const std::size_t a = static_cast<std::size_t>(alignment);
+  return (S::data_bytes(dim) + a - 1) / a * a;
+}
+
+namespace detail {
+/// Clamp a value into [-limit, limit]; NaN becomes 0. Sets `saturated` when it changed
+/// anything (or the value was not finite).
+MPE_HOST_DEVICE inline float sanitize(float x, float limit, bool& saturated) {
+  if (x != x) {
+    saturated = true;
+    return 0.0f;
+  }
+  if (x > limit) {
+    saturated = true;
+    return limit;
+  }
+  if (x < -limit) {
+    saturated = true;
+    return -limit;
+  }
+  return x;
+}
+
+/// First element that is not finite or beyond +-limit, or -1.
+MPE_HOST_DEVICE inline std::int32_t first_outside(const float* src, std::int32_t dim, float limit) {
+  for (std::int32_t d = 0; d < dim; ++d) {
+    const float x = src[d];
+    if (!num::is_finite(x) || x > limit || x < -limit) return d;
+  }
+  return -1;
+}
+
+/// Min and max of the sanitized row (sequential; exact in any order for finite values).
+MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim, float limit,
+                                              float& mn, float& mx, bool& saturated) {
+  mn = sanitize(src[0], limit, saturated);
+  mx = mn;
+  for (std::int32_t d = 1; d < dim; ++d) {
+    const float x = sanitize(src[d], limit, saturated);
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+  }
+}
+
+/// Calls f(d, word) for each element with its random word (stochastic) or 0 (otherwise),
+/// drawing one Philox block per group of four elements.
+template <class R, class F>
+MPE_HOST_DEVICE inline void for_each_element(std::int32_t dim, const num::RowRng& rng, F&& f) {
+  for (std::int32_t g = 0; 4 * g < dim; ++g) {
+    num::Uint4 r{0, 0, 0, 0};
+    if constexpr (R::stochastic) r = rng.draw(static_cast<std::uint32_t>(g));
+    const std::int32_t end = 4 * g + 4 < dim ? 4 * g + 4 : dim;
+    for (std::int32_t d = 4 * g; d < end; ++d) f(d, num::word(r, d - 4 * g));
+  }
+}
+}  // namespace detail
+
+}  // namespace mpe

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file types.hpp
+/// @brief Public value types of contract v1: EmbeddingConfig, Pooling, CacheStats,
+/// MemoryFootprint, checkpoint_error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace mpe {
+
+/// What to do with a non-finite gradient or per-sample weight.
+enum class NonFinite {
+  Throw,  ///< throw std::invalid_argument, change nothing (default)
+  Skip,   ///< skip the whole step (no update, step not advanced), count it in stats
+};
+
+/// Shape and settings of a table-batched embedding. Fields are only ever appended.
+struct EmbeddingConfig {
+  std::vector<std::int64_t> table_rows;  ///< rows of each table (T >= 1 tables, each >= 1)
+  std::int32_t dim = 0;                  ///< D, the same for every table, >= 1
+  std::int64_t cache_rows = 0;           ///< FP32 cache capacity in rows; 0 = no cache
+  std::uint64_t seed = 0;                ///< stochastic rounding stream
+  std::int32_t row_alignment = 4;        ///< store row padding in bytes (power of two, <= 4096)
+  NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
+};
+
+/// How a bag's rows are combined.
+enum class Pooling { Sum, Mean };
+
+/// Cumulative counters since construction, load() or reset_stats().
+struct CacheStats {
+  std::uint64_t lookups = 0;          ///< index occurrences populated
+  std::uint64_t unique_rows = 0;      ///< unique rows per batch, summed over batches
+  std::uint64_t hits = 0;             ///< unique rows found in the cache
+  std::uint64_t misses = 0;           ///< unique rows not found (filled, conflict or rejected)
+  std::uint64_t conflict_misses = 0;  ///< misses left uncached: their set had no free way
+  std::uint64_t evictions = 0;        ///< resident rows replaced by a miss
+  std::uint64_t writebacks = 0;       ///< dirty rows written to the store (eviction or flush)
+  std::uint64_t lfu_rejections = 0;   ///< LFU misses whose estimate did not beat the victim's
+  std::uint64_t saturated_rows = 0;   ///< row writes that clamped values into the format range
+  std::uint64_t bytes_filled = 0;     ///< store bytes read to fill cache rows
+  std::uint64_t bytes_written_back = 0;  ///< store bytes written by write-backs
+  std::uint64_t skipped_steps = 0;    ///< backward() steps skipped for non-finite input (NonFinite::Skip)
+};
+
+/// Bytes as allocated.
+struct MemoryFootprint {
+  std::size_t store_bytes = 0;      ///< low-precision store: rows x padded row bytes
+  std::size_t cache_bytes = 0;      ///< FP32 rows + tags + last-use scores + dirty bits + LFU sketch
+  std::size_t optimizer_bytes = 0;  ///< optimizer state (after the first backward)
+  std::size_t metadata_bytes = 0;   ///< table offsets and sizes
+  std::size_t workspace_bytes = 0;  ///< per-call workspace currently held
+  /// "Embedding memory" as DESIGN.md counts it: store + cache + metadata.
+  std::size_t embedding_bytes() const { return store_bytes + cache_bytes + metadata_bytes; }
+  /// Every byte above.
+  std::size_t total() const {
+    return store_bytes + cache_bytes + optimizer_bytes + metadata_bytes + workspace_bytes;
+  }
+};
+
+/// Thrown by load() (and the importers) for a file that fails verification.
+class checkpoint_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace mpe
