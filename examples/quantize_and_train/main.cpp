@@ -3,10 +3,9 @@
 // table through pooled lookups; the loss falls and the cache statistics are printed.
 #include <cmath>
 #include <cstdio>
+#include <mpe/mpe.hpp>
 #include <random>
 #include <vector>
-
-#include <mpe/mpe.hpp>
 
 int main() {
   mpe::EmbeddingConfig cfg;
@@ -40,7 +39,8 @@ int main() {
       for (std::int64_t b = 0; b < B; ++b) {
         for (std::int64_t d = 0; d < D; ++d) {
           float want = 0;
-          for (std::int64_t k = 0; k < L; ++k) want += target(table.table_offset(t) + indices[(t * B + b) * L + k], d);
+          for (std::int64_t k = 0; k < L; ++k)
+            want += target(table.table_offset(t) + indices[(t * B + b) * L + k], d);
           const float diff = out[(b * T + t) * D + d] - want;
           grad[(b * T + t) * D + d] = diff / static_cast<float>(B);
           loss += 0.5 * diff * diff / B;
@@ -52,10 +52,12 @@ int main() {
   }
   const auto s = table.stats();
   const auto m = table.memory();
-  std::printf("hit rate %.3f  (hits %llu, misses %llu, conflict misses %llu, evictions %llu, write-backs %llu)\n",
-              static_cast<double>(s.hits) / static_cast<double>(s.hits + s.misses), static_cast<unsigned long long>(s.hits),
-              static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.conflict_misses),
-              static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.writebacks));
+  std::printf(
+      "hit rate %.3f  (hits %llu, misses %llu, conflict misses %llu, evictions %llu, write-backs %llu)\n",
+      static_cast<double>(s.hits) / static_cast<double>(s.hits + s.misses),
+      static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
+      static_cast<unsigned long long>(s.conflict_misses), static_cast<unsigned long long>(s.evictions),
+      static_cast<unsigned long long>(s.writebacks));
   std::printf("embedding memory %zu bytes (store %zu + cache %zu + metadata %zu); FP32 would be %lld bytes\n",
               m.embedding_bytes(), m.store_bytes, m.cache_bytes, m.metadata_bytes,
               static_cast<long long>(table.total_rows() * D * 4));

@@ -155,7 +155,9 @@ class CachedEmbedding {
   /// Completed backward() calls (the `step` of the rounding counter).
   std::uint64_t step() const { return step_; }
   /// First global row of table t (t in [0, T]).
-  std::int64_t table_offset(std::int64_t t) const { return table_offsets_host_.at(static_cast<std::size_t>(t)); }
+  std::int64_t table_offset(std::int64_t t) const {
+    return table_offsets_host_.at(static_cast<std::size_t>(t));
+  }
   /// View of the cache in backend memory (valid until the object is moved or destroyed).
   CacheRef cache_ref() const;
 
@@ -202,16 +204,16 @@ class CachedEmbedding {
   index_t total_rows_ = 0;
   std::size_t stride_ = 0;
   std::vector<index_t> table_offsets_host_;
-  IBuf table_offsets_;  // (T + 1)
+  IBuf table_offsets_;                           // (T + 1)
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
   index_t sketch_width_ = 0;
-  detail::Buffer<float, Backend> cache_rows_;           // (slots, D)
-  IBuf tags_;                                           // (slots)
-  detail::Buffer<std::uint64_t, Backend> last_use_;     // (slots)
-  detail::Buffer<std::uint8_t, Backend> dirty_;         // (slots)
-  detail::Buffer<std::uint32_t, Backend> sketch_;       // (4, width), LFU only
-  detail::Buffer<float, Backend> opt_state_;            // (rows * state floats)
+  detail::Buffer<float, Backend> cache_rows_;        // (slots, D)
+  IBuf tags_;                                        // (slots)
+  detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
+  detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
+  detail::Buffer<std::uint32_t, Backend> sketch_;    // (4, width), LFU only
+  detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
   int opt_kind_ = 0;
   std::uint64_t step_ = 0;
   std::uint64_t populate_counter_ = 0;

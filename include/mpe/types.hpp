@@ -19,11 +19,11 @@ enum class NonFinite {
 
 /// Shape and settings of a table-batched embedding. Fields are only ever appended.
 struct EmbeddingConfig {
-  std::vector<std::int64_t> table_rows;  ///< rows of each table (T >= 1 tables, each >= 1)
-  std::int32_t dim = 0;                  ///< D, the same for every table, >= 1
-  std::int64_t cache_rows = 0;           ///< FP32 cache capacity in rows; 0 = no cache
-  std::uint64_t seed = 0;                ///< stochastic rounding stream
-  std::int32_t row_alignment = 4;        ///< store row padding in bytes (power of two, <= 4096)
+  std::vector<std::int64_t> table_rows;     ///< rows of each table (T >= 1 tables, each >= 1)
+  std::int32_t dim = 0;                     ///< D, the same for every table, >= 1
+  std::int64_t cache_rows = 0;              ///< FP32 cache capacity in rows; 0 = no cache
+  std::uint64_t seed = 0;                   ///< stochastic rounding stream
+  std::int32_t row_alignment = 4;           ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
 };
 
@@ -32,18 +32,18 @@ enum class Pooling { Sum, Mean };
 
 /// Cumulative counters since construction, load() or reset_stats().
 struct CacheStats {
-  std::uint64_t lookups = 0;          ///< index occurrences populated
-  std::uint64_t unique_rows = 0;      ///< unique rows per batch, summed over batches
-  std::uint64_t hits = 0;             ///< unique rows found in the cache
-  std::uint64_t misses = 0;           ///< unique rows not found (filled, conflict or rejected)
-  std::uint64_t conflict_misses = 0;  ///< misses left uncached: their set had no free way
-  std::uint64_t evictions = 0;        ///< resident rows replaced by a miss
-  std::uint64_t writebacks = 0;       ///< dirty rows written to the store (eviction or flush)
-  std::uint64_t lfu_rejections = 0;   ///< LFU misses whose estimate did not beat the victim's
-  std::uint64_t saturated_rows = 0;   ///< row writes that clamped values into the format range
-  std::uint64_t bytes_filled = 0;     ///< store bytes read to fill cache rows
+  std::uint64_t lookups = 0;             ///< index occurrences populated
+  std::uint64_t unique_rows = 0;         ///< unique rows per batch, summed over batches
+  std::uint64_t hits = 0;                ///< unique rows found in the cache
+  std::uint64_t misses = 0;              ///< unique rows not found (filled, conflict or rejected)
+  std::uint64_t conflict_misses = 0;     ///< misses left uncached: their set had no free way
+  std::uint64_t evictions = 0;           ///< resident rows replaced by a miss
+  std::uint64_t writebacks = 0;          ///< dirty rows written to the store (eviction or flush)
+  std::uint64_t lfu_rejections = 0;      ///< LFU misses whose estimate did not beat the victim's
+  std::uint64_t saturated_rows = 0;      ///< row writes that clamped values into the format range
+  std::uint64_t bytes_filled = 0;        ///< store bytes read to fill cache rows
   std::uint64_t bytes_written_back = 0;  ///< store bytes written by write-backs
-  std::uint64_t skipped_steps = 0;    ///< backward() steps skipped for non-finite input (NonFinite::Skip)
+  std::uint64_t skipped_steps = 0;       ///< backward() steps skipped for non-finite input (NonFinite::Skip)
 };
 
 /// Bytes as allocated.

@@ -10,8 +10,8 @@
 
 #include <omp.h>
 #include <thrust/execution_policy.h>
-#include <thrust/iterator/counting_iterator.h>
 #include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
 #include <thrust/reduce.h>
 #include <thrust/scan.h>
 #include <thrust/sort.h>
@@ -45,10 +45,10 @@ struct HostBackend {
 
   /// Allocates `bytes` of host memory, 64-byte aligned. Throws std::bad_alloc.
   void* allocate(std::size_t bytes) const {
-    return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{64});
+    return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
   }
   void deallocate(void* p, std::size_t /*bytes*/) const noexcept {
-    ::operator delete(p, std::align_val_t{64});
+    ::operator delete (p, std::align_val_t{64});
   }
   /// Copies between backend memory and host memory (both host here).
   void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
@@ -74,9 +74,7 @@ struct HostBackend {
   template <class F>
   void for_each(index_t n, F f) const {
     if (n <= 0) return;
-    run([&](auto&& policy) {
-      thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f);
-    });
+    run([&](auto&& policy) { thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f); });
   }
 
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep
@@ -102,8 +100,7 @@ struct HostBackend {
     T result{};
     run([&](auto&& policy) {
       result = thrust::transform_reduce(policy, thrust::counting_iterator<index_t>(0),
-                                        thrust::counting_iterator<index_t>(n), f, T{},
-                                        thrust::plus<T>());
+                                        thrust::counting_iterator<index_t>(n), f, T{}, thrust::plus<T>());
     });
     return result;
   }
@@ -130,6 +127,5 @@ struct HostBackend {
     omp_set_num_threads(saved);
   }
 };
-
 
 }  // namespace mpe

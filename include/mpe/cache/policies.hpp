@@ -5,11 +5,12 @@
 /// What each policy scores (lowest score is evicted first; empty ways before any
 /// occupied way; ties to the lowest way index):
 ///
-/// | policy        | score of a resident row                          | admission order of misses in a set            | a miss replaces a victim when |
+/// | policy        | score of a resident row                          | admission order of misses in a set |
+/// a miss replaces a victim when |
 /// |---------------|--------------------------------------------------|-----------------------------------------------|-------------------------------|
-/// | Lru<W>        | the populate counter of the batch that last used it | ascending global row                       | always                        |
-/// | Lfu<W>        | its count-min-sketch frequency estimate (now)     | descending estimate, then ascending row      | its estimate > victim's       |
-/// | DirectMapped  | as Lru<1>                                        | ascending global row                          | always                        |
+/// | Lru<W>        | the populate counter of the batch that last used it | ascending global row | always | |
+/// Lfu<W>        | its count-min-sketch frequency estimate (now)     | descending estimate, then ascending
+/// row      | its estimate > victim's       | | DirectMapped  | as Lru<1> | ascending global row | always |
 #pragma once
 
 #include <concepts>
@@ -49,6 +50,7 @@ concept CachePolicy = requires {
   { P::ways } -> std::convertible_to<int>;
   { P::uses_sketch } -> std::convertible_to<bool>;
   { P::name } -> std::convertible_to<const char*>;
-} && (P::ways >= 1);
+}
+&&(P::ways >= 1);
 
 }  // namespace mpe

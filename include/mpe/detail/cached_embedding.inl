@@ -10,7 +10,8 @@
 
 namespace mpe {
 
-#define MPE_CE_TEMPLATE template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
+#define MPE_CE_TEMPLATE \
+  template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
 #define MPE_CE CachedEmbedding<Storage, Cache, Rounding, Backend>
 
 namespace detail {
@@ -54,25 +55,28 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   }
   if (config.cache_rows > 0 && config.cache_rows < Cache::ways) {
     detail::invalid(fn, "config.cache_rows = " + std::to_string(config.cache_rows) + " is below the " +
-                            std::to_string(Cache::ways) + " ways of one set; use 0 (no cache) or >= " +
-                            std::to_string(Cache::ways));
+                            std::to_string(Cache::ways) +
+                            " ways of one set; use 0 (no cache) or >= " + std::to_string(Cache::ways));
   }
   const auto a = config.row_alignment;
   if (a < 1 || a > 4096 || (a & (a - 1)) != 0) {
-    detail::invalid(fn, "config.row_alignment = " + std::to_string(a) + "; must be a power of two in [1, 4096]");
+    detail::invalid(fn,
+                    "config.row_alignment = " + std::to_string(a) + "; must be a power of two in [1, 4096]");
   }
   table_offsets_host_.assign(1, 0);
   for (std::size_t t = 0; t < config.table_rows.size(); ++t) {
     const auto r = config.table_rows[t];
     if (r < 1) {
-      detail::invalid(fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) + "; must be >= 1");
+      detail::invalid(
+          fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) + "; must be >= 1");
     }
     if (r > INT64_MAX / 2 - table_offsets_host_.back()) detail::invalid(fn, "total rows overflow int64");
     table_offsets_host_.push_back(table_offsets_host_.back() + r);
   }
   total_rows_ = table_offsets_host_.back();
   stride_ = row_bytes<Storage>(config.dim, a);
-  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_) detail::invalid(fn, "store size overflows size_t");
+  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_)
+    detail::invalid(fn, "store size overflows size_t");
 
   for (auto* b : {&current_, &pending_, &staging_}) b->set_backend(backend_);
   table_offsets_.set_backend(backend_);
@@ -138,11 +142,12 @@ index_t MPE_CE::read_scalar(const index_t* p) const {
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const {
+void MPE_CE::check_row_range(const char* fn, const char* arg, std::size_t size,
+                             std::int64_t first_row) const {
   const auto D = static_cast<std::size_t>(config_.dim);
   if (size % D != 0) {
-    detail::invalid(fn, std::string(arg) + ".size() = " + std::to_string(size) + " is not a multiple of dim " +
-                            std::to_string(D));
+    detail::invalid(fn, std::string(arg) + ".size() = " + std::to_string(size) +
+                            " is not a multiple of dim " + std::to_string(D));
   }
   const auto rows = static_cast<index_t>(size / D);
   if (first_row < 0 || first_row > total_rows_ || rows > total_rows_ - first_row) {
@@ -162,8 +167,9 @@ void MPE_CE::throw_index_error(const char* fn, std::span<const std::int64_t> ind
   const auto bag = static_cast<index_t>(std::upper_bound(off.begin(), off.end(), pos) - off.begin()) - 1;
   const index_t t = B > 0 ? bag / B : 0;
   detail::invalid(fn, "indices[" + std::to_string(pos) + "] = " + std::to_string(v) + " is outside table " +
-                          std::to_string(t) + " (" + std::to_string(config_.table_rows[static_cast<std::size_t>(t)]) +
-                          " rows; bag " + std::to_string(bag) + ")");
+                          std::to_string(t) + " (" +
+                          std::to_string(config_.table_rows[static_cast<std::size_t>(t)]) + " rows; bag " +
+                          std::to_string(bag) + ")");
 }
 
 MPE_CE_TEMPLATE
@@ -181,7 +187,8 @@ void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::spa
   if (const index_t i = read_scalar(err); i != detail::kNoError) {
     float v;
     backend_.copy_to_host(&v, weights.data() + i, sizeof v);
-    detail::invalid(fn, "per_sample_weights[" + std::to_string(i) + "] = " + std::to_string(v) + " is not finite");
+    detail::invalid(
+        fn, "per_sample_weights[" + std::to_string(i) + "] = " + std::to_string(v) + " is not finite");
   }
 }
 
@@ -193,8 +200,8 @@ void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const s
   const index_t T = num_tables();
   const auto n = static_cast<index_t>(indices.size());
   if (offsets.empty() || (offsets.size() - 1) % static_cast<std::size_t>(T) != 0) {
-    detail::invalid(fn, "offsets.size() = " + std::to_string(offsets.size()) + "; must be T*B + 1 with T = " +
-                            std::to_string(T));
+    detail::invalid(fn, "offsets.size() = " + std::to_string(offsets.size()) +
+                            "; must be T*B + 1 with T = " + std::to_string(T));
   }
   B = static_cast<index_t>(offsets.size() - 1) / T;
   const index_t first = read_scalar(offsets.data());
@@ -214,23 +221,25 @@ void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const s
   if (const index_t j = read_scalar(err); j != detail::kNoError) {
     const index_t a = read_scalar(offsets.data() + j), b = read_scalar(offsets.data() + j + 1);
     detail::invalid(fn, "offsets[" + std::to_string(j + 1) + "] = " + std::to_string(b) + " < offsets[" +
-                            std::to_string(j) + "] = " + std::to_string(a) + "; offsets must be non-decreasing");
+                            std::to_string(j) + "] = " + std::to_string(a) +
+                            "; offsets must be non-decreasing");
   }
   check_weights(fn, err, indices.size(), weights, pooling);
   backend_.for_each(B * T, detail::ExpandBags{indices.data(), offsets.data(), table_offsets_.data(), B,
                                               global_rows, bag_of, err});
-  if (const index_t i = read_scalar(err); i != detail::kNoError) throw_index_error(fn, indices, offsets, B, i);
+  if (const index_t i = read_scalar(err); i != detail::kNoError)
+    throw_index_error(fn, indices, offsets, B, i);
 }
 
 MPE_CE_TEMPLATE
 void MPE_CE::prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
-                           std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
-                           std::size_t output_size) const {
+                           std::span<const std::int64_t> offsets, std::span<const float> weights,
+                           Pooling pooling, std::size_t output_size) const {
   const auto n = indices.size();
   b.global_rows.reserve_discard(n);
   b.bag_of.reserve_discard(n);
-  validate_and_expand(fn, error_.data(), indices, offsets, weights, pooling, output_size, b.B, b.global_rows.data(),
-                      b.bag_of.data());
+  validate_and_expand(fn, error_.data(), indices, offsets, weights, pooling, output_size, b.B,
+                      b.global_rows.data(), b.bag_of.data());
   b.n = static_cast<index_t>(n);
   b.U = 0;
   b.sorted = false;
@@ -261,9 +270,9 @@ void MPE_CE::sort_unique(Batch& b) {
   backend_.for_each(n, detail::MarkHeads{b.sorted_keys.data(), b.heads.data()});
   backend_.exclusive_scan(b.heads.data(), b.rank.data(), n);
   b.U = read_scalar(b.rank.data() + n - 1) + read_scalar(b.heads.data() + n - 1);
-  backend_.for_each(n, detail::ScatterUnique{b.sorted_keys.data(), b.sorted_pos.data(), b.heads.data(),
-                                             b.rank.data(), b.uniq.data(), b.seg_start.data(),
-                                             b.occ_to_unique.data()});
+  backend_.for_each(
+      n, detail::ScatterUnique{b.sorted_keys.data(), b.sorted_pos.data(), b.heads.data(), b.rank.data(),
+                               b.uniq.data(), b.seg_start.data(), b.occ_to_unique.data()});
   backend_.copy_from_host(b.seg_start.data() + b.U, &n, sizeof n);
 }
 
@@ -285,15 +294,16 @@ void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
     b.estimates.reserve_discard(sz);
     backend_.for_each(U, detail::SketchIncrement{b.uniq.data(), sketch});
   }
-  backend_.for_each(U, detail::AdmissionKeys<Cache::uses_sketch>{b.uniq.data(), sketch, num_sets_,
-                                                                  b.estimates.data(), b.keys.data(),
-                                                                  b.order.data()});
+  backend_.for_each(
+      U, detail::AdmissionKeys<Cache::uses_sketch>{b.uniq.data(), sketch, num_sets_, b.estimates.data(),
+                                                   b.keys.data(), b.order.data()});
   backend_.stable_sort_by_key(b.keys.data(), b.order.data(), U);
   backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache::uses_sketch>{
                            b.keys.data(), b.order.data(), U, b.uniq.data(), b.estimates.data(), cache_ref(),
                            sketch, store_.data(), stride_, b.id, lock_floor, config_.seed,
                            static_cast<std::uint32_t>(step_), b.slot_of_unique.data(), b.outcome.data()});
-  const detail::OutcomeCounts c = backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
+  const detail::OutcomeCounts c =
+      backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
   stats_.hits += c.hits;
   stats_.misses += static_cast<std::uint64_t>(U) - c.hits;
   stats_.conflict_misses += c.conflicts;
@@ -348,8 +358,8 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
     // Validated and populated by prefetch(); check only this call's own arguments.
     const std::size_t expect = static_cast<std::size_t>(pending_.B * num_tables() * config_.dim);
     if (output.size() != expect) {
-      detail::invalid(fn, "output.size() = " + std::to_string(output.size()) + "; expected B*T*D = " +
-                              std::to_string(expect));
+      detail::invalid(fn, "output.size() = " + std::to_string(output.size()) +
+                              "; expected B*T*D = " + std::to_string(expect));
     }
     check_weights(fn, error_.data(), indices.size(), per_sample_weights, pooling);
     b = &pending_;
@@ -367,11 +377,11 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
   const bool mean = pooling == Pooling::Mean;
   const float* w = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
   const bool cached = num_sets_ > 0 && cur.U > 0;
-  backend_.for_each(cur.B * T, detail::PoolBags<Storage>{
-                                   offsets.data(), cur.global_rows.data(),
-                                   cached ? cur.occ_to_unique.data() : nullptr,
-                                   cached ? cur.slot_of_unique.data() : nullptr, w, cache_ref(), false,
-                                   store_.data(), stride_, cur.B, T, config_.dim, mean, output.data()});
+  backend_.for_each(cur.B * T, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
+                                                         cached ? cur.occ_to_unique.data() : nullptr,
+                                                         cached ? cur.slot_of_unique.data() : nullptr, w,
+                                                         cache_ref(), false, store_.data(), stride_, cur.B, T,
+                                                         config_.dim, mean, output.data()});
   cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
   backend_.for_each(cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data()});
   cur.awaiting_backward = true;
@@ -385,12 +395,13 @@ void MPE_CE::forward_inference(std::span<const std::int64_t> indices, std::span<
   IBuf global_rows(backend_, indices.size()), bag_of(backend_, indices.size()), err(backend_, 1);
   index_t B = 0;
   const index_t T = num_tables();
-  validate_and_expand("forward_inference", err.data(), indices, offsets, per_sample_weights, pooling, output.size(), B,
-                global_rows.data(), bag_of.data());
-  backend_.for_each(B * T, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr,
-                                                     per_sample_weights.empty() ? nullptr : per_sample_weights.data(),
-                                                     cache_ref(), num_sets_ > 0, store_.data(), stride_, B, T,
-                                                     config_.dim, pooling == Pooling::Mean, output.data()});
+  validate_and_expand("forward_inference", err.data(), indices, offsets, per_sample_weights, pooling,
+                      output.size(), B, global_rows.data(), bag_of.data());
+  backend_.for_each(
+      B * T, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr,
+                                       per_sample_weights.empty() ? nullptr : per_sample_weights.data(),
+                                       cache_ref(), num_sets_ > 0, store_.data(), stride_, B, T, config_.dim,
+                                       pooling == Pooling::Mean, output.data()});
 }
 
 MPE_CE_TEMPLATE
@@ -406,16 +417,19 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     throw std::logic_error(detail::ce_prefix(fn) + "the optimizer kind changed to " + Rule::name +
                            "; one table trains with one optimizer (its state is per kind)");
   }
-  if (!Rule::valid(optimizer)) detail::invalid(fn, std::string("optimizer parameters of ") + Rule::name + " are not valid (non-finite or negative eps)");
+  if (!Rule::valid(optimizer))
+    detail::invalid(fn, std::string("optimizer parameters of ") + Rule::name +
+                            " are not valid (non-finite or negative eps)");
   const index_t T = num_tables();
   const auto expect = static_cast<std::size_t>(b.B * T * config_.dim);
   if (grad_output.size() != expect) {
-    detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) + "; expected B*T*D = " +
-                            std::to_string(expect));
+    detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
+                            "; expected B*T*D = " + std::to_string(expect));
   }
   index_t none = detail::kNoError;
   backend_.copy_from_host(error_.data(), &none, sizeof none);
-  backend_.for_each(static_cast<index_t>(grad_output.size()), detail::CheckFinite{grad_output.data(), error_.data()});
+  backend_.for_each(static_cast<index_t>(grad_output.size()),
+                    detail::CheckFinite{grad_output.data(), error_.data()});
   if (const index_t i = read_scalar(error_.data()); i != detail::kNoError) {
     if (config_.non_finite == NonFinite::Skip) {
       ++stats_.skipped_steps;
@@ -439,13 +453,14 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
     b.outcome.reserve_discard(static_cast<std::size_t>(U));
     const bool cached = num_sets_ > 0;
-    backend_.for_each(U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
-                             b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                             b.coef.data(), grad_output.data(), cached ? b.slot_of_unique.data() : nullptr,
-                             cache_ref(), store_.data(), stride_, b.B, T, config_.dim, optimizer,
-                             Rule::state_floats > 0 ? opt_state_.data() : nullptr, b.grad.data(), config_.seed,
-                             static_cast<std::uint32_t>(step_), b.outcome.data()});
-    const detail::OutcomeCounts c = backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
+    backend_.for_each(
+        U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
+               b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(), b.coef.data(),
+               grad_output.data(), cached ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
+               stride_, b.B, T, config_.dim, optimizer, Rule::state_floats > 0 ? opt_state_.data() : nullptr,
+               b.grad.data(), config_.seed, static_cast<std::uint32_t>(step_), b.outcome.data()});
+    const detail::OutcomeCounts c =
+        backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
     stats_.saturated_rows += c.saturated;
   }
   ++step_;
@@ -456,9 +471,9 @@ MPE_CE_TEMPLATE
 void MPE_CE::flush() {
   const index_t slots = cache_slots();
   if (slots == 0) return;
-  backend_.for_each(slots, detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
-                                                                  static_cast<std::uint32_t>(step_),
-                                                                  flush_outcome_.data()});
+  backend_.for_each(
+      slots, detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
+                                                   static_cast<std::uint32_t>(step_), flush_outcome_.data()});
   const detail::OutcomeCounts c =
       backend_.template sum<detail::OutcomeCounts>(slots, detail::CountOutcome{flush_outcome_.data()});
   stats_.writebacks += c.wrote_back;
@@ -468,8 +483,9 @@ void MPE_CE::flush() {
 
 MPE_CE_TEMPLATE
 void MPE_CE::write_rows(const float* src, index_t first, index_t count, num::RoundingSite site) {
-  backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first, src,
-                                                                 config_.seed, static_cast<std::uint32_t>(step_), site});
+  backend_.for_each(
+      count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first, src,
+                                                  config_.seed, static_cast<std::uint32_t>(step_), site});
 }
 
 MPE_CE_TEMPLATE
@@ -489,8 +505,9 @@ void MPE_CE::set_weights(std::span<const float> weights, std::int64_t first_row)
   backend_.copy_from_host(error_.data(), &none, sizeof none);
   backend_.for_each(count, detail::CheckRepresentable<Storage>{src, config_.dim, error_.data()});
   if (const index_t i = read_scalar(error_.data()); i != detail::kNoError) {
-    detail::invalid(fn, "weights[" + std::to_string(i) + "] = " + std::to_string(weights[static_cast<std::size_t>(i)]) +
-                            " (row " + std::to_string(first_row + i / config_.dim) + ") cannot be stored as " +
+    detail::invalid(fn, "weights[" + std::to_string(i) +
+                            "] = " + std::to_string(weights[static_cast<std::size_t>(i)]) + " (row " +
+                            std::to_string(first_row + i / config_.dim) + ") cannot be stored as " +
                             Storage::name + " (non-finite or |x| > " + std::to_string(Storage::limit) + ")");
   }
   write_rows(src, first_row, count, num::RoundingSite::SetWeights);
@@ -503,10 +520,12 @@ void MPE_CE::get_weights(std::span<float> out, std::int64_t first_row) const {
   if (count == 0) return;
   if constexpr (Backend::device_spans) {
     detail::Buffer<float, Backend> staged(backend_, out.size());
-    backend_.for_each(count, detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, staged.data()});
+    backend_.for_each(
+        count, detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, staged.data()});
     backend_.copy_to_host(out.data(), staged.data(), out.size_bytes());
   } else {
-    backend_.for_each(count, detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, out.data()});
+    backend_.for_each(count,
+                      detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, out.data()});
   }
 }
 
@@ -534,7 +553,8 @@ MemoryFootprint MPE_CE::memory() const {
   m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + sketch_.bytes();
   m.optimizer_bytes = opt_state_.bytes();
   m.metadata_bytes = table_offsets_.bytes();
-  m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() + flush_outcome_.bytes();
+  m.workspace_bytes =
+      current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() + flush_outcome_.bytes();
   return m;
 }
 

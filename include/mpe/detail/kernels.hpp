@@ -158,8 +158,8 @@ struct AdmitSet {
   const std::uint64_t* keys;  // (U) sorted admission keys
   const index_t* order;       // (U) unique index in admission order
   index_t U;
-  const index_t* uniq;                 // (U)
-  const std::uint32_t* estimates;      // (U) LFU only
+  const index_t* uniq;             // (U)
+  const std::uint32_t* estimates;  // (U) LFU only
   CacheRef cache;
   SketchRef sketch;
   std::uint8_t* store;
@@ -230,7 +230,8 @@ struct AdmitSet {
         if (cache.dirty[victim]) {
           const index_t old = cache.tags[victim];
           const num::RowRng rng{seed, static_cast<std::uint64_t>(old), step, num::RoundingSite::WriteBack};
-          if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride, rng)) {
+          if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
+                                                rng)) {
             code |= kSaturated;
           }
           code |= kWroteBack;
@@ -331,11 +332,11 @@ struct Coefficients {
 template <class Storage, class Rounding, class Rule, class Opt>
 struct UpdateRows {
   const index_t* uniq;
-  const index_t* seg_start;   // (U + 1)
-  const index_t* sorted_pos;  // (n)
-  const index_t* bag_of;      // (n)
-  const float* coef;          // (n)
-  const float* grad_output;   // (B, T*D)
+  const index_t* seg_start;       // (U + 1)
+  const index_t* sorted_pos;      // (n)
+  const index_t* bag_of;          // (n)
+  const float* coef;              // (n)
+  const float* grad_output;       // (B, T*D)
   const index_t* slot_of_unique;  // (U) or null
   CacheRef cache;
   std::uint8_t* store;
@@ -430,7 +431,8 @@ struct WriteRows {
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
     const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, site};
-    Storage::template store<Rounding>(src + i * cache.dim, cache.dim, store + static_cast<std::size_t>(r) * stride, rng);
+    Storage::template store<Rounding>(src + i * cache.dim, cache.dim,
+                                      store + static_cast<std::size_t>(r) * stride, rng);
     const index_t s = cache.find(r);
     if (s >= 0) {
       cache.tags[s] = -1;
@@ -486,12 +488,10 @@ struct FlushSlots {
 
 /// Integer tallies of outcome bits (summed exactly by the backend).
 struct OutcomeCounts {
-  std::uint64_t hits = 0, filled = 0, conflicts = 0, rejected = 0, evicted = 0, wrote_back = 0,
-                saturated = 0;
+  std::uint64_t hits = 0, filled = 0, conflicts = 0, rejected = 0, evicted = 0, wrote_back = 0, saturated = 0;
   MPE_HOST_DEVICE OutcomeCounts operator+(const OutcomeCounts& o) const {
-    return {hits + o.hits,         filled + o.filled,         conflicts + o.conflicts,
-            rejected + o.rejected, evicted + o.evicted,       wrote_back + o.wrote_back,
-            saturated + o.saturated};
+    return {hits + o.hits,       filled + o.filled,         conflicts + o.conflicts, rejected + o.rejected,
+            evicted + o.evicted, wrote_back + o.wrote_back, saturated + o.saturated};
   }
 };
 
@@ -499,10 +499,11 @@ struct CountOutcome {
   const std::uint8_t* outcome;
   MPE_HOST_DEVICE OutcomeCounts operator()(index_t i) const {
     const std::uint8_t c = outcome[i];
-    return {static_cast<std::uint64_t>((c & kHit) != 0),      static_cast<std::uint64_t>((c & kFilled) != 0),
-            static_cast<std::uint64_t>((c & kConflict) != 0), static_cast<std::uint64_t>((c & kRejected) != 0),
-            static_cast<std::uint64_t>((c & kEvicted) != 0),  static_cast<std::uint64_t>((c & kWroteBack) != 0),
-            static_cast<std::uint64_t>((c & kSaturated) != 0)};
+    return {
+        static_cast<std::uint64_t>((c & kHit) != 0),      static_cast<std::uint64_t>((c & kFilled) != 0),
+        static_cast<std::uint64_t>((c & kConflict) != 0), static_cast<std::uint64_t>((c & kRejected) != 0),
+        static_cast<std::uint64_t>((c & kEvicted) != 0),  static_cast<std::uint64_t>((c & kWroteBack) != 0),
+        static_cast<std::uint64_t>((c & kSaturated) != 0)};
   }
 };
 

@@ -94,14 +94,10 @@ MPE_HOST_DEVICE inline float bits_float(std::uint32_t u) {
 }
 
 /// True when x is neither NaN nor +-Inf (by bits, so it holds under any flags).
-MPE_HOST_DEVICE inline bool is_finite(float x) {
-  return (float_bits(x) & 0x7f800000u) != 0x7f800000u;
-}
+MPE_HOST_DEVICE inline bool is_finite(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
 
 /// 2^k as a float, exact for -126 <= k <= 127.
-MPE_HOST_DEVICE inline float pow2(int k) {
-  return bits_float(static_cast<std::uint32_t>(k + 127) << 23);
-}
+MPE_HOST_DEVICE inline float pow2(int k) { return bits_float(static_cast<std::uint32_t>(k + 127) << 23); }
 
 /// Round to the nearest integer, ties to even, independent of the floating-point
 /// environment. Exact for every float (|a| >= 2^23 is already an integer).
@@ -132,8 +128,6 @@ MPE_HOST_DEVICE inline std::uint16_t load_u16(const std::uint8_t* p) {
 }
 
 /// Store a 16-bit value to possibly unaligned bytes.
-MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) {
-  std::memcpy(p, &x, sizeof x);
-}
+MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) { std::memcpy(p, &x, sizeof x); }
 
 }  // namespace mpe::num

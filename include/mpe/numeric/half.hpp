@@ -67,8 +67,7 @@ namespace detail {
 /// and minimum normal exponent `min_exp`, using policy R on the magnitude. Exact apart
 /// from the one rounding decision.
 template <class R>
-MPE_HOST_DEVICE inline float round_magnitude(float a, int mant_bits, int min_exp,
-                                             std::uint32_t random_word) {
+MPE_HOST_DEVICE inline float round_magnitude(float a, int mant_bits, int min_exp, std::uint32_t random_word) {
   const std::uint32_t ab = float_bits(a);
   int e = static_cast<int>(ab >> 23) - 127;  // float subnormals: e = -127, below min_exp
   if (e < min_exp) e = min_exp;
@@ -103,8 +102,7 @@ MPE_HOST_DEVICE inline float round_magnitude(float a, int mant_bits, int min_exp
 /// policies the direction is mapped through the sign (down on a negative value rounds
 /// its magnitude up).
 template <class R>
-MPE_HOST_DEVICE inline float round_to_format(float x, int mant_bits, int min_exp,
-                                             std::uint32_t random_word) {
+MPE_HOST_DEVICE inline float round_to_format(float x, int mant_bits, int min_exp, std::uint32_t random_word) {
   const bool neg = (float_bits(x) >> 31) != 0;
   const float a = bits_float(float_bits(x) & 0x7fffffffu);
   if (a == 0.0f) return x;

@@ -21,9 +21,7 @@ namespace mpe {
 struct NearestRounding {
   static constexpr bool stochastic = false;
   static constexpr const char* name = "nearest";
-  MPE_HOST_DEVICE static float round(float v, std::uint32_t /*random_word*/) {
-    return num::rint_even(v);
-  }
+  MPE_HOST_DEVICE static float round(float v, std::uint32_t /*random_word*/) { return num::rint_even(v); }
 };
 
 /// Stochastic rounding: v rounds up with probability frac(v), using the top 24 bits of
@@ -35,7 +33,7 @@ struct StochasticRounding {
   static constexpr const char* name = "stochastic";
   MPE_HOST_DEVICE static float round(float v, std::uint32_t random_word) {
     const float fl = num::floor(v);
-    const float frac = num::sub(v, fl);  // exact
+    const float frac = num::sub(v, fl);                                        // exact
     const float u = num::mul(static_cast<float>(random_word >> 8), 0x1p-24f);  // exact
     return u < frac ? num::add(fl, 1.0f) : fl;
   }

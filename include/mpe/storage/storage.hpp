@@ -77,8 +77,8 @@ MPE_HOST_DEVICE inline std::int32_t first_outside(const float* src, std::int32_t
 }
 
 /// Min and max of the sanitized row (sequential; exact in any order for finite values).
-MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim, float limit,
-                                              float& mn, float& mx, bool& saturated) {
+MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim, float limit, float& mn,
+                                              float& mx, bool& saturated) {
   mn = sanitize(src[0], limit, saturated);
   mx = mn;
   for (std::int32_t d = 1; d < dim; ++d) {
