@@ -1,0 +1,8 @@
+// Int8Rowwise store: its 6 instantiations (3 cache policies x 2 roundings).
+#include "trainer.hpp"
+
+namespace dlrm {
+
+RunResult run_int8(const RunSpec& spec, const DataSetup& data) { return run_storage<mpe::Int8Rowwise>(spec, data); }
+
+}  // namespace dlrm

@@ -1,0 +1,471 @@
+// train_dlrm: a small DLRM whose 26 embedding tables live in one
+// mpe::CachedEmbedding, trained with SGD on Criteo-format data or on a
+// deterministic synthetic stream, with a sweep over storage formats, cache
+// sizes/policies and rounding modes. See README.md.
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data.hpp"
+#include "metrics.hpp"
+#include "run.hpp"
+#include "synthetic.hpp"
+
+namespace {
+
+using namespace dlrm;
+
+struct Options {
+  // data
+  std::string data, train, test;
+  double test_fraction = 0.1;
+  bool strict = false;
+  std::int64_t max_rows = 1000000;
+  double scale = 0.01, zipf = 1.05, effect_scale = 1.0;
+  std::uint64_t train_samples = 1000000, test_samples = 100000, data_seed = 1;
+  // what to run
+  std::string sweep = "none";
+  bool baselines = false;
+  int seeds = 1;
+  int threads = 0;
+  std::string json, plot;
+  bool quiet = false;
+};
+
+std::string percent(double f) {
+  std::ostringstream o;
+  o << f * 100 << "%";
+  return o.str();
+}
+
+std::string label_of(const RunSpec& s) {
+  if (s.storage == "dense") return "dense-only";
+  std::string l = s.storage;
+  if (s.cache != "none" && s.cache_fraction > 0) l += "+" + s.cache + percent(s.cache_fraction);
+  if (s.storage != "fp32") l += s.rounding == "stochastic" ? "/sr" : "/rn";
+  return l;
+}
+
+std::vector<RunSpec> paper_sweep(const RunSpec& base) {
+  std::vector<RunSpec> v;
+  auto add = [&](const std::string& st, const std::string& cache, double frac, const std::string& rnd) {
+    RunSpec s = base;
+    s.storage = st;
+    s.cache = frac > 0 ? cache : "none";
+    s.cache_fraction = frac;
+    s.rounding = rnd;
+    s.label = label_of(s);
+    v.push_back(s);
+  };
+  add("dense", "none", 0, "stochastic");
+  add("fp32", "none", 0, "stochastic");
+  for (const char* r : {"stochastic", "nearest"}) {
+    add("fp16", "none", 0, r);
+    add("int8", "none", 0, r);
+    for (double f : {0.01, 0.05})
+      for (const char* c : {"lru", "lfu"}) add("int8", c, f, r);
+    add("int4", "none", 0, r);
+    add("int4", "lru", 0.01, r);
+    add("int4", "lru", 0.05, r);
+  }
+  return v;
+}
+
+RunResult run_one(const RunSpec& s, const DataSetup& d) {
+  if (s.storage == "dense") return run_dense_only(s, d);
+  if (s.storage == "fp32") return run_fp32(s, d);
+  if (s.storage == "fp16") return run_fp16(s, d);
+  if (s.storage == "int8") return run_int8(s, d);
+  if (s.storage == "int4") return run_int4(s, d);
+  throw std::invalid_argument("unknown storage '" + s.storage + "'");
+}
+
+void print_malformed(const std::string& what, const MalformedReport& m) {
+  if (m.count == 0) return;
+  std::cerr << "warning: " << m.count << " malformed line(s) skipped in " << what << ":\n";
+  for (const auto& s : m.first) std::cerr << "  " << s << "\n";
+  if (m.count > m.first.size()) std::cerr << "  ...\n";
+}
+
+DataSetup make_data(const Options& o, std::shared_ptr<SyntheticWorld>& world) {
+  DataSetup d;
+  if (!o.data.empty() || !o.train.empty()) {
+    std::string train_path, test_path;
+    std::uint64_t train_first = 1, train_last = 0, test_first = 1, test_last = 0;
+    if (!o.data.empty()) {
+      if (!(o.test_fraction > 0 && o.test_fraction < 1))
+        throw std::invalid_argument("--test-fraction must be in (0, 1)");
+      const std::uint64_t n = count_lines(o.data);
+      const auto n_test = static_cast<std::uint64_t>(std::llround(o.test_fraction * static_cast<double>(n)));
+      if (n_test == 0 || n_test >= n)
+        throw DataError("'" + o.data + "' has " + std::to_string(n) + " lines: too few to split off a test fraction of " + std::to_string(o.test_fraction));
+      train_path = test_path = o.data;
+      train_last = n - n_test;  // deterministic split: the last fraction of lines is the test set
+      test_first = n - n_test + 1;
+      test_last = n;
+      d.description = o.data + ": lines 1-" + std::to_string(train_last) + " train, " +
+                      std::to_string(test_first) + "-" + std::to_string(n) + " test";
+    } else {
+      if (o.test.empty()) throw std::invalid_argument("--train needs --test");
+      train_path = o.train;
+      test_path = o.test;
+      d.description = "train " + o.train + ", test " + o.test;
+    }
+    const ScanResult tr = scan_criteo(train_path, static_cast<std::uint64_t>(o.max_rows), o.strict, train_first, train_last);
+    const ScanResult te = scan_criteo(test_path, 0, o.strict, test_first, test_last);
+    print_malformed("training data", tr.malformed);
+    print_malformed("test data", te.malformed);
+    if (tr.valid == 0) throw DataError("no valid training lines in '" + train_path + "'");
+    if (te.valid == 0) throw DataError("no valid test lines in '" + test_path + "'");
+    d.table_rows = table_rows_from_scan(tr, o.max_rows);
+    d.train_size = tr.valid;
+    d.test_size = te.valid;
+    d.description += " (" + std::to_string(tr.valid) + " train samples, " + std::to_string(tr.positives) +
+                     " positive; " + std::to_string(te.valid) + " test samples, " + std::to_string(te.positives) +
+                     " positive)";
+    const auto rows = d.table_rows;
+    const bool strict = o.strict;
+    const auto ntr = tr.valid, nte = te.valid;
+    d.make_train = [=] { return std::make_unique<FileBatchSource>(train_path, rows, strict, train_first, train_last, ntr); };
+    d.make_test = [=] { return std::make_unique<FileBatchSource>(test_path, rows, strict, test_first, test_last, nte); };
+  } else {
+    SyntheticConfig sc;
+    sc.scale = o.scale;
+    sc.zipf_exponent = o.zipf;
+    sc.effect_scale = o.effect_scale;
+    sc.seed = o.data_seed;
+    world = std::make_shared<SyntheticWorld>(sc);
+    d.table_rows = world->table_rows();
+    d.train_size = o.train_samples;
+    d.test_size = o.test_samples;
+    std::ostringstream desc;
+    desc << "synthetic Criteo-Kaggle-like (scale " << o.scale << ", Zipf " << o.zipf << ", data seed "
+         << o.data_seed << "): " << o.train_samples << " train / " << o.test_samples << " test samples";
+    d.description = desc.str();
+    std::shared_ptr<const SyntheticWorld> w = world;
+    const auto ntr = o.train_samples, nte = o.test_samples;
+    d.make_train = [w, ntr] { return std::make_unique<SyntheticSource>(*w, 0, ntr); };
+    d.make_test = [w, ntr, nte] { return std::make_unique<SyntheticSource>(*w, ntr, nte); };
+  }
+  return d;
+}
+
+struct Aggregate {
+  RunSpec spec;
+  std::vector<RunResult> runs;
+  std::vector<double> rel;  // per seed: (logloss - fp32 logloss) / fp32 logloss
+};
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "—";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string bytes_str(double b) {
+  if (b <= 0) return "0";
+  const char* unit[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) { b /= 1024; ++u; }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, unit[u]);
+  return buf;
+}
+
+void print_table(const std::vector<Aggregate>& aggs, int seeds, double bayes) {
+  std::cout << "\n| config | emb. memory | vs FP32 | hit rate | log loss" << (seeds > 1 ? " (mean ± sd)" : "")
+            << " | Δ log loss vs FP32 | AUC | accuracy | train time |\n"
+            << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& a : aggs) {
+    std::vector<double> ll, auc, acc, hr, t;
+    for (const auto& r : a.runs) {
+      ll.push_back(r.logloss);
+      auc.push_back(r.auc);
+      acc.push_back(r.accuracy);
+      hr.push_back(r.hit_rate);
+      t.push_back(r.train_seconds);
+    }
+    const auto& r0 = a.runs.front();
+    const MeanSd L = mean_sd(ll), A = mean_sd(auc), R = mean_sd(a.rel);
+    std::cout << "| " << a.spec.label << " | " << (r0.memory_bytes ? bytes_str(static_cast<double>(r0.memory_bytes)) : "—")
+              << " | " << (r0.memory_bytes ? fmt("%.2fx", r0.reduction) : "—") << " | "
+              << fmt("%.1f%%", 100 * mean_sd(hr).mean) << " | " << fmt("%.5f", L.mean)
+              << (seeds > 1 ? " ± " + fmt("%.5f", L.sd) : "") << " | "
+              << (a.rel.empty() ? "—" : fmt("%+.2f%%", 100 * R.mean) + (seeds > 1 ? " ± " + fmt("%.2f", 100 * R.sd) : ""))
+              << " | " << fmt("%.4f", A.mean) << (seeds > 1 ? " ± " + fmt("%.4f", A.sd) : "") << " | "
+              << fmt("%.4f", mean_sd(acc).mean) << " | " << fmt("%.1fs", mean_sd(t).mean) << " |\n";
+  }
+  if (bayes >= 0) std::cout << "\nBayes-optimal log loss (true p on the same test set): " << fmt("%.5f", bayes) << "\n";
+}
+
+nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& a : aggs) {
+    std::vector<double> ll, auc, acc, hr, t;
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& r : a.runs) {
+      ll.push_back(r.logloss);
+      auc.push_back(r.auc);
+      acc.push_back(r.accuracy);
+      hr.push_back(r.hit_rate);
+      t.push_back(r.train_seconds);
+      auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+      runs.push_back({{"seed", r.spec.seed}, {"logloss", r.logloss}, {"auc", num(r.auc)}, {"accuracy", r.accuracy},
+                      {"hit_rate", num(r.hit_rate)}, {"hits", r.hits}, {"misses", r.misses},
+                      {"evictions", r.evictions}, {"writebacks", r.writebacks},
+                      {"saturated_rows", r.saturated_rows}, {"train_loss", r.train_loss},
+                      {"train_seconds", r.train_seconds}, {"eval_seconds", r.eval_seconds},
+                      {"bayes_logloss", r.bayes_logloss >= 0 ? nlohmann::json(r.bayes_logloss) : nlohmann::json(nullptr)}});
+    }
+    const auto& r0 = a.runs.front();
+    auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    nlohmann::json rec = {
+        {"config", a.spec.label},
+        {"storage", a.spec.storage},
+        {"cache", a.spec.cache},
+        {"cache_fraction", a.spec.cache_fraction},
+        {"cache_rows", r0.cache_rows},
+        {"rounding", a.spec.rounding},
+        {"dim", a.spec.dim},
+        {"total_rows", r0.total_rows},
+        {"memory_bytes", r0.memory_bytes},
+        {"store_bytes", r0.store_bytes},
+        {"cache_bytes", r0.cache_bytes},
+        {"metadata_bytes", r0.metadata_bytes},
+        {"optimizer_bytes", r0.optimizer_bytes},
+        {"fp32_bytes", r0.fp32_bytes},
+        {"reduction", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
+        {"hit_rate", num(mean_sd(hr).mean)},
+        {"logloss", mean_sd(ll).mean},
+        {"logloss_sd", mean_sd(ll).sd},
+        {"auc", num(mean_sd(auc).mean)},
+        {"auc_sd", num(mean_sd(auc).sd)},
+        {"accuracy", mean_sd(acc).mean},
+        {"rel_logloss_vs_fp32", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).mean)},
+        {"rel_logloss_vs_fp32_sd", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).sd)},
+        {"bayes_logloss", r0.bayes_logloss >= 0 ? nlohmann::json(r0.bayes_logloss) : nlohmann::json(nullptr)},
+        {"train_seconds", mean_sd(t).mean},
+        {"epochs", a.spec.epochs},
+        {"batch_size", a.spec.batch_size},
+        {"lr", a.spec.lr},
+        {"emb_lr", a.spec.emb_lr},
+        {"seeds", a.runs.size()},
+        {"runs", runs}};
+    out.push_back(rec);
+  }
+  return out;
+}
+
+// Log loss vs embedding memory, one point per config, drawn by gnuplot
+// through a pipe. PNG (pngcairo) unless the path ends in .svg.
+bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, double bayes, const std::string& title) {
+  FILE* gp = popen("gnuplot", "w");
+  if (!gp) return false;
+  const bool svg = path.size() > 4 && path.substr(path.size() - 4) == ".svg";
+  std::ostringstream s;
+  s << (svg ? "set terminal svg size 1000,650 dynamic font 'sans,11'\n" : "set terminal pngcairo size 1000,650 font 'sans,10'\n");
+  s << "set output '" << path << "'\n";
+  s << "set title \"" << title << "\" noenhanced\n";
+  s << "set xlabel 'embedding memory (MiB, store + cache + metadata)'\nset ylabel 'test log loss'\n";
+  s << "set logscale x\nset grid\nset key top right\n";
+  double dense = -1;
+  for (const auto& a : aggs)
+    if (a.spec.storage == "dense") {
+      std::vector<double> ll;
+      for (const auto& r : a.runs) ll.push_back(r.logloss);
+      dense = mean_sd(ll).mean;
+    }
+  std::string plots = "plot '-' using 1:2:3 with yerrorbars pt 7 lc rgb '#1f77b4' title 'stochastic rounding (FP32 incl.)', "
+                      "'-' using 1:2:3 with yerrorbars pt 9 lc rgb '#d62728' title 'round to nearest', "
+                      "'-' using 1:2:3 with labels offset 0.8,0.6 left font ',8' notitle noenhanced";
+  if (dense > 0) s << "set arrow from graph 0, first " << dense << " to graph 1, first " << dense << " nohead dt 2 lc rgb '#555555'\n"
+                   << "set label 'dense-only' at graph 0.01, first " << dense << " offset 0,0.5 font ',9'\n";
+  if (bayes > 0) s << "set arrow from graph 0, first " << bayes << " to graph 1, first " << bayes << " nohead dt 3 lc rgb '#2ca02c'\n"
+                   << "set label 'Bayes-optimal' at graph 0.01, first " << bayes << " offset 0,0.5 font ',9'\n";
+  s << plots << "\n";
+  for (int pass = 0; pass < 3; ++pass) {
+    for (const auto& a : aggs) {
+      if (a.spec.storage == "dense") continue;
+      const bool nearest = a.spec.rounding == "nearest" && a.spec.storage != "fp32";
+      if ((pass == 0 && nearest) || (pass == 1 && !nearest)) continue;
+      std::vector<double> ll;
+      for (const auto& r : a.runs) ll.push_back(r.logloss);
+      const MeanSd m = mean_sd(ll);
+      s << static_cast<double>(a.runs.front().memory_bytes) / (1024.0 * 1024.0) << " " << m.mean << " ";
+      if (pass == 2) s << "\"" << a.spec.label << "\"\n";
+      else s << m.sd << "\n";
+    }
+    s << "e\n";
+  }
+  const std::string script = s.str();
+  std::fwrite(script.data(), 1, script.size(), gp);
+  return pclose(gp) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  RunSpec base;
+  CLI::App app{"train_dlrm: a small DLRM with mixed-precision cached embeddings (mpe)"};
+  app.set_version_flag("--version", "train_dlrm (mpe example)");
+  auto* g_data = "Data";
+  app.add_option("--data", o.data, "Criteo-format file; the last --test-fraction of its lines is the test set")->group(g_data);
+  app.add_option("--test-fraction", o.test_fraction, "with --data: fraction of lines (at the end) held out")->group(g_data)->check(CLI::Range(0.0, 1.0));
+  auto* opt_train = app.add_option("--train", o.train, "Criteo-format training file (with --test)")->group(g_data);
+  auto* opt_test = app.add_option("--test", o.test, "Criteo-format test file (with --train)")->group(g_data);
+  opt_train->needs(opt_test);
+  opt_test->needs(opt_train);
+  app.add_flag("--strict", o.strict, "a malformed line is fatal (exit 3) instead of skipped")->group(g_data);
+  app.add_option("--max-rows-per-table", o.max_rows, "file input: table rows = min(cardinality + 1, this)")->group(g_data)->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
+  app.add_option("--scale", o.scale, "synthetic: Kaggle cardinalities times this, min 2 rows")->group(g_data)->check(CLI::PositiveNumber);
+  app.add_option("--zipf", o.zipf, "synthetic: Zipf exponent of the id distribution")->group(g_data)->check(CLI::PositiveNumber);
+  app.add_option("--effect-scale", o.effect_scale, "synthetic: scale of the hidden per-row effects")->group(g_data)->check(CLI::NonNegativeNumber);
+  app.add_option("--train-samples", o.train_samples, "synthetic: training samples per epoch")->group(g_data)->check(CLI::PositiveNumber);
+  app.add_option("--test-samples", o.test_samples, "synthetic: test samples")->group(g_data)->check(CLI::PositiveNumber);
+  app.add_option("--data-seed", o.data_seed, "synthetic: seed of the hidden model and the sample stream")->group(g_data);
+
+  auto* g_cfg = "Configuration";
+  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "int4", "dense"}));
+  app.add_option("--cache", base.cache, "cache policy (none = no cache)")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "none"}));
+  app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
+  app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
+  app.add_option("--sweep", o.sweep, "none, or paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}")->group(g_cfg)->check(CLI::IsMember({"none", "paper"}));
+  app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
+
+  auto* g_train = "Training";
+  app.add_option("--seed", base.seed, "model seed (init, stochastic rounding)")->group(g_train);
+  app.add_option("--seeds", o.seeds, "repeat with seeds seed, seed+1, ...; report mean and sd")->group(g_train)->check(CLI::Range(1, 1000));
+  app.add_option("--epochs", base.epochs, "passes over the training data")->group(g_train)->check(CLI::Range(1, 1000));
+  app.add_option("--batch-size", base.batch_size, "mini-batch size")->group(g_train)->check(CLI::Range(1, 1 << 20));
+  auto* opt_lr = app.add_option("--lr", base.lr, "SGD learning rate (dense and embeddings)")->group(g_train)->check(CLI::PositiveNumber);
+  auto* opt_emb_lr = app.add_option("--emb-lr", base.emb_lr, "SGD learning rate of the embeddings (default: --lr)")->group(g_train)->check(CLI::PositiveNumber);
+  app.add_option("--emb-init", base.emb_init, "embeddings start ~ U(-a, a)")->group(g_train)->check(CLI::PositiveNumber);
+  app.add_option("--bottom-mlp", base.bottom_hidden, "bottom MLP hidden sizes (13 -> ... -> D)")->group(g_train)->delimiter(',');
+  app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")->group(g_train)->delimiter(',');
+  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->group(g_train)->check(CLI::NonNegativeNumber);
+
+  auto* g_out = "Output";
+  app.add_option("--json", o.json, "write the results as a JSON list of records")->group(g_out);
+  app.add_option("--plot", o.plot, "draw log loss vs memory with gnuplot (PNG, or SVG if the name ends in .svg)")->group(g_out);
+  app.add_flag("--quiet", o.quiet, "no progress line")->group(g_out);
+
+  CLI11_PARSE(app, argc, argv);
+  if (opt_lr->count() && !opt_emb_lr->count()) base.emb_lr = base.lr;
+  base.progress = !o.quiet;
+  // OpenMP threads serve the library and the per-sample loops (interaction,
+  // synthetic generation), all of which give the same bits for any thread
+  // count. Eigen's own GEMM parallelisation is switched off: its blocking
+  // depends on the thread count, which would change the summation order and
+  // make results depend on --threads; the matrices here are small anyway.
+  Eigen::setNbThreads(1);
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  if (!o.data.empty() && !o.train.empty()) {
+    std::cerr << "error: give either --data or --train/--test, not both\n";
+    return 1;
+  }
+
+  try {
+    std::shared_ptr<SyntheticWorld> world;
+    const DataSetup data = make_data(o, world);
+    std::int64_t total = 0;
+    for (auto r : data.table_rows) total += r;
+    std::cerr << "data: " << data.description << "\n"
+              << "tables: " << data.table_rows.size() << ", " << total << " rows in all\n";
+
+    std::vector<RunSpec> specs;
+    if (o.sweep == "paper") {
+      specs = paper_sweep(base);
+    } else {
+      if (base.cache == "none") base.cache_fraction = 0;
+      if (base.cache_fraction == 0) base.cache = "none";
+      base.label = label_of(base);
+      if (o.baselines && base.storage != "dense") {
+        RunSpec d = base, f = base;
+        d.storage = "dense";
+        d.label = label_of(d);
+        f.storage = "fp32";
+        f.cache = "none";
+        f.cache_fraction = 0;
+        f.label = label_of(f);
+        specs.push_back(d);
+        if (base.storage != "fp32" || base.cache != "none") specs.push_back(f);
+      }
+      specs.push_back(base);
+    }
+
+    std::vector<Aggregate> aggs(specs.size());
+    double bayes = -1;
+    const int total_runs = static_cast<int>(specs.size()) * o.seeds;
+    int k = 0;
+    for (int s = 0; s < o.seeds; ++s) {
+      double fp32_ll = -1;
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        RunSpec sp = specs[i];
+        sp.seed = base.seed + static_cast<std::uint64_t>(s);
+        aggs[i].spec = sp;
+        if (!o.quiet) std::cerr << "[" << ++k << "/" << total_runs << "] " << sp.label << " seed " << sp.seed << "\n";
+        RunResult r = run_one(sp, data);
+        if (!o.quiet)
+          std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
+                    << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
+                    << "  " << fmt("%.1f", r.train_seconds) << "s\n";
+        if (sp.storage == "fp32" && sp.cache == "none") fp32_ll = r.logloss;
+        if (r.bayes_logloss >= 0) bayes = r.bayes_logloss;
+        aggs[i].runs.push_back(std::move(r));
+      }
+      if (fp32_ll > 0)
+        for (auto& a : aggs)
+          if (a.spec.storage != "dense") a.rel.push_back((a.runs.back().logloss - fp32_ll) / fp32_ll);
+    }
+
+    std::cout << "data: " << data.description << "\n"
+              << "D = " << base.dim << ", batch " << base.batch_size << ", lr " << base.lr << " (embeddings "
+              << base.emb_lr << "), epochs " << base.epochs << ", seeds " << base.seed << ".." << base.seed + static_cast<std::uint64_t>(o.seeds) - 1
+              << ", " << total << " embedding rows; memory reduction = 4*D*rows / (store + cache + metadata)\n";
+    print_table(aggs, o.seeds, bayes);
+
+    if (!o.json.empty()) {
+      std::ofstream js(o.json);
+      if (!js) {
+        std::cerr << "error: cannot write '" << o.json << "'\n";
+        return 2;
+      }
+      js << to_json(aggs).dump(2) << "\n";
+    }
+    if (!o.plot.empty()) {
+      std::ostringstream title;
+      title << "train_dlrm, D=" << base.dim << ", " << (world ? "synthetic" : "Criteo file") << ", " << o.seeds << " seed(s)";
+      if (!write_plot(o.plot, aggs, bayes, title.str())) std::cerr << "warning: gnuplot failed; no plot written\n";
+    }
+  } catch (const DataError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const MalformedLine& e) {
+    std::cerr << "error: malformed line (--strict): " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

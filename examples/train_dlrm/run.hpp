@@ -1,0 +1,66 @@
+// What one training run is asked to do and what it reports. No library
+// include here: main.cpp only sees these types and the per-storage entry
+// points, each compiled in its own configs_*.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data.hpp"
+
+namespace dlrm {
+
+struct RunSpec {
+  std::string label;                  // e.g. "int8+lru5%/sr"
+  std::string storage = "int8";       // fp32 | fp16 | int8 | int4 | dense (no embeddings)
+  std::string cache = "lru";          // lru | lfu | direct | none
+  double cache_fraction = 0.05;       // of all rows of all tables
+  std::string rounding = "stochastic";  // stochastic | nearest
+  int dim = 16;
+  std::uint64_t seed = 1;
+  int epochs = 1;
+  int batch_size = 256;
+  float lr = 0.2f;
+  float emb_lr = 0.2f;
+  float emb_init = 0.05f;             // embeddings ~ U(-emb_init, emb_init)
+  std::vector<int> bottom_hidden{64};
+  std::vector<int> top_hidden{64};
+  int eval_batch = 4096;
+  bool progress = true;
+};
+
+struct RunResult {
+  RunSpec spec;
+  std::int64_t total_rows = 0, cache_rows = 0;
+  std::size_t memory_bytes = 0;  // store + cache + metadata
+  std::size_t store_bytes = 0, cache_bytes = 0, metadata_bytes = 0, optimizer_bytes = 0;
+  double fp32_bytes = 0;         // 4 * D * total_rows: an FP32 store of the same tables
+  double reduction = 0;          // fp32_bytes / memory_bytes (0 for dense-only)
+  double hit_rate = 0;           // hits / (hits + misses) over training (NaN without cache)
+  std::uint64_t hits = 0, misses = 0, evictions = 0, writebacks = 0, saturated_rows = 0;
+  double logloss = 0, auc = 0, accuracy = 0;
+  double bayes_logloss = -1;     // synthetic only: log loss of the true p on the same test set
+  double train_loss = 0;         // mean training loss of the last epoch
+  double train_seconds = 0, eval_seconds = 0;
+  std::uint64_t train_samples = 0, test_samples = 0;
+};
+
+struct DataSetup {
+  std::string description;
+  std::vector<std::int64_t> table_rows;
+  std::function<std::unique_ptr<BatchSource>()> make_train, make_test;
+  std::uint64_t train_size = 0, test_size = 0;
+};
+
+// One per storage format (configs_<storage>.cpp); each dispatches on cache
+// policy and rounding to a compile-time CachedEmbedding instantiation.
+RunResult run_fp32(const RunSpec&, const DataSetup&);
+RunResult run_fp16(const RunSpec&, const DataSetup&);
+RunResult run_int8(const RunSpec&, const DataSetup&);
+RunResult run_int4(const RunSpec&, const DataSetup&);
+RunResult run_dense_only(const RunSpec&, const DataSetup&);
+
+}  // namespace dlrm

@@ -1,0 +1,221 @@
+// The training loop, generic over the embedding type, and the run-time ->
+// compile-time dispatch on cache policy and rounding. Included only by the
+// configs_*.cpp files, so each storage format's instantiations compile in
+// their own translation unit.
+#pragma once
+
+#include <mpe/mpe.hpp>
+
+#include <Eigen/Core>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include "data.hpp"
+#include "metrics.hpp"
+#include "model.hpp"
+#include "run.hpp"
+
+namespace dlrm {
+
+// Progress line on stderr: rows/s, ETA, running training loss. On a terminal
+// it is rewritten in place every 0.25 s, otherwise a line every 10 s.
+class Progress {
+ public:
+  Progress(std::string label, std::uint64_t total, bool enabled)
+      : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(2) != 0),
+        start_(Clock::now()), last_(start_) {}
+  void update(std::uint64_t rows, double loss) {
+    done_ += rows;
+    loss_sum_ += loss * static_cast<double>(rows);
+    loss_n_ += rows;
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < (tty_ ? 0.25 : 10.0)) return;
+    last_ = now;
+    print(false);
+  }
+  void finish() {
+    if (enabled_ && tty_) {
+      print(true);
+    }
+  }
+  double mean_loss_and_reset() {
+    const double m = loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : 0.0;
+    loss_sum_ = 0;
+    loss_n_ = 0;
+    return m;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void print(bool final_line) {
+    const double t = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double rate = t > 0 ? static_cast<double>(done_) / t : 0.0;
+    const double eta = rate > 0 && total_ > done_ ? static_cast<double>(total_ - done_) / rate : 0.0;
+    std::fprintf(stderr, "%s%-22s %10llu/%llu rows  %8.0f rows/s  ETA %5.0fs  loss %.4f%s",
+                 tty_ ? "\r" : "", label_.c_str(), static_cast<unsigned long long>(done_),
+                 static_cast<unsigned long long>(total_), rate, eta,
+                 loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : 0.0,
+                 (tty_ && !final_line) ? "" : "\n");
+    std::fflush(stderr);
+  }
+  std::string label_;
+  std::uint64_t total_, done_ = 0;
+  bool enabled_, tty_;
+  Clock::time_point start_, last_;
+  double loss_sum_ = 0;
+  std::uint64_t loss_n_ = 0;
+};
+
+struct NoEmbedding {};
+
+template <class Emb>
+RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, std::int64_t cache_rows) {
+  constexpr bool kHasEmb = !std::is_same_v<Emb, NoEmbedding>;
+  using Clock = std::chrono::steady_clock;
+  const int T = kHasEmb ? static_cast<int>(data.table_rows.size()) : 0;
+  const int D = spec.dim;
+
+  DlrmShape shape;
+  shape.dim = D;
+  shape.tables = T;
+  shape.bottom_hidden = spec.bottom_hidden;
+  shape.top_hidden = spec.top_hidden;
+  Dlrm model(shape, spec.seed);
+
+  RunResult res;
+  res.spec = spec;
+  for (auto r : data.table_rows) res.total_rows += r;
+  res.cache_rows = cache_rows;
+  res.fp32_bytes = 4.0 * D * static_cast<double>(res.total_rows);
+
+  Batch batch;
+  std::vector<float> emb_out, emb_grad;
+  MatT<float> dlogit;
+  auto train = data.make_train();
+  Progress prog(spec.label + " s" + std::to_string(spec.seed),
+                static_cast<std::uint64_t>(spec.epochs) * train->size_hint(), spec.progress);
+  if constexpr (kHasEmb) emb->reset_stats();
+  const auto t0 = Clock::now();
+  for (int e = 0; e < spec.epochs; ++e) {
+    if (e > 0) train->reset();
+    prog.mean_loss_and_reset();
+    while (train->next(batch, spec.batch_size)) {
+      const int B = batch.size;
+      const std::size_t n = static_cast<std::size_t>(B) * T * D;
+      emb_out.resize(n);
+      emb_grad.resize(n);
+      if constexpr (kHasEmb)
+        emb->forward(std::span<const std::int64_t>(batch.indices), std::span<const std::int64_t>(batch.offsets),
+                     std::span<float>(emb_out), mpe::Pooling::Sum);
+      const double loss = bce_with_logits<float>(model.forward(batch.dense, emb_out.data()),
+                                                 batch.labels.data(), dlogit);
+      model.backward(dlogit, emb_grad.data());
+      if constexpr (kHasEmb) emb->backward(std::span<const float>(emb_grad), mpe::Sgd{spec.emb_lr});
+      model.sgd(spec.lr);
+      res.train_samples += static_cast<std::uint64_t>(B);
+      prog.update(static_cast<std::uint64_t>(B), loss);
+    }
+    if (e + 1 == spec.epochs) res.train_loss = prog.mean_loss_and_reset();
+  }
+  prog.finish();
+  res.train_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  if constexpr (kHasEmb) {
+    const mpe::CacheStats st = emb->stats();
+    res.hits = st.hits;
+    res.misses = st.misses;
+    res.evictions = st.evictions;
+    res.writebacks = st.writebacks;
+    res.saturated_rows = st.saturated_rows;
+    res.hit_rate = cache_rows > 0 && st.hits + st.misses > 0
+                       ? static_cast<double>(st.hits) / static_cast<double>(st.hits + st.misses)
+                       : std::numeric_limits<double>::quiet_NaN();
+    const mpe::MemoryFootprint m = emb->memory();
+    res.store_bytes = m.store_bytes;
+    res.cache_bytes = m.cache_bytes;
+    res.metadata_bytes = m.metadata_bytes;
+    res.optimizer_bytes = m.optimizer_bytes;
+    res.memory_bytes = m.store_bytes + m.cache_bytes + m.metadata_bytes;
+    res.reduction = res.fp32_bytes / static_cast<double>(res.memory_bytes);
+  } else {
+    res.hit_rate = std::numeric_limits<double>::quiet_NaN();
+  }
+
+  // Evaluation: forward_inference only (const, changes nothing).
+  const auto t1 = Clock::now();
+  auto test = data.make_test();
+  std::vector<float> p, y, pt;
+  p.reserve(test->size_hint());
+  y.reserve(test->size_hint());
+  while (test->next(batch, spec.eval_batch)) {
+    const int B = batch.size;
+    emb_out.resize(static_cast<std::size_t>(B) * T * D);
+    if constexpr (kHasEmb) {
+      const Emb& cemb = *emb;
+      cemb.forward_inference(std::span<const std::int64_t>(batch.indices),
+                             std::span<const std::int64_t>(batch.offsets), std::span<float>(emb_out),
+                             mpe::Pooling::Sum);
+    }
+    const MatT<float> logit = model.infer(batch.dense, emb_out.data());
+    for (int b = 0; b < B; ++b) {
+      p.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logit(0, b))))));
+      y.push_back(batch.labels[b]);
+    }
+    pt.insert(pt.end(), batch.p_true.begin(), batch.p_true.end());
+  }
+  res.eval_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  res.test_samples = p.size();
+  res.logloss = log_loss(p, y);
+  res.auc = roc_auc(p, y);
+  res.accuracy = accuracy(p, y);
+  if (!pt.empty() && pt.size() == y.size()) res.bayes_logloss = log_loss(pt, y);
+  return res;
+}
+
+template <class Storage, class Cache, class Rounding>
+RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int64_t ways) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = data.table_rows;
+  cfg.dim = spec.dim;
+  std::int64_t total = 0;
+  for (auto r : data.table_rows) total += r;
+  std::int64_t cache_rows = 0;
+  if (spec.cache != "none" && spec.cache_fraction > 0) {
+    cache_rows = std::llround(spec.cache_fraction * static_cast<double>(total));
+    cache_rows = std::max(cache_rows, ways);  // the library rejects 0 < cache_rows < Ways
+  }
+  cfg.cache_rows = cache_rows;
+  cfg.seed = hash_combine(spec.seed, 0xe3b);
+  mpe::CachedEmbedding<Storage, Cache, Rounding> emb(cfg);
+  emb.init_uniform(-spec.emb_init, spec.emb_init);
+  return train_and_eval(spec, data, &emb, cache_rows);
+}
+
+template <class Storage, class Rounding>
+RunResult run_cache(const RunSpec& spec, const DataSetup& data) {
+  if (spec.cache == "lru" || spec.cache == "none")
+    return run_instantiation<Storage, mpe::Lru<32>, Rounding>(spec, data, 32);
+  if (spec.cache == "lfu") return run_instantiation<Storage, mpe::Lfu<32>, Rounding>(spec, data, 32);
+  if (spec.cache == "direct") return run_instantiation<Storage, mpe::DirectMapped, Rounding>(spec, data, 1);
+  throw std::invalid_argument("unknown cache policy '" + spec.cache + "'");
+}
+
+template <class Storage>
+RunResult run_storage(const RunSpec& spec, const DataSetup& data) {
+  if (spec.rounding == "stochastic") return run_cache<Storage, mpe::StochasticRounding>(spec, data);
+  if (spec.rounding == "nearest") return run_cache<Storage, mpe::NearestRounding>(spec, data);
+  throw std::invalid_argument("unknown rounding '" + spec.rounding + "'");
+}
+
+}  // namespace dlrm
