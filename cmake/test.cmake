@@ -1,0 +1,15 @@
+# SPDX-License-Identifier: Apache-2.0
+# Builds every target (host tests, examples, benchmarks and, when nvcc is present, the
+# CUDA tests) and runs the test suite:   cmake -P cmake/test.cmake
+include("${CMAKE_CURRENT_LIST_DIR}/common.cmake")
+mpe_configure()
+mpe_jobs(jobs)
+execute_process(COMMAND ${CMAKE_COMMAND} --build "${MPE_BUILD_DIR}" -j ${jobs} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mpe: build failed")
+endif()
+execute_process(COMMAND ${CMAKE_CTEST_COMMAND} --test-dir "${MPE_BUILD_DIR}" --output-on-failure -j ${jobs}
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mpe: tests failed")
+endif()
