@@ -102,6 +102,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
     const index_t rounded_rows = (total_rows_ + W - 1) / W * W;
     const index_t C = std::min<index_t>(config.cache_rows, rounded_rows);
     num_sets_ = C / W;
+    if (num_sets_ >= (index_t{1} << 32)) detail::invalid(fn, "config.cache_rows gives 2^32 or more sets");
     const std::size_t slots = static_cast<std::size_t>(num_sets_ * W);
     cache_rows_.reset(slots * static_cast<std::size_t>(config.dim));
     backend_.fill_bytes(cache_rows_.data(), 0, cache_rows_.bytes());

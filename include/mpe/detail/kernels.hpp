@@ -280,6 +280,7 @@ struct PoolBags {
         s = cache.find(r);
       } else if (slot_of_unique) {
         s = slot_of_unique[occ_to_unique[i]];
+        if (s >= 0 && cache.tags[s] != r) s = -1;  // line dropped by set_weights after populate
       }
       if (s >= 0) {
         const float* c = cache.row(s);
