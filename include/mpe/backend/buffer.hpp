@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "mpe/backend/memory_purpose.hpp"
 #include "mpe/numeric/config.hpp"
 
 namespace mpe::detail {
@@ -28,10 +29,12 @@ class Buffer {
   ~Buffer() { release(); }
 
   void set_backend(const Backend& b) { backend_ = b; }
+  /// What the buffer holds (passed to Backend::allocate/deallocate); set before reset().
+  void set_purpose(MemoryPurpose p) { purpose_ = p; }
   /// Replaces the contents with n uninitialized elements.
   void reset(std::size_t n) {
     release();
-    if (n) data_ = static_cast<T*>(backend_.allocate(n * sizeof(T)));
+    if (n) data_ = static_cast<T*>(backend_.allocate(n * sizeof(T), purpose_));
     size_ = n;
   }
   /// Ensures capacity for n elements (contents are lost when it grows).
@@ -42,6 +45,7 @@ class Buffer {
     std::swap(backend_, o.backend_);
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
+    std::swap(purpose_, o.purpose_);
   }
   T* data() { return data_; }
   const T* data() const { return data_; }
@@ -50,13 +54,14 @@ class Buffer {
 
  private:
   void release() {
-    if (data_) backend_.deallocate(data_, size_ * sizeof(T));
+    if (data_) backend_.deallocate(data_, size_ * sizeof(T), purpose_);
     data_ = nullptr;
     size_ = 0;
   }
   Backend backend_{};
   T* data_ = nullptr;
   std::size_t size_ = 0;
+  MemoryPurpose purpose_ = MemoryPurpose::Workspace;
 };
 
 }  // namespace mpe::detail

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <new>
 
+#include "mpe/backend/memory_purpose.hpp"
 #include "mpe/detail/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 
@@ -43,11 +44,13 @@ struct HostBackend {
   static constexpr bool device_spans = false;
   static constexpr const char* name = "host";
 
-  /// Allocates `bytes` of host memory, 64-byte aligned. Throws std::bad_alloc.
-  void* allocate(std::size_t bytes) const {
+  /// Allocates `bytes` of host memory, 64-byte aligned, whatever the purpose. Throws
+  /// std::bad_alloc.
+  void* allocate(std::size_t bytes, MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const {
     return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
   }
-  void deallocate(void* p, std::size_t /*bytes*/) const noexcept {
+  void deallocate(void* p, std::size_t /*bytes*/,
+                  MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const noexcept {
     ::operator delete (p, std::align_val_t{64});
   }
   /// Copies between backend memory and host memory (both host here).

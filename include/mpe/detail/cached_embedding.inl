@@ -89,6 +89,16 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   opt_state_.set_backend(backend_);
   error_.set_backend(backend_);
   flush_outcome_.set_backend(backend_);
+  // Placement hints for the backend (CudaBackend may put the store in managed or
+  // host-mapped memory) and users' memory pools.
+  table_offsets_.set_purpose(MemoryPurpose::Metadata);
+  store_.set_purpose(MemoryPurpose::Store);
+  cache_rows_.set_purpose(MemoryPurpose::Cache);
+  tags_.set_purpose(MemoryPurpose::Cache);
+  last_use_.set_purpose(MemoryPurpose::Cache);
+  dirty_.set_purpose(MemoryPurpose::Cache);
+  sketch_.set_purpose(MemoryPurpose::Cache);
+  opt_state_.set_purpose(MemoryPurpose::Optimizer);
 
   table_offsets_.reset(table_offsets_host_.size());
   backend_.copy_from_host(table_offsets_.data(), table_offsets_host_.data(), table_offsets_.bytes());
