@@ -15,6 +15,7 @@
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policies.hpp"
+#include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/optimizers.hpp"
 #include "mpe/storage/formats.hpp"
@@ -160,6 +161,12 @@ class CachedEmbedding {
   }
   /// View of the cache in backend memory (valid until the object is moved or destroyed).
   CacheRef cache_ref() const;
+  /// Trivially copyable read view (store, cache, table offsets) for users' own per-item
+  /// code or CUDA kernels; memory space and validity as EmbeddingRef documents.
+  EmbeddingRef<Storage> ref() const {
+    return EmbeddingRef<Storage>{store_.data(), stride_, cache_ref(), table_offsets_.data(), num_tables(),
+                                 config_.dim};
+  }
 
  private:
   friend struct detail::CheckpointAccess;
