@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: Apache-2.0
+// CachedEmbedding::save() / load(): the checkpoint writer and verifying reader
+// (included by cached_embedding.hpp). The format is documented in
+// mpe/io/checkpoint_format.hpp.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "mpe/io/checkpoint_format.hpp"
+
+namespace mpe::detail {
+
+/// What save() is about to do to the file system (argument of checkpoint_io_hook).
+enum class CheckpointIoOp { Open, Write, Fsync, Rename, DirFsync };
+
+/// Test-only fault injection: when set, save() calls it before every open, write, fsync
+/// and rename of a checkpoint, with the operation and its 0-based index within this
+/// save(). An exception it throws propagates out of save() exactly like an I/O error
+/// (the temporary file is removed, the previous checkpoint is untouched). Not
+/// thread-safe; leave it empty outside tests.
+inline std::function<void(CheckpointIoOp, std::size_t)> checkpoint_io_hook;
+
+namespace ckpt {
+
+namespace fmt = ::mpe::io::checkpoint;
+
+/// Little-endian byte sink (the header).
+struct Bytes {
+  std::vector<std::uint8_t> v;
+  void raw(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    v.insert(v.end(), b, b + n);
+  }
+  template <class T>
+  void put(T x) {
+    raw(&x, sizeof x);  // little-endian host (static_assert in checkpoint_format.hpp)
+  }
+  void str(const std::string& s) {
+    put(static_cast<std::uint16_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+};
+
+/// Bounds-checked reader over the file bytes; every failure names the byte offset.
+struct Cursor {
+  const std::uint8_t* data;
+  std::size_t end;  // readable limit
+  std::size_t pos;
+  std::size_t file_size;
+  const std::string& prefix;
+
+  [[noreturn]] void fail(const std::string& what) const { throw checkpoint_error(prefix + what); }
+  const std::uint8_t* take(std::size_t n, const char* field) {
+    if (n > end - pos) {
+      if (end == file_size) {
+        fail("truncated at byte " + std::to_string(file_size) + ": " + field + " needs " + std::to_string(n) +
+             " bytes at byte " + std::to_string(pos));
+      }
+      fail(std::string(field) + " at byte " + std::to_string(pos) + " runs past the end of the header");
+    }
+    const std::uint8_t* p = data + pos;
+    pos += n;
+    return p;
+  }
+  template <class T>
+  T get(const char* field) {
+    T x;
+    std::memcpy(&x, take(sizeof x, field), sizeof x);
+    return x;
+  }
+  std::string str(const char* field) {
+    const auto n = get<std::uint16_t>(field);
+    if (n > fmt::kMaxNameBytes) {
+      fail(std::string(field) + " length " + std::to_string(n) + " at byte " + std::to_string(pos - 2) +
+           " exceeds " + std::to_string(fmt::kMaxNameBytes));
+    }
+    const auto* p = take(n, field);
+    return std::string(reinterpret_cast<const char*>(p), n);
+  }
+};
+
+inline std::string hex32(std::uint32_t x) {
+  static const char* d = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = 7; i >= 0; --i) s += d[(x >> (4 * i)) & 0xf];
+  return s;
+}
+
+/// Writes a file atomically: a temporary file in the target's directory, fsync, rename
+/// over the target, fsync of the directory. The destructor removes the temporary file
+/// unless commit() finished.
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const std::filesystem::path& target) : target_(target) {
+    static std::atomic<unsigned long long> counter{0};
+    dir_ = target.parent_path();
+    tmp_ = target;
+    tmp_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    hook(CheckpointIoOp::Open);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create temporary file '" + tmp_.string() + "'");
+  }
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  ~AtomicWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  void write(const void* p, std::size_t n) {
+    crc_ = fmt::crc32c(p, n, crc_);
+    bytes_ += n;
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    while (n > 0) {
+      hook(CheckpointIoOp::Write);
+      const std::size_t chunk = n < (std::size_t{1} << 30) ? n : (std::size_t{1} << 30);
+      const ::ssize_t w = ::write(fd_, b, chunk);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write '" + tmp_.string() + "'");
+      }
+      b += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  std::uint32_t crc() const { return crc_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+  void commit() {
+    hook(CheckpointIoOp::Fsync);
+    if (::fsync(fd_) != 0) fail("cannot fsync '" + tmp_.string() + "'");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close '" + tmp_.string() + "'");
+    hook(CheckpointIoOp::Rename);
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+      fail("cannot rename '" + tmp_.string() + "' to '" + target_.string() + "'");
+    }
+    committed_ = true;
+    // The new file is in place; a failing directory fsync only weakens durability, but
+    // the caller still hears about it.
+    hook(CheckpointIoOp::DirFsync);
+    const std::string dir = dir_.empty() ? std::string(".") : dir_.string();
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) fail("cannot open directory '" + dir + "' to fsync it");
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0) {
+      errno = err;
+      fail("cannot fsync directory '" + dir + "'");
+    }
+  }
+
+ private:
+  void hook(CheckpointIoOp op) {
+    if (checkpoint_io_hook) checkpoint_io_hook(op, ops_);
+    ++ops_;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::system_error(errno, std::generic_category(),
+                            "mpe::CachedEmbedding::save: '" + target_.string() + "': " + what);
+  }
+  std::filesystem::path target_, dir_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::uint32_t crc_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::size_t ops_ = 0;
+};
+
+/// Reads a whole file into memory; failures throw checkpoint_error naming the path.
+inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path, const std::string& prefix) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw checkpoint_error(prefix + "cannot open: " + std::strerror(errno));
+  struct FdGuard {
+    int fd;
+    ~FdGuard() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw checkpoint_error(prefix + "cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw checkpoint_error(prefix + "not a regular file");
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < data.size()) {
+    const ::ssize_t r = ::read(fd, data.data() + got, data.size() - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw checkpoint_error(prefix + "cannot read: " + std::strerror(errno));
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  if (got != data.size()) {
+    throw checkpoint_error(prefix + "file shrank while reading: " + std::to_string(got) + " of " +
+                           std::to_string(data.size()) + " bytes");
+  }
+  return data;
+}
+
+inline void stats_to_array(const CacheStats& s, std::uint64_t* a) {
+  const std::uint64_t v[fmt::kNumStats] = {s.lookups,      s.unique_rows,        s.hits,
+                                           s.misses,       s.conflict_misses,    s.evictions,
+                                           s.writebacks,   s.lfu_rejections,     s.saturated_rows,
+                                           s.bytes_filled, s.bytes_written_back, s.skipped_steps};
+  std::memcpy(a, v, sizeof v);
+}
+inline CacheStats stats_from_array(const std::uint64_t* a) {
+  CacheStats s;
+  std::uint64_t* f[fmt::kNumStats] = {&s.lookups,      &s.unique_rows,        &s.hits,
+                                      &s.misses,       &s.conflict_misses,    &s.evictions,
+                                      &s.writebacks,   &s.lfu_rejections,     &s.saturated_rows,
+                                      &s.bytes_filled, &s.bytes_written_back, &s.skipped_steps};
+  for (std::uint32_t i = 0; i < fmt::kNumStats; ++i) *f[i] = a[i];
+  return s;
+}
+
+}  // namespace ckpt
+
+/// Friend of CachedEmbedding: the checkpoint writer and reader, and the store access
+/// that the FBGEMM/TorchRec importers and exporters (mpe/io/fbgemm.hpp) need.
+struct CheckpointAccess {
+  /// One section in backend memory.
+  struct Section {
+    const void* data;
+    std::size_t bytes;
+  };
+
+  template <class E>
+  static ckpt::Bytes header(const E& e) {
+    namespace fmt = io::checkpoint;
+    using S = typename E::storage_type;
+    using C = typename E::cache_policy;
+    using R = typename E::rounding_type;
+    ckpt::Bytes b;
+    b.raw(fmt::kMagic, 8);
+    b.put(fmt::kVersion);
+    b.put(std::uint32_t{0});  // header_bytes, patched below
+    b.str(S::name);
+    b.str(C::name);
+    b.put(static_cast<std::uint32_t>(C::ways));
+    b.str(R::name);
+    b.put(static_cast<std::uint32_t>(e.config_.table_rows.size()));
+    for (auto r : e.config_.table_rows) b.put(static_cast<std::int64_t>(r));
+    b.put(static_cast<std::int32_t>(e.config_.dim));
+    b.put(static_cast<std::int32_t>(e.config_.row_alignment));
+    b.put(static_cast<std::uint64_t>(e.stride_));
+    b.put(static_cast<std::int64_t>(e.num_sets_));
+    b.put(static_cast<std::int64_t>(e.cache_slots()));
+    b.put(static_cast<std::int64_t>(e.sketch_width_));
+    b.put(static_cast<std::uint64_t>(e.config_.seed));
+    b.put(static_cast<std::uint64_t>(e.step_));
+    b.put(static_cast<std::uint64_t>(e.populate_counter_));
+    b.put(static_cast<std::uint64_t>(e.sketch_increments_));
+    b.put(static_cast<std::uint32_t>(e.opt_kind_));
+    const std::size_t rows = static_cast<std::size_t>(e.total_rows_);
+    b.put(static_cast<std::uint32_t>(rows == 0 ? 0 : e.opt_state_.size() / rows));
+    b.put(fmt::kNumStats);
+    std::uint64_t st[fmt::kNumStats];
+    ckpt::stats_to_array(e.stats_, st);
+    for (auto x : st) b.put(x);
+    b.put(fmt::kNumSections);
+    const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
+    std::memcpy(b.v.data() + 12, &H, 4);
+    b.put(fmt::crc32c(b.v.data(), b.v.size()));
+    return b;
+  }
+
+  template <class E>
+  static void sections(const E& e, Section (&s)[io::checkpoint::kNumSections]) {
+    s[0] = {e.store_.data(), e.store_.bytes()};
+    s[1] = {e.cache_rows_.data(), e.cache_rows_.bytes()};
+    s[2] = {e.tags_.data(), e.tags_.bytes()};
+    s[3] = {e.last_use_.data(), e.last_use_.bytes()};
+    s[4] = {e.dirty_.data(), e.dirty_.bytes()};
+    s[5] = {e.sketch_.data(), e.sketch_.bytes()};
+    s[6] = {e.opt_state_.data(), e.opt_state_.bytes()};
+  }
+
+  template <class E>
+  static void save(const E& e, const std::filesystem::path& path) {
+    namespace fmt = io::checkpoint;
+    using Backend = typename E::backend_type;
+    const ckpt::Bytes head = header(e);
+    Section sec[fmt::kNumSections];
+    sections(e, sec);
+    ckpt::AtomicWriter w(path);
+    w.write(head.v.data(), head.v.size());
+    std::vector<std::uint8_t> staging;
+    for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
+      ckpt::Bytes h;
+      h.str(fmt::kSectionNames[i]);
+      h.put(static_cast<std::uint64_t>(sec[i].bytes));
+      w.write(h.v.data(), h.v.size());
+      std::uint32_t crc = 0;
+      if constexpr (!Backend::device_spans) {
+        w.write(sec[i].data, sec[i].bytes);
+        crc = fmt::crc32c(sec[i].data, sec[i].bytes);
+      } else {
+        constexpr std::size_t kChunk = std::size_t{4} << 20;
+        staging.resize(std::min(kChunk, sec[i].bytes));
+        for (std::size_t off = 0; off < sec[i].bytes; off += kChunk) {
+          const std::size_t n = std::min(kChunk, sec[i].bytes - off);
+          e.backend_.copy_to_host(staging.data(), static_cast<const std::uint8_t*>(sec[i].data) + off, n);
+          w.write(staging.data(), n);
+          crc = fmt::crc32c(staging.data(), n, crc);
+        }
+      }
+      w.write(&crc, 4);
+    }
+    ckpt::Bytes t;
+    t.raw(fmt::kEndMagic, 8);
+    t.put(static_cast<std::uint64_t>(w.bytes() + fmt::kTrailerBytes));
+    w.write(t.v.data(), t.v.size());
+    const std::uint32_t file_crc = w.crc();
+    w.write(&file_crc, 4);
+    w.commit();
+  }
+
+  /// Verifies `data` (a whole checkpoint) against `e`'s configuration and, only if all of
+  /// it is valid, replaces e's state with it. `source` names the file in messages.
+  template <class E>
+  static void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string& source) {
+    namespace fmt = io::checkpoint;
+    using S = typename E::storage_type;
+    using C = typename E::cache_policy;
+    using R = typename E::rounding_type;
+    const std::string prefix = "mpe::CachedEmbedding::load: '" + source + "': ";
+    ckpt::Cursor c{data, n, 0, n, prefix};
+    auto mismatch = [&](const std::string& what, const std::string& file, const std::string& here) {
+      c.fail(what + " " + file + " in file, " + here + " here");
+    };
+    // ---- fixed prefix ----
+    const auto* magic = c.take(8, "magic");
+    if (std::memcmp(magic, fmt::kMagic, 8) != 0) c.fail("not an mpe checkpoint (bad magic)");
+    const auto version = c.get<std::uint32_t>("version");
+    if (version != fmt::kVersion) {
+      c.fail("format version " + std::to_string(version) + " in file; this build reads version " +
+             std::to_string(fmt::kVersion));
+    }
+    const auto H = c.get<std::uint32_t>("header_bytes");
+    if (H < 24 || H > (1u << 24)) c.fail("header_bytes = " + std::to_string(H) + " is implausible");
+    if (H > n) c.fail("truncated at byte " + std::to_string(n) + ": the header needs " + std::to_string(H));
+    std::uint32_t stored_crc;
+    std::memcpy(&stored_crc, data + H - 4, 4);
+    if (const std::uint32_t crc = fmt::crc32c(data, H - 4); crc != stored_crc) {
+      c.fail("header checksum mismatch (stored " + ckpt::hex32(stored_crc) + ", computed " +
+             ckpt::hex32(crc) + ")");
+    }
+    // ---- header fields (inside the checksummed header) ----
+    c.end = H - 4;
+    auto quote = [](const std::string& s) { return "'" + s + "'"; };
+    if (auto s = c.str("storage"); s != S::name) mismatch("storage", quote(s), quote(S::name));
+    if (auto s = c.str("cache_policy"); s != C::name) mismatch("cache policy", quote(s), quote(C::name));
+    if (auto w = c.get<std::uint32_t>("ways"); w != static_cast<std::uint32_t>(C::ways)) {
+      mismatch("ways", std::to_string(w), std::to_string(C::ways));
+    }
+    if (auto s = c.str("rounding"); s != R::name) mismatch("rounding", quote(s), quote(R::name));
+    const auto T = c.get<std::uint32_t>("T");
+    if (T != e.config_.table_rows.size()) {
+      mismatch("table count", std::to_string(T), std::to_string(e.config_.table_rows.size()));
+    }
+    for (std::uint32_t t = 0; t < T; ++t) {
+      const auto r = c.get<std::int64_t>("table_rows");
+      if (r != e.config_.table_rows[t]) {
+        mismatch("table_rows[" + std::to_string(t) + "] =", std::to_string(r),
+                 std::to_string(e.config_.table_rows[t]));
+      }
+    }
+    auto expect_eq = [&](const char* field, auto file, auto here) {
+      if (file != here) mismatch(field, std::to_string(file), std::to_string(here));
+    };
+    expect_eq("dim", c.get<std::int32_t>("dim"), e.config_.dim);
+    expect_eq("row_alignment", c.get<std::int32_t>("row_alignment"), e.config_.row_alignment);
+    expect_eq("store_row_bytes", c.get<std::uint64_t>("store_row_bytes"),
+              static_cast<std::uint64_t>(e.stride_));
+    expect_eq("num_sets", c.get<std::int64_t>("num_sets"), static_cast<std::int64_t>(e.num_sets_));
+    expect_eq("cache_slots", c.get<std::int64_t>("cache_slots"), static_cast<std::int64_t>(e.cache_slots()));
+    expect_eq("sketch_width", c.get<std::int64_t>("sketch_width"),
+              static_cast<std::int64_t>(e.sketch_width_));
+    const auto seed = c.get<std::uint64_t>("seed");
+    const auto step = c.get<std::uint64_t>("step");
+    const auto populate_counter = c.get<std::uint64_t>("populate_counter");
+    const auto sketch_increments = c.get<std::uint64_t>("sketch_increments");
+    const auto opt_kind = c.get<std::uint32_t>("optimizer_kind");
+    const auto state_floats = c.get<std::uint32_t>("optimizer_state_floats");
+    if (opt_kind > 255) c.fail("optimizer_kind = " + std::to_string(opt_kind) + " is not a known kind");
+    if (state_floats > 64 || (opt_kind == 0 && state_floats != 0)) {
+      c.fail("optimizer_state_floats = " + std::to_string(state_floats) + " is invalid for optimizer_kind " +
+             std::to_string(opt_kind));
+    }
+    const auto n_stats = c.get<std::uint32_t>("n_stats");
+    if (n_stats > fmt::kNumStats) {
+      c.fail("n_stats = " + std::to_string(n_stats) + "; this build knows " + std::to_string(fmt::kNumStats));
+    }
+    std::uint64_t st[fmt::kNumStats] = {};
+    for (std::uint32_t i = 0; i < n_stats; ++i) st[i] = c.get<std::uint64_t>("stats");
+    expect_eq("n_sections", c.get<std::uint32_t>("n_sections"), fmt::kNumSections);
+    if (c.pos != c.end) c.fail(std::to_string(c.end - c.pos) + " unexpected bytes at the end of the header");
+    // ---- sections ----
+    c.end = n;
+    c.pos = H;
+    Section here[fmt::kNumSections];
+    sections(e, here);
+    const auto rows = static_cast<std::uint64_t>(e.total_rows_);
+    if (state_floats > 0 && rows > UINT64_MAX / (4u * state_floats)) c.fail("optimizer state size overflows");
+    const std::uint64_t opt_bytes = rows * state_floats * 4u;
+    const std::uint8_t* payload[fmt::kNumSections];
+    for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
+      const std::string want = fmt::kSectionNames[i];
+      const std::string name = c.str("section name");
+      if (name != want) {
+        c.fail("section " + std::to_string(i) + " is " + quote(name) + ", expected " + quote(want));
+      }
+      const auto len = c.get<std::uint64_t>("section length");
+      const std::uint64_t expect = i == 6 ? opt_bytes : here[i].bytes;
+      if (len != expect) {
+        c.fail("section " + quote(want) + " is " + std::to_string(len) + " bytes, expected " +
+               std::to_string(expect));
+      }
+      payload[i] = c.take(static_cast<std::size_t>(len), ("section '" + want + "'").c_str());
+      const auto stored = c.get<std::uint32_t>(("section '" + want + "' checksum").c_str());
+      if (const std::uint32_t crc = fmt::crc32c(payload[i], static_cast<std::size_t>(len)); crc != stored) {
+        c.fail("section " + quote(want) + " checksum mismatch (stored " + ckpt::hex32(stored) +
+               ", computed " + ckpt::hex32(crc) + ")");
+      }
+    }
+    // ---- trailer ----
+    if (n - c.pos > fmt::kTrailerBytes) {
+      c.fail(std::to_string(n - c.pos - fmt::kTrailerBytes) +
+             " trailing bytes after the end of the checkpoint");
+    }
+    if (std::memcmp(c.take(8, "end magic"), fmt::kEndMagic, 8) != 0) c.fail("bad end magic");
+    const auto file_bytes = c.get<std::uint64_t>("file_bytes");
+    if (file_bytes != n) {
+      c.fail("file_bytes = " + std::to_string(file_bytes) + " but the file has " + std::to_string(n) +
+             " bytes");
+    }
+    const std::uint32_t file_crc_here = fmt::crc32c(data, n - 4);
+    if (const auto stored = c.get<std::uint32_t>("file checksum"); stored != file_crc_here) {
+      c.fail("file checksum mismatch (stored " + ckpt::hex32(stored) + ", computed " +
+             ckpt::hex32(file_crc_here) + ")");
+    }
+    // ---- consistency of the cache metadata (a file with valid checksums may still lie) ----
+    const index_t slots = e.cache_slots();
+    const index_t W = C::ways;
+    for (index_t s = 0; s < slots; ++s) {
+      index_t tag;
+      std::uint64_t last;
+      std::memcpy(&tag, payload[2] + s * 8, 8);
+      std::memcpy(&last, payload[3] + s * 8, 8);
+      const std::uint8_t dirty = payload[4][s];
+      const std::string slot = "slot " + std::to_string(s);
+      if (tag < -1 || tag >= e.total_rows_) {
+        c.fail("tags: " + slot + " holds row " + std::to_string(tag) + ", outside [-1, " +
+               std::to_string(e.total_rows_) + ")");
+      }
+      if (tag >= 0 && set_of_row(tag, e.num_sets_) != s / W) {
+        c.fail("tags: " + slot + " holds row " + std::to_string(tag) + ", which belongs to set " +
+               std::to_string(set_of_row(tag, e.num_sets_)));
+      }
+      if (tag >= 0) {
+        for (index_t o = s / W * W; o < s; ++o) {
+          index_t other;
+          std::memcpy(&other, payload[2] + o * 8, 8);
+          if (other == tag) c.fail("tags: row " + std::to_string(tag) + " is held by two slots of one set");
+        }
+      }
+      if (dirty > 1 || (dirty == 1 && tag < 0)) {
+        c.fail("dirty: " + slot + " has dirty = " + std::to_string(dirty) + (tag < 0 ? " but is empty" : ""));
+      }
+      if (last > populate_counter) {
+        c.fail("last_use: " + slot + " = " + std::to_string(last) +
+               " is after populate_counter = " + std::to_string(populate_counter));
+      }
+    }
+    const std::uint64_t period = C::uses_sketch ? static_cast<std::uint64_t>(10 * slots) : 1;
+    if (sketch_increments >= period) {
+      c.fail("sketch_increments = " + std::to_string(sketch_increments) + " must be below " +
+             std::to_string(period));
+    }
+    // ---- commit: allocation first (a failure leaves e unchanged), then copies ----
+    using Backend = typename E::backend_type;
+    detail::Buffer<float, Backend> opt;
+    opt.set_backend(e.backend_);
+    opt.set_purpose(MemoryPurpose::Optimizer);
+    const bool new_opt = opt_bytes != e.opt_state_.bytes();
+    if (new_opt) opt.reset(static_cast<std::size_t>(opt_bytes / 4));
+    void* dst[fmt::kNumSections] = {e.store_.data(),
+                                    e.cache_rows_.data(),
+                                    e.tags_.data(),
+                                    e.last_use_.data(),
+                                    e.dirty_.data(),
+                                    e.sketch_.data(),
+                                    new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
+    for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
+      const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
+      e.backend_.copy_from_host(dst[i], payload[i], bytes);
+    }
+    if (new_opt) e.opt_state_.swap(opt);
+    e.config_.seed = seed;
+    e.step_ = step;
+    e.populate_counter_ = populate_counter;
+    e.sketch_increments_ = sketch_increments;
+    e.opt_kind_ = static_cast<int>(opt_kind);
+    e.stats_ = ckpt::stats_from_array(st);
+    for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
+      b->valid = false;
+      b->awaiting_backward = false;
+    }
+  }
+
+  // ---- store access for mpe/io/fbgemm.hpp ----
+  template <class E>
+  static std::uint8_t* store(E& e) {
+    return e.store_.data();
+  }
+  /// Empties every cache line (no write-back: call flush() first to keep dirty rows).
+  template <class E>
+  static void empty_cache(E& e) {
+    const auto slots = static_cast<std::size_t>(e.cache_slots());
+    if (slots == 0) return;
+    e.backend_.fill_bytes(e.tags_.data(), 0xff, slots * sizeof(index_t));
+    e.backend_.fill_bytes(e.dirty_.data(), 0, slots);
+    e.backend_.fill_bytes(e.last_use_.data(), 0, slots * sizeof(std::uint64_t));
+    for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
+      b->valid = false;
+      b->awaiting_backward = false;
+    }
+  }
+};
+
+}  // namespace mpe::detail
+
+namespace mpe {
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
+void CachedEmbedding<Storage, Cache, Rounding, Backend>::save(const std::filesystem::path& path) const {
+  detail::CheckpointAccess::save(*this, path);
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
+void CachedEmbedding<Storage, Cache, Rounding, Backend>::load(const std::filesystem::path& path) {
+  const std::string prefix = "mpe::CachedEmbedding::load: '" + path.string() + "': ";
+  const std::vector<std::uint8_t> bytes = detail::ckpt::read_file(path, prefix);
+  detail::CheckpointAccess::load_bytes(*this, bytes.data(), bytes.size(), path.string());
+}
+
+}  // namespace mpe

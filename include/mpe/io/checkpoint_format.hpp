@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file checkpoint_format.hpp
+/// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
+/// version 1), and the CRC-32C that protects it.
+///
+/// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
+/// (the format is only read and written on little-endian hosts; a static_assert says so).
+/// A string is `u16 length` + that many bytes (no terminator). The file is, in order:
+///
+/// **Header** (offsets from the start of the file)
+///
+/// | offset | field | notes |
+/// |---|---|---|
+/// | 0  | `char magic[8]` | `"MPECKPT1"` |
+/// | 8  | `u32 version` | 1 |
+/// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
+/// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
+/// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"` |
+/// |    | `u32 ways` | `Cache::ways` |
+/// |    | `str rounding` | `Rounding::name`: `"stochastic"`, `"nearest"` |
+/// |    | `u32 T`, `i64 table_rows[T]` | rows of each table |
+/// |    | `i32 dim`, `i32 row_alignment` | D and the store row padding |
+/// |    | `u64 store_row_bytes` | bytes of one padded store row |
+/// |    | `i64 num_sets`, `i64 cache_slots` | num_sets * ways = cache_slots (0: no cache) |
+/// |    | `i64 sketch_width` | LFU count-min sketch width (0 without LFU); depth 4 |
+/// |    | `u64 seed` | stochastic-rounding seed (load() adopts it) |
+/// |    | `u64 step` | completed backward() calls |
+/// |    | `u64 populate_counter` | batches populated so far (LRU's clock) |
+/// |    | `u64 sketch_increments` | LFU increments since the last halving |
+/// |    | `u32 optimizer_kind` | 0 none yet, 1 `sgd`, 2 `rowwise_adagrad` (`OptimizerRule::kind`) |
+/// |    | `u32 optimizer_state_floats` | FP32 state values per table row (Sgd 0, RowwiseAdagrad 1) |
+/// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
+/// |    | `u32 n_sections` | 7 |
+/// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
+///
+/// **Sections**, exactly these seven in this order, each `str name`, `u64 length` (bytes),
+/// the payload, then `u32 crc` = CRC-32C of the payload:
+///
+/// | name | payload | length |
+/// |---|---|---|
+/// | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows *
+/// store_row_bytes | | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 | | `tags` | i64 global row
+/// per slot, -1 = empty | slots * 8 | | `last_use` | u64 LRU score per slot (populate counter of its last
+/// batch) | slots * 8 | | `dirty` | u8 per slot, 0 or 1 | slots | | `sketch` | u32 counters (4,
+/// sketch_width), LFU only | 4 * sketch_width * 4 | | `optimizer` | FP32 state (rows, optimizer_state_floats)
+/// | rows * state_floats * 4 |
+///
+/// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
+/// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
+/// may follow.
+///
+/// What is not saved: a batch awaiting backward() and a pending prefetch (their
+/// per-call workspace). Save between training steps; after load() the next call must be
+/// forward() (a batch that was awaiting backward() at save time is dropped).
+///
+/// CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial and final
+/// XOR 0xFFFFFFFF; RFC 3720 appendix B.4), check value crc32c("123456789") = 0xE3069283.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace mpe::io::checkpoint {
+
+static_assert(std::endian::native == std::endian::little,
+              "mpe checkpoints are written and read on little-endian hosts only");
+
+inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
+inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
+inline constexpr std::uint32_t kVersion = 1;
+/// Number of CacheStats counters written by version 1.
+inline constexpr std::uint32_t kNumStats = 12;
+inline constexpr std::uint32_t kNumSections = 7;
+inline constexpr const char* kSectionNames[kNumSections] = {"store", "cache_rows", "tags",     "last_use",
+                                                            "dirty", "sketch",     "optimizer"};
+/// Bytes of the trailer: end magic, file size, file CRC.
+inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;
+/// Longest policy or section name accepted by the reader.
+inline constexpr std::size_t kMaxNameBytes = 64;
+
+namespace detail {
+constexpr std::array<std::array<std::uint32_t, 256>, 8> make_crc32c_tables() {
+  std::array<std::array<std::uint32_t, 256>, 8> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[0][i] = c;
+  }
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xffu];
+  }
+  return t;
+}
+inline constexpr auto kCrc32cTables = make_crc32c_tables();
+}  // namespace detail
+
+/// Extends a CRC-32C: `crc32c(data, n, crc32c(prev, m))` equals the CRC of prev then data
+/// (like zlib's crc32(crc, buf, len)); `crc = 0` starts a new one. Slicing-by-8.
+inline std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc = 0) {
+  const auto& t = detail::kCrc32cTables;
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint32_t c = ~crc;
+  while (n >= 8) {
+    const std::uint32_t lo =
+        c ^ (static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+             static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24);
+    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][p[4]] ^
+        t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xffu];
+  return ~c;
+}
+
+}  // namespace mpe::io::checkpoint
