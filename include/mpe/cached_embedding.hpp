@@ -234,3 +234,4 @@ class CachedEmbedding {
 }  // namespace mpe
 
 #include "mpe/detail/cached_embedding.inl"
+#include "mpe/detail/checkpoint.inl"
