@@ -41,11 +41,19 @@ struct Int8Rowwise {
       scale = 0.0f;
       for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
     } else {
-      const float inv = num::div(255.0f, range);
+      // A range below ~2^-120 makes 255/range overflow (every code would become 255, and
+      // x == min would give 0 * inf = NaN): then scale both sides by an exact 2^64 first.
+      // pre = 1 otherwise, so ordinary rows keep their bits.
+      float pre = 1.0f;
+      float inv = num::div(255.0f, range);
+      if (!num::is_finite(inv)) {
+        pre = 0x1p64f;
+        inv = num::div(255.0f, num::mul(range, pre));
+      }
       bool ignored = false;
       detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
-        float q = R::round(num::mul(num::sub(x, mn), inv), w);
+        float q = R::round(num::mul(num::mul(num::sub(x, mn), pre), inv), w);
         q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
         row[d] = static_cast<std::uint8_t>(q);
       });
