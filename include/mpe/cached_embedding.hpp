@@ -99,7 +99,9 @@ class CachedEmbedding {
   /// gives zeros. Remembers the batch for backward(). Throws std::invalid_argument for
   /// malformed offsets (size not T*B + 1, offsets[0] != 0, decreasing, last !=
   /// indices.size()), an index outside its table, output.size() != B*T*D, per-sample
-  /// weights of the wrong size, non-finite, or with Mean pooling.
+  /// weights of the wrong size, non-finite, or with Mean pooling. With config.non_finite
+  /// == NonFinite::Skip, non-finite per-sample weights do not throw: the output holds
+  /// what they give, and the next backward() skips the step and counts it.
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
                std::span<const float> per_sample_weights = {});
@@ -175,6 +177,7 @@ class CachedEmbedding {
 
   struct Batch {
     bool valid = false, sorted = false, awaiting_backward = false;
+    bool skip_step = false;  // non-finite per-sample weights under NonFinite::Skip
     std::uint64_t id = 0;
     index_t n = 0, B = 0, U = 0;
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
@@ -188,15 +191,15 @@ class CachedEmbedding {
   };
 
   void check_weights(const char* fn, index_t* err, std::size_t n, std::span<const float> weights,
-                     Pooling pooling) const;
+                     Pooling pooling, bool* non_finite = nullptr) const;
   void validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
                            std::span<const std::int64_t> offsets, std::span<const float> weights,
                            Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
-                           index_t* bag_of) const;
+                           index_t* bag_of, bool* non_finite = nullptr) const;
   void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
   void prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
                      std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
-                     std::size_t output_size) const;
+                     std::size_t output_size, bool* non_finite = nullptr) const;
   void sort_unique(Batch& b);
   void populate(Batch& b, std::uint64_t lock_floor);
   bool same_batch(const Batch& b, std::span<const std::int64_t> indices,

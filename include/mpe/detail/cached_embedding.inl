@@ -185,7 +185,7 @@ void MPE_CE::throw_index_error(const char* fn, std::span<const std::int64_t> ind
 
 MPE_CE_TEMPLATE
 void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::span<const float> weights,
-                           Pooling pooling) const {
+                           Pooling pooling, bool* non_finite) const {
   if (weights.empty()) return;
   if (pooling != Pooling::Sum) detail::invalid(fn, "per_sample_weights are only allowed with Pooling::Sum");
   if (weights.size() != n) {
@@ -196,6 +196,11 @@ void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::spa
   backend_.copy_from_host(err, &none, sizeof none);
   backend_.for_each(static_cast<index_t>(n), detail::CheckFinite{weights.data(), err});
   if (const index_t i = read_scalar(err); i != detail::kNoError) {
+    if (non_finite) {  // NonFinite::Skip: the caller skips the step instead
+      *non_finite = true;
+      backend_.copy_from_host(err, &none, sizeof none);  // err is reused by the index check
+      return;
+    }
     float v;
     backend_.copy_to_host(&v, weights.data() + i, sizeof v);
     detail::invalid(
@@ -207,7 +212,7 @@ MPE_CE_TEMPLATE
 void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
                                  std::span<const std::int64_t> offsets, std::span<const float> weights,
                                  Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
-                                 index_t* bag_of) const {
+                                 index_t* bag_of, bool* non_finite) const {
   const index_t T = num_tables();
   const auto n = static_cast<index_t>(indices.size());
   if (offsets.empty() || (offsets.size() - 1) % static_cast<std::size_t>(T) != 0) {
@@ -235,7 +240,7 @@ void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const s
                             std::to_string(j) + "] = " + std::to_string(a) +
                             "; offsets must be non-decreasing");
   }
-  check_weights(fn, err, indices.size(), weights, pooling);
+  check_weights(fn, err, indices.size(), weights, pooling, non_finite);
   backend_.for_each(B * T, detail::ExpandBags{indices.data(), offsets.data(), table_offsets_.data(), B,
                                               global_rows, bag_of, err});
   if (const index_t i = read_scalar(err); i != detail::kNoError)
@@ -245,12 +250,12 @@ void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const s
 MPE_CE_TEMPLATE
 void MPE_CE::prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
                            std::span<const std::int64_t> offsets, std::span<const float> weights,
-                           Pooling pooling, std::size_t output_size) const {
+                           Pooling pooling, std::size_t output_size, bool* non_finite) const {
   const auto n = indices.size();
   b.global_rows.reserve_discard(n);
   b.bag_of.reserve_discard(n);
   validate_and_expand(fn, error_.data(), indices, offsets, weights, pooling, output_size, b.B,
-                      b.global_rows.data(), b.bag_of.data());
+                      b.global_rows.data(), b.bag_of.data(), non_finite);
   b.n = static_cast<index_t>(n);
   b.U = 0;
   b.sorted = false;
@@ -364,6 +369,8 @@ MPE_CE_TEMPLATE
 void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                      std::span<float> output, Pooling pooling, std::span<const float> per_sample_weights) {
   const char* fn = "forward";
+  bool skip = false;
+  bool* non_finite = config_.non_finite == NonFinite::Skip ? &skip : nullptr;
   Batch* b;
   if (same_batch(pending_, indices, offsets)) {
     // Validated and populated by prefetch(); check only this call's own arguments.
@@ -372,10 +379,10 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
       detail::invalid(fn, "output.size() = " + std::to_string(output.size()) +
                               "; expected B*T*D = " + std::to_string(expect));
     }
-    check_weights(fn, error_.data(), indices.size(), per_sample_weights, pooling);
+    check_weights(fn, error_.data(), indices.size(), per_sample_weights, pooling, non_finite);
     b = &pending_;
   } else {
-    prepare_batch(fn, staging_, indices, offsets, per_sample_weights, pooling, output.size());
+    prepare_batch(fn, staging_, indices, offsets, per_sample_weights, pooling, output.size(), non_finite);
     staging_.id = ++populate_counter_;
     populate(staging_, staging_.id);
     pending_.valid = false;
@@ -395,6 +402,7 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
                                                          config_.dim, mean, output.data()});
   cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
   backend_.for_each(cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data()});
+  cur.skip_step = skip;
   cur.awaiting_backward = true;
 }
 
@@ -436,6 +444,11 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
   if (grad_output.size() != expect) {
     detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
                             "; expected B*T*D = " + std::to_string(expect));
+  }
+  if (b.skip_step) {  // the forward had non-finite per-sample weights (NonFinite::Skip)
+    ++stats_.skipped_steps;
+    b.awaiting_backward = false;
+    return;
   }
   index_t none = detail::kNoError;
   backend_.copy_from_host(error_.data(), &none, sizeof none);
