@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file cache_simulator.hpp
+/// @brief Plain-loop reference model of mpe's FP32 row cache (tests only).
+///
+/// Written from DESIGN.md "Cache semantics" and the implementation choices of the team
+/// brief, not from detail/kernels.hpp, so that the tests compare two independent
+/// readings of the rules. One object models the cache of one CachedEmbedding:
+///
+/// - A batch is a list of global rows (index occurrences). Each populate advances a
+///   counter (the batch id, starting at 1) and works on the batch's unique rows.
+/// - set = mpe::set_of_row(row, num_sets) (the spec's mixing hash); num_sets =
+///   floor(min(cache_rows, total_rows rounded up to Ways) / Ways); slot = set * Ways + way.
+/// - Hits: the row is resident in its set. Its LRU score becomes the batch id.
+/// - LFU: before anything else, +1 in each of the 4 count-min lines for every unique row;
+///   the estimate of a row is the minimum of its 4 counters (mpe::SketchRef::cell gives
+///   the counter positions: that is the spec's hash, reused on purpose).
+/// - Misses of one set are admitted in order: LRU / direct-mapped by ascending row; LFU
+///   by descending estimate, then ascending row.
+/// - Each miss takes a victim in its set: the lowest empty way; otherwise, among ways
+///   that are not locked, the lowest score (LRU: batch id of the last use; LFU: the
+///   resident row's current estimate), ties to the lowest way. Locked rows: the rows of
+///   this batch (hits and rows already filled by it) and, for a prefetch, the rows of the
+///   batch awaiting backward. No victim: conflict miss (row stays uncached).
+/// - LFU: a miss replaces an occupied victim only if its estimate is strictly higher than
+///   the victim's; otherwise it is rejected (uncached). An empty way is always taken.
+/// - Eviction of a dirty row (updated by backward since it was filled) is a write-back.
+/// - LFU halving: at the end of a populate, every counter is halved once for each
+///   multiple of 10 x slots that the cumulative number of increments has passed since
+///   construction (DESIGN.md: "all counters halved every 10 x cache_rows increments").
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mpe/cache/cache_ref.hpp>
+#include <mpe/cache/hash.hpp>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+namespace mpe_test {
+
+enum class SimPolicy { Lru, Lfu, DirectMapped };
+
+/// The CacheStats counters the cache decides (same meaning as mpe::CacheStats).
+struct SimStats {
+  std::uint64_t lookups = 0, unique_rows = 0, hits = 0, misses = 0, conflict_misses = 0, evictions = 0,
+                writebacks = 0, lfu_rejections = 0, bytes_filled = 0, bytes_written_back = 0;
+};
+
+/// Sketch width the brief chose: the smallest power of two >= max(16, 2 x slots).
+inline std::int64_t sim_sketch_width(std::int64_t slots) {
+  std::int64_t w = 16;
+  while (w < 2 * slots) w *= 2;
+  return w;
+}
+
+class CacheSimulator {
+ public:
+  /// `data_bytes`: bytes of one stored row (DESIGN.md formats table), for the byte counters.
+  /// `halving_period`: LFU increments between halvings; 0 = the rule's 10 x slots (tests
+  /// pass another value only to show that the rule matters).
+  CacheSimulator(SimPolicy policy, int ways, std::int64_t total_rows, std::int64_t cache_rows,
+                 std::int64_t data_bytes, std::uint64_t halving_period = 0)
+      : policy_(policy), ways_(policy == SimPolicy::DirectMapped ? 1 : ways), data_bytes_(data_bytes) {
+    if (cache_rows > 0 && cache_rows < ways_) throw std::invalid_argument("cache_rows below ways");
+    if (cache_rows > 0) {
+      const std::int64_t rounded = (total_rows + ways_ - 1) / ways_ * ways_;
+      num_sets_ = std::min(cache_rows, rounded) / ways_;
+    }
+    const auto slots = static_cast<std::size_t>(num_sets_ * ways_);
+    tags_.assign(slots, -1);
+    last_use_.assign(slots, 0);
+    dirty_.assign(slots, 0);
+    if (policy_ == SimPolicy::Lfu && slots > 0) {
+      width_ = sim_sketch_width(static_cast<std::int64_t>(slots));
+      counters_.assign(static_cast<std::size_t>(mpe::SketchRef::depth * width_), 0);
+    }
+    period_ = halving_period != 0 ? halving_period : static_cast<std::uint64_t>(10 * slots);
+  }
+
+  std::int64_t num_sets() const { return num_sets_; }
+  std::int64_t slots() const { return num_sets_ * ways_; }
+  std::int64_t sketch_width() const { return width_; }
+  const std::vector<std::int64_t>& tags() const { return tags_; }
+  const std::vector<std::uint64_t>& last_use() const { return last_use_; }
+  const std::vector<std::uint8_t>& dirty() const { return dirty_; }
+  const SimStats& stats() const { return stats_; }
+  std::uint64_t halvings() const { return halvings_; }
+
+  /// Slot of `row`, or -1.
+  std::int64_t find(std::int64_t row) const {
+    if (num_sets_ == 0) return -1;
+    const std::int64_t base = mpe::set_of_row(row, num_sets_) * ways_;
+    for (int w = 0; w < ways_; ++w) {
+      if (tags_[static_cast<std::size_t>(base + w)] == row) return base + w;
+    }
+    return -1;
+  }
+
+  /// Count-min estimate of `row` (LFU only).
+  std::uint32_t estimate(std::int64_t row) const {
+    mpe::SketchRef ref{const_cast<std::uint32_t*>(counters_.data()), width_};
+    std::uint32_t m = UINT32_MAX;
+    for (int k = 0; k < mpe::SketchRef::depth; ++k)
+      m = std::min(m, counters_[static_cast<std::size_t>(ref.cell(row, k))]);
+    return m;
+  }
+
+  /// forward(): uses the pending prefetch if it had the same rows, else populates `rows`
+  /// (global rows, occurrences) with only its own rows locked. The batch then awaits
+  /// backward. Returns row -> slot (-1 = uncached).
+  std::map<std::int64_t, std::int64_t> forward(const std::vector<std::int64_t>& rows) {
+    if (pending_valid_ && rows == pending_rows_) {
+      pending_valid_ = false;
+      in_flight_ = pending_rows_;
+      in_flight_slots_ = pending_slots_;
+      awaiting_ = true;
+      return in_flight_slots_;
+    }
+    pending_valid_ = false;
+    in_flight_slots_ = populate(rows, {});
+    in_flight_ = rows;
+    awaiting_ = true;
+    return in_flight_slots_;
+  }
+
+  /// prefetch(): populates `rows` now, with the rows of the batch awaiting backward
+  /// locked as well; a later forward() of the same rows uses this result.
+  std::map<std::int64_t, std::int64_t> prefetch(const std::vector<std::int64_t>& rows) {
+    pending_slots_ = populate(rows, awaiting_ ? in_flight_ : std::vector<std::int64_t>{});
+    pending_rows_ = rows;
+    pending_valid_ = true;
+    return pending_slots_;
+  }
+
+  /// backward(): every row of the batch that holds a slot (and still holds it) is updated
+  /// in FP32 and becomes dirty.
+  void backward() {
+    for (const auto& [row, slot] : in_flight_slots_) {
+      if (slot >= 0 && tags_[static_cast<std::size_t>(slot)] == row)
+        dirty_[static_cast<std::size_t>(slot)] = 1;
+    }
+    awaiting_ = false;
+  }
+
+  /// flush(): every dirty resident row is written back and becomes clean.
+  void flush() {
+    for (std::size_t s = 0; s < tags_.size(); ++s) {
+      if (tags_[s] >= 0 && dirty_[s]) {
+        ++stats_.writebacks;
+        stats_.bytes_written_back += static_cast<std::uint64_t>(data_bytes_);
+        dirty_[s] = 0;
+      }
+    }
+  }
+
+ private:
+  std::map<std::int64_t, std::int64_t> populate(const std::vector<std::int64_t>& rows,
+                                                const std::vector<std::int64_t>& also_locked) {
+    const std::uint64_t id = ++counter_;
+    stats_.lookups += rows.size();
+    std::map<std::int64_t, std::int64_t> result;
+    if (num_sets_ == 0) return result;
+    const std::set<std::int64_t> uniq(rows.begin(), rows.end());
+    stats_.unique_rows += uniq.size();
+    if (policy_ == SimPolicy::Lfu) {
+      mpe::SketchRef ref{counters_.data(), width_};
+      for (std::int64_t r : uniq) {
+        for (int k = 0; k < mpe::SketchRef::depth; ++k) ++counters_[static_cast<std::size_t>(ref.cell(r, k))];
+      }
+    }
+    std::set<std::int64_t> locked(uniq);
+    locked.insert(also_locked.begin(), also_locked.end());
+
+    // Hits, and the misses grouped by set.
+    std::map<std::int64_t, std::vector<std::int64_t>> misses_of_set;
+    for (std::int64_t r : uniq) {
+      const std::int64_t s = find(r);
+      if (s >= 0) {
+        ++stats_.hits;
+        last_use_[static_cast<std::size_t>(s)] = id;
+        result[r] = s;
+      } else {
+        ++stats_.misses;
+        misses_of_set[mpe::set_of_row(r, num_sets_)].push_back(r);
+      }
+    }
+    for (auto& [set, misses] : misses_of_set) {
+      // Admission order (rows are already ascending).
+      if (policy_ == SimPolicy::Lfu) {
+        std::stable_sort(misses.begin(), misses.end(),
+                         [&](std::int64_t a, std::int64_t b) { return estimate(a) > estimate(b); });
+      }
+      for (std::int64_t r : misses) {
+        std::int64_t victim = -1;
+        std::uint64_t victim_score = 0;
+        bool empty = false;
+        for (int w = 0; w < ways_ && !empty; ++w) {
+          const std::int64_t s = set * ways_ + w;
+          const std::int64_t tag = tags_[static_cast<std::size_t>(s)];
+          if (tag < 0) {
+            victim = s;
+            empty = true;
+          }
+        }
+        for (int w = 0; w < ways_ && !empty; ++w) {
+          const std::int64_t s = set * ways_ + w;
+          const std::int64_t tag = tags_[static_cast<std::size_t>(s)];
+          if (locked.count(tag)) continue;
+          const std::uint64_t score =
+              policy_ == SimPolicy::Lfu ? estimate(tag) : last_use_[static_cast<std::size_t>(s)];
+          if (victim < 0 || score < victim_score) {
+            victim = s;
+            victim_score = score;
+          }
+        }
+        if (victim < 0) {
+          ++stats_.conflict_misses;
+          result[r] = -1;
+          continue;
+        }
+        if (policy_ == SimPolicy::Lfu && !empty && !(estimate(r) > victim_score)) {
+          ++stats_.lfu_rejections;
+          result[r] = -1;
+          continue;
+        }
+        const auto v = static_cast<std::size_t>(victim);
+        if (!empty) {
+          ++stats_.evictions;
+          if (dirty_[v]) {
+            ++stats_.writebacks;
+            stats_.bytes_written_back += static_cast<std::uint64_t>(data_bytes_);
+          }
+        }
+        tags_[v] = r;
+        last_use_[v] = id;
+        dirty_[v] = 0;
+        stats_.bytes_filled += static_cast<std::uint64_t>(data_bytes_);
+        result[r] = victim;
+      }
+    }
+    if (policy_ == SimPolicy::Lfu) {
+      increments_ += uniq.size();
+      while (period_ != UINT64_MAX && increments_ >= (halvings_ + 1) * period_) {
+        for (auto& c : counters_) c /= 2;
+        ++halvings_;
+      }
+    }
+    return result;
+  }
+
+  SimPolicy policy_;
+  int ways_;
+  std::int64_t data_bytes_;
+  std::int64_t num_sets_ = 0;
+  std::int64_t width_ = 0;
+  std::vector<std::int64_t> tags_;
+  std::vector<std::uint64_t> last_use_;
+  std::vector<std::uint8_t> dirty_;
+  std::vector<std::uint32_t> counters_;
+  std::uint64_t counter_ = 0, increments_ = 0, halvings_ = 0, period_ = 0;
+  SimStats stats_;
+  bool awaiting_ = false, pending_valid_ = false;
+  std::vector<std::int64_t> in_flight_, pending_rows_;
+  std::map<std::int64_t, std::int64_t> in_flight_slots_, pending_slots_;
+};
+
+}  // namespace mpe_test
