@@ -70,12 +70,21 @@ MPE_HOST_DEVICE inline float sqrt(float a) {
 #endif
 }
 
-/// floor(a): exact on both sides.
+/// The bits of a float (declared early for floor()).
+MPE_HOST_DEVICE inline std::uint32_t float_bits(float x);
+MPE_HOST_DEVICE inline float bits_float(std::uint32_t u);
+
+/// floor(a): exact on both sides (signed zeros and NaN preserved). The host version
+/// avoids a libm call on baseline x86-64 (no SSE4.1 roundss).
 MPE_HOST_DEVICE inline float floor(float a) {
 #ifdef __CUDA_ARCH__
   return floorf(a);
 #else
-  return std::floor(a);
+  if (!(a > -0x1p23f && a < 0x1p23f)) return a;  // already integral, +-Inf or NaN
+  const float t = static_cast<float>(static_cast<std::int32_t>(a));  // toward zero, exact
+  const float r = t > a ? t - 1.0f : t;
+  if (r == 0.0f) return bits_float(float_bits(a) & 0x80000000u);  // keep the sign of zero
+  return r;
 #endif
 }
 
