@@ -108,15 +108,16 @@ MPE_HOST_DEVICE inline bool is_finite(float x) { return (float_bits(x) & 0x7f800
 /// 2^k as a float, exact for -126 <= k <= 127.
 MPE_HOST_DEVICE inline float pow2(int k) { return bits_float(static_cast<std::uint32_t>(k + 127) << 23); }
 
-/// Round to the nearest integer, ties to even, independent of the floating-point
-/// environment. Exact for every float (|a| >= 2^23 is already an integer).
+/// Round to the nearest integer, ties to even, for the default (round-to-nearest-even)
+/// floating-point mode the numerics contract assumes. For |a| < 2^23, (|a| + 2^23) - 2^23
+/// rounds |a| to an integer in the sum's last place (ties to even) and subtracts exactly;
+/// larger values are integers already. Branch-free on the hot path; signed zeros kept.
 MPE_HOST_DEVICE inline float rint_even(float a) {
-  const float t = floor(a);
-  const float d = sub(a, t);  // exact: 0 <= d < 1
-  if (d > 0.5f) return add(t, 1.0f);
-  if (d < 0.5f) return t;
-  const float half_t = mul(t, 0.5f);
-  return floor(half_t) == half_t ? t : add(t, 1.0f);
+  const std::uint32_t sign = float_bits(a) & 0x80000000u;
+  const float mag = bits_float(float_bits(a) & 0x7fffffffu);
+  if (!(mag < 0x1p23f)) return a;  // integral already, +-Inf or NaN
+  const float r = sub(add(mag, 0x1p23f), 0x1p23f);
+  return bits_float(float_bits(r) | sign);
 }
 
 /// Load a float from possibly unaligned bytes (row formats put scale/bias after the data).

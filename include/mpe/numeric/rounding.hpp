@@ -35,7 +35,7 @@ struct StochasticRounding {
     const float fl = num::floor(v);
     const float frac = num::sub(v, fl);                                        // exact
     const float u = num::mul(static_cast<float>(random_word >> 8), 0x1p-24f);  // exact
-    return u < frac ? num::add(fl, 1.0f) : fl;
+    return num::add(fl, static_cast<float>(u < frac));  // branch-free: the outcome is random
   }
 };
 
