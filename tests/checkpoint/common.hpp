@@ -81,8 +81,10 @@ std::vector<std::uint8_t> snapshot(const E& e) {
   A::Section sec[mpe::io::checkpoint::kNumSections];
   A::sections(e, sec);
   for (const auto& x : sec) {
-    const auto* p = static_cast<const std::uint8_t*>(x.data);
-    s.insert(s.end(), p, p + x.bytes);
+    if (x.bytes == 0) continue;
+    const std::size_t at = s.size();
+    s.resize(at + x.bytes);
+    std::memcpy(s.data() + at, x.data, x.bytes);
   }
   return s;
 }
