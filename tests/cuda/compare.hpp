@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bit-for-bit comparison of two training runs (host vs CUDA), for the nvcc-compiled tests.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mpe/backend/cuda_backend.cuh>
+#include <vector>
+
+#include "scenario.hpp"
+
+namespace mpe_test {
+
+template <class T>
+std::size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
+  }
+  return a.size() == b.size() ? static_cast<std::size_t>(-1) : std::min(a.size(), b.size());
+}
+
+#define MPE_TEST_SAME_BITS(field)                                             \
+  do {                                                                        \
+    const std::size_t at = first_difference(host.field, dev.field);           \
+    INFO(#field " differs first at element ", at, " of ", host.field.size()); \
+    CHECK(host.field.size() == dev.field.size());                             \
+    CHECK(at == static_cast<std::size_t>(-1));                                \
+  } while (0)
+
+/// Every output, weight and store bit, every counter and the step equal.
+inline void check_same(const Result& host, const Result& dev) {
+  MPE_TEST_SAME_BITS(outputs);
+  MPE_TEST_SAME_BITS(inference);
+  MPE_TEST_SAME_BITS(weights_before_flush);
+  MPE_TEST_SAME_BITS(weights);
+  MPE_TEST_SAME_BITS(store);
+  const mpe::CacheStats& a = host.stats;
+  const mpe::CacheStats& b = dev.stats;
+  CHECK(a.lookups == b.lookups);
+  CHECK(a.unique_rows == b.unique_rows);
+  CHECK(a.hits == b.hits);
+  CHECK(a.misses == b.misses);
+  CHECK(a.conflict_misses == b.conflict_misses);
+  CHECK(a.evictions == b.evictions);
+  CHECK(a.writebacks == b.writebacks);
+  CHECK(a.lfu_rejections == b.lfu_rejections);
+  CHECK(a.saturated_rows == b.saturated_rows);
+  CHECK(a.bytes_filled == b.bytes_filled);
+  CHECK(a.bytes_written_back == b.bytes_written_back);
+  CHECK(a.skipped_steps == b.skipped_steps);
+  CHECK(host.step == dev.step);
+}
+
+/// Runs every scenario on HostBackend (compiled by g++ in host_ref_*.cpp) and on
+/// CudaBackend, and compares all bits. Also checks that the cached scenarios really
+/// exercised hits, evictions and write-backs (else the comparison would prove little).
+template <class Storage, class Cache, class Rounding>
+void check_bit_identity(const mpe::CudaBackend& cuda = {}) {
+  for (const Scenario& sc : all_scenarios()) {
+    INFO(sc.label());
+    const Result host = run_training<Storage, Cache, Rounding>(mpe::HostBackend{}, sc);
+    const Result dev = run_training<Storage, Cache, Rounding>(cuda, sc);
+    check_same(host, dev);
+    if (sc.cache_rows > 0) {
+      CHECK(host.stats.hits > 0);
+      CHECK(host.stats.evictions > 0);
+      CHECK(host.stats.writebacks > 0);
+    }
+  }
+}
+
+}  // namespace mpe_test
+
+// One doctest case per Cache x Rounding combination of a Storage.
+#define MPE_TEST_CUDA_CASE(S, C, R) \
+  TEST_CASE("CUDA == host, bit for bit: " #S ", " #C ", " #R) { mpe_test::check_bit_identity<S, C, R>(); }

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+// A seeded training run written once against the Backend interface, so the same run can
+// be compiled by g++ for HostBackend (host_ref_*.cpp) and by nvcc for CudaBackend
+// (test_cuda_*.cu), and every result bit compared. Compiles with g++ alone.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <mpe/mpe.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mpe_test {
+
+enum class Opt { Sgd, Adagrad };
+enum class Mode { Sum, Mean, Weighted };
+
+struct Scenario {
+  std::int64_t cache_rows = 12;  // 58 rows, 12 slots: hits, evictions, conflict misses
+  Opt opt = Opt::Sgd;
+  Mode mode = Mode::Sum;
+  bool prefetch = false;  // prefetch batch s+1 between forward(s) and backward(s)
+  int steps = 5;
+  std::string label() const {
+    return "cache_rows=" + std::to_string(cache_rows) + (opt == Opt::Sgd ? " sgd" : " adagrad") +
+           (mode == Mode::Sum    ? " sum"
+            : mode == Mode::Mean ? " mean"
+                                 : " weighted") +
+           (prefetch ? " prefetch" : "");
+  }
+};
+
+/// Every scenario the bit-identity tests run (per Storage x Cache x Rounding type).
+inline std::vector<Scenario> all_scenarios() {
+  std::vector<Scenario> v;
+  for (std::int64_t c : {std::int64_t{12}, std::int64_t{0}}) {
+    for (Opt o : {Opt::Sgd, Opt::Adagrad}) {
+      for (Mode m : {Mode::Sum, Mode::Mean, Mode::Weighted}) {
+        for (bool p : {false, true}) {
+          if (c == 0 && p) continue;  // prefetch has no effect without a cache
+          v.push_back(Scenario{c, o, m, p, 5});
+        }
+      }
+    }
+  }
+  return v;
+}
+
+struct Result {
+  std::vector<float> outputs;    // every forward() output, steps concatenated
+  std::vector<float> inference;  // forward_inference() of the first batch after training
+  std::vector<float> weights_before_flush, weights;
+  std::vector<std::uint8_t> store;  // raw store bytes after flush()
+  mpe::CacheStats stats;
+  std::uint64_t step = 0;
+};
+
+struct HostBatch {
+  std::vector<std::int64_t> indices, offsets;
+  std::vector<float> weights, grad;
+};
+
+inline constexpr std::int32_t kDim = 7;  // odd (Int4 nibbles), not a multiple of 4 (Philox groups)
+inline constexpr std::int64_t kBags = 6;
+inline const std::vector<std::int64_t> kTableRows = {37, 21};
+
+/// splitmix64 stream (the test's own generator, independent of mpe's Philox).
+struct TestRng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::int64_t below(std::int64_t n) {
+    return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n));
+  }
+  float uniform(float lo, float hi) {  // multiples of 2^-24 * (hi - lo)
+    return lo + (hi - lo) * static_cast<float>(next() >> 40) * 0x1p-24f;
+  }
+};
+
+/// Batch s: bags of 0..4 indices, half of them from a table's 5 hottest rows (repeats and
+/// cache hits), the rest uniform (misses, evictions, conflicts).
+inline HostBatch make_batch(int s) {
+  TestRng rng{0x1234u + static_cast<std::uint64_t>(s) * 7919u};
+  HostBatch b;
+  b.offsets.push_back(0);
+  for (std::size_t t = 0; t < kTableRows.size(); ++t) {
+    for (std::int64_t j = 0; j < kBags; ++j) {
+      const std::int64_t len = rng.below(5);
+      for (std::int64_t k = 0; k < len; ++k) {
+        b.indices.push_back(rng.below(2) ? rng.below(5) : rng.below(kTableRows[t]));
+        b.weights.push_back(rng.uniform(0.25f, 1.25f));
+      }
+      b.offsets.push_back(static_cast<std::int64_t>(b.indices.size()));
+    }
+  }
+  b.grad.resize(static_cast<std::size_t>(kBags) * kTableRows.size() * kDim);
+  for (float& g : b.grad) g = rng.uniform(-0.5f, 0.5f);
+  return b;
+}
+
+/// A host vector copied into backend memory.
+template <class T, class Backend>
+mpe::detail::Buffer<T, Backend> to_backend(const Backend& be, const std::vector<T>& v) {
+  mpe::detail::Buffer<T, Backend> buf(be, v.size());
+  be.copy_from_host(buf.data(), v.data(), v.size() * sizeof(T));
+  return buf;
+}
+
+template <class T, class Backend>
+std::vector<T> to_host(const Backend& be, const T* p, std::size_t n) {
+  std::vector<T> v(n);
+  be.copy_to_host(v.data(), p, n * sizeof(T));
+  return v;
+}
+
+template <class Backend>
+struct DeviceBatch {
+  mpe::detail::Buffer<std::int64_t, Backend> indices, offsets;
+  mpe::detail::Buffer<float, Backend> weights, grad, output;
+  DeviceBatch(const Backend& be, const HostBatch& h)
+      : indices(to_backend(be, h.indices)),
+        offsets(to_backend(be, h.offsets)),
+        weights(to_backend(be, h.weights)),
+        grad(to_backend(be, h.grad)),
+        output(be, h.grad.size()) {}
+  std::span<const std::int64_t> idx() const { return {indices.data(), indices.size()}; }
+  std::span<const std::int64_t> off() const { return {offsets.data(), offsets.size()}; }
+};
+
+/// The seeded training run: init_uniform, set_weights of a few rows, `steps` forward /
+/// (prefetch) / backward, forward_inference, get_weights, flush, get_weights, store bytes.
+template <class Storage, class Cache, class Rounding, class Backend>
+Result run_training(const Backend& be, const Scenario& sc) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = kTableRows;
+  cfg.dim = kDim;
+  cfg.cache_rows = sc.cache_rows;
+  cfg.seed = 0xfeedbeefcafeull;
+  mpe::CachedEmbedding<Storage, Cache, Rounding, Backend> emb(cfg, be);
+  emb.init_uniform(-0.5f, 0.5f);
+  std::vector<float> w(5 * kDim);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * static_cast<float>(i) - 1.5f;
+  emb.set_weights(w, 3);
+
+  using DB = DeviceBatch<Backend>;
+  Result r;
+  const auto pooling = sc.mode == Mode::Mean ? mpe::Pooling::Mean : mpe::Pooling::Sum;
+  std::vector<HostBatch> host;
+  for (int s = 0; s <= sc.steps; ++s) host.push_back(make_batch(s));
+  for (int s = 0; s < sc.steps; ++s) {
+    DB b(be, host[static_cast<std::size_t>(s)]);
+    std::span<const float> psw;
+    if (sc.mode == Mode::Weighted) psw = {b.weights.data(), b.weights.size()};
+    emb.forward(b.idx(), b.off(), {b.output.data(), b.output.size()}, pooling, psw);
+    const auto out = to_host(be, b.output.data(), b.output.size());
+    r.outputs.insert(r.outputs.end(), out.begin(), out.end());
+    if (sc.prefetch) {
+      DB next(be, host[static_cast<std::size_t>(s + 1)]);
+      emb.prefetch(next.idx(), next.off());
+    }
+    std::span<const float> g{b.grad.data(), b.grad.size()};
+    if (sc.opt == Opt::Sgd) {
+      emb.backward(g, mpe::Sgd{0.25f});
+    } else {
+      emb.backward(g, mpe::RowwiseAdagrad{0.1f, 1e-6f});
+    }
+  }
+  {
+    DB b(be, host[0]);
+    std::span<const float> psw;
+    if (sc.mode == Mode::Weighted) psw = {b.weights.data(), b.weights.size()};
+    emb.forward_inference(b.idx(), b.off(), {b.output.data(), b.output.size()}, pooling, psw);
+    r.inference = to_host(be, b.output.data(), b.output.size());
+  }
+  const auto n = static_cast<std::size_t>(emb.total_rows() * kDim);
+  r.weights_before_flush.resize(n);
+  emb.get_weights(r.weights_before_flush);
+  emb.flush();
+  r.weights.resize(n);
+  emb.get_weights(r.weights);
+  const auto ref = emb.ref();
+  r.store = to_host(be, ref.store, static_cast<std::size_t>(emb.total_rows()) * ref.stride);
+  r.stats = emb.stats();
+  r.step = emb.step();
+  return r;
+}
+
+}  // namespace mpe_test
+
+// The Cache x Rounding types of the bit-identity matrix, for one Storage: X(Storage,
+// Cache, Rounding) per combination.
+#define MPE_TEST_MATRIX(X, S)                      \
+  X(S, mpe::Lru<4>, mpe::StochasticRounding)       \
+  X(S, mpe::Lru<4>, mpe::NearestRounding)          \
+  X(S, mpe::Lfu<4>, mpe::StochasticRounding)       \
+  X(S, mpe::Lfu<4>, mpe::NearestRounding)          \
+  X(S, mpe::DirectMapped, mpe::StochasticRounding) \
+  X(S, mpe::DirectMapped, mpe::NearestRounding)
+
+#define MPE_TEST_HOST_INSTANTIATE(S, C, R)                                                             \
+  template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, \
+                                                                              const mpe_test::Scenario&);
+#define MPE_TEST_HOST_EXTERN(S, C, R)                                                 \
+  extern template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>( \
+      const mpe::HostBackend&, const mpe_test::Scenario&);
