@@ -366,8 +366,11 @@ struct UpdateRows {
       }
     }
     const float m = Rule::multiplier(opt, opt_state ? opt_state + r * Rule::state_floats : nullptr, g, D);
-    const index_t s = slot_of_unique ? slot_of_unique[u] : -1;
-    if (s >= 0 && cache.tags[s] == r) {
+    index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    // A row uncached at forward (conflict or LFU rejection) may have been filled since
+    // by a prefetch: update it where it lives now, or the store update would be lost.
+    if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+    if (s >= 0) {
       float* w = cache.row(s);
       for (std::int32_t d = 0; d < D; ++d) w[d] = num::sub(w[d], num::mul(m, g[d]));
       cache.dirty[s] = 1;
