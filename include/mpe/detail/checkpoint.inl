@@ -39,8 +39,10 @@ namespace fmt = ::mpe::io::checkpoint;
 struct Bytes {
   std::vector<std::uint8_t> v;
   void raw(const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    v.insert(v.end(), b, b + n);
+    if (n == 0) return;
+    const std::size_t at = v.size();
+    v.resize(at + n);
+    std::memcpy(v.data() + at, p, n);
   }
   template <class T>
   void put(T x) {
