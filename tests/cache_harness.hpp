@@ -4,7 +4,8 @@
 // Fp32 storage, a plain FP32 embedding bag trained with SGD. Every call compares the
 // slot of each row of the batch, the whole cache state (tags, LRU scores, dirty bits)
 // and the CacheStats counters; with Fp32 storage it also compares the pooled output and
-// the weights bit for bit.
+// the weights bit for bit. The host backend runs on one thread unless a test passes
+// another (test_cache_zipf compares 1 and 2 threads).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -114,7 +115,7 @@ class Harness {
   static constexpr bool kExact = std::is_same_v<Storage, mpe::Fp32>;
 
   Harness(std::vector<std::int64_t> table_rows, std::int32_t dim, std::int64_t cache_rows,
-          mpe::HostBackend backend = {})
+          mpe::HostBackend backend = {.num_threads = 1})
       : ce_(make_config(table_rows, dim, cache_rows), backend),
         sim_(sim_policy<Policy>(), Policy::ways, total(table_rows), cache_rows,
              design_row_bytes<Storage>(dim)),

@@ -353,3 +353,32 @@ TEST_CASE("set_weights between prefetch and forward: forward reads the new weigh
     CHECK(got[static_cast<std::size_t>(kD + d)] == 0.5f);  // 1 - 0.5 * 1
   }
 }
+
+TEST_CASE("backward(k) updates a row that prefetch(k+1) filled after forward(k) left it uncached") {
+  // LFU: x is rejected at forward(k) (estimate 2, not above the residents' 2), then the
+  // prefetch of k+1 raises its estimate to 3 and fills it. backward(k) must train the
+  // cached FP32 copy: an update written to the store would be lost (the harness checks
+  // every weight against the plain FP32 model).
+  Harness<mpe::Fp32, mpe::Lfu<2>> h({100}, kD, 2);
+  REQUIRE(h.ce().num_sets() == 1);
+  const std::int64_t a = 10, b = 20, x = 30;
+  for (int i = 0; i < 2; ++i) {
+    h.forward(one_bag({a, b}));
+    h.backward();
+  }
+  h.forward(one_bag({x}));
+  h.backward();
+  h.forward(one_bag({x}));
+  REQUIRE(h.sim().estimate(x) == 2);
+  REQUIRE(h.sim().estimate(a) == 2);
+  REQUIRE(h.sim().estimate(b) == 2);
+  CHECK(h.ce().cache_ref().find(x) == -1);
+  CHECK(h.ce().stats().lfu_rejections == 2);
+  h.prefetch(one_bag({x}));
+  CHECK(h.ce().cache_ref().find(x) == 0);  // took way 0 (a and b tie at 2)
+  h.backward();                            // weights checked: x's update is in the cache
+  CHECK(h.ce().cache_ref().dirty[0] == 1);
+  h.forward(one_bag({x}));  // uses the prefetch: reads the trained FP32 row
+  h.backward();
+  h.flush();
+}

@@ -134,12 +134,13 @@ class CacheSimulator {
     return pending_slots_;
   }
 
-  /// backward(): every row of the batch that holds a slot (and still holds it) is updated
-  /// in FP32 and becomes dirty.
+  /// backward(): every row of the batch that holds a slot now (filled at its forward, or
+  /// since, by a prefetch) is updated in FP32 and becomes dirty; the others are updated
+  /// in the store.
   void backward() {
     for (const auto& [row, slot] : in_flight_slots_) {
-      if (slot >= 0 && tags_[static_cast<std::size_t>(slot)] == row)
-        dirty_[static_cast<std::size_t>(slot)] = 1;
+      const std::int64_t now = find(row);
+      if (now >= 0) dirty_[static_cast<std::size_t>(now)] = 1;
     }
     awaiting_ = false;
   }
