@@ -9,6 +9,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/row_accumulate.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
 
@@ -268,36 +269,52 @@ struct PoolBags {
   std::int32_t D;
   bool mean;
   float* output;
+  /// Rows prefetched ahead of the one being pooled (host only).
+  static constexpr index_t kPrefetchRows = 16;
+  MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
+    index_t s = -1;
+    if (lookup) {
+      s = cache.find(r);
+    } else if (slot_of_unique) {
+      s = slot_of_unique[occ_to_unique[i]];
+      if (s >= 0 && cache.tags[s] != r) s = -1;  // line dropped by set_weights after populate
+    }
+    return s;
+  }
+  MPE_HOST_DEVICE void prefetch_row(index_t k) const {
+    const index_t r = global_rows[k];
+    if (!lookup && slot_of_unique) {
+      const index_t s = slot_of_unique[occ_to_unique[k]];
+      if (s >= 0) {
+        prefetch_bytes(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+        return;
+      }
+    } else if (lookup && cache.num_sets > 0) {
+      prefetch_bytes(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
+    }
+    prefetch_bytes(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+  }
   MPE_HOST_DEVICE void operator()(index_t j) const {
     const index_t t = j / B, b = j - (j / B) * B;
     float* o = output + (b * T + t) * D;
     for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
     const index_t begin = offsets[j], end = offsets[j + 1];
+#ifndef __CUDA_ARCH__
+    const index_t n_all = offsets[B * T];
+#endif
     for (index_t i = begin; i < end; ++i) {
+#ifndef __CUDA_ARCH__
+      if (i + kPrefetchRows < n_all) prefetch_row(i + kPrefetchRows);
+#endif
       const index_t r = global_rows[i];
-      index_t s = -1;
-      if (lookup) {
-        s = cache.find(r);
-      } else if (slot_of_unique) {
-        s = slot_of_unique[occ_to_unique[i]];
-        if (s >= 0 && cache.tags[s] != r) s = -1;  // line dropped by set_weights after populate
-      }
+      const index_t s = slot_of(i, r);
+      const float w = weights ? weights[i] : 1.0f;
       if (s >= 0) {
-        const float* c = cache.row(s);
-        if (weights) {
-          const float w = weights[i];
-          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, c[d]));
-        } else {
-          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], c[d]);
-        }
+        accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
+      } else if (weights) {
+        RowAccumulate<Storage>::template run<true>(store + static_cast<std::size_t>(r) * stride, D, w, o);
       } else {
-        const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
-        if (weights) {
-          const float w = weights[i];
-          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, rd[d]));
-        } else {
-          for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], rd[d]);
-        }
+        RowAccumulate<Storage>::template run<false>(store + static_cast<std::size_t>(r) * stride, D, w, o);
       }
     }
     if (mean && end > begin) {

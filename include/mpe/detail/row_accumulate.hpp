@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file row_accumulate.hpp
+/// @brief Dequantize-and-accumulate of one row into a pooled output (not public): the
+/// inner loop of forward pooling (detail::PoolBags), written so that g++ vectorizes it
+/// over d, and software prefetch of rows ahead (host only).
+///
+/// Bits: every element is computed exactly as `Storage::Reader` defines it (Int8:
+/// add(mul(scale, q), bias); Int4: the same with FP16 scale/bias; Fp32: the value) and
+/// added to o[d] with one num::add (or num::add(o[d], num::mul(w, x))), so the per-element
+/// add order is the caller's row order, as with the generic Reader loop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/formats.hpp"
+
+namespace mpe::detail {
+
+/// Generic form: o (D) += x (D), x read through Storage::Reader; `w` scales each x when
+/// `Weighted`. `row` and `o` never overlap.
+template <class Storage>
+struct RowAccumulate {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const typename Storage::Reader rd(row, D);
+    for (std::int32_t d = 0; d < D; ++d) {
+      if constexpr (Weighted) {
+        o[d] = num::add(o[d], num::mul(w, rd[d]));
+      } else {
+        o[d] = num::add(o[d], rd[d]);
+      }
+    }
+  }
+};
+
+/// FP32 rows (the store's Fp32 format, or a cache row).
+inline MPE_HOST_DEVICE void accumulate_f32(const float* __restrict__ x, std::int32_t D, float w,
+                                           float* __restrict__ o, bool weighted) {
+  if (weighted) {
+    for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, x[d]));
+  } else {
+    for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], x[d]);
+  }
+}
+
+template <>
+struct RowAccumulate<Fp32> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    // Unaligned loads as the Reader (row_alignment may be below 4).
+    const std::uint8_t* __restrict__ r = row;
+    float* __restrict__ out = o;
+    for (std::int32_t d = 0; d < D; ++d) {
+      const float x = num::load_f32(r + 4 * d);
+      if constexpr (Weighted) {
+        out[d] = num::add(out[d], num::mul(w, x));
+      } else {
+        out[d] = num::add(out[d], x);
+      }
+    }
+  }
+};
+
+template <>
+struct RowAccumulate<Int8Rowwise> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const float scale = num::load_f32(row + D), bias = num::load_f32(row + D + 4);
+    const std::uint8_t* __restrict__ q = row;
+    float* __restrict__ out = o;
+    for (std::int32_t d = 0; d < D; ++d) {
+      const float x = num::add(num::mul(scale, static_cast<float>(q[d])), bias);
+      if constexpr (Weighted) {
+        out[d] = num::add(out[d], num::mul(w, x));
+      } else {
+        out[d] = num::add(out[d], x);
+      }
+    }
+  }
+};
+
+template <>
+struct RowAccumulate<Int4Rowwise> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const std::int32_t nb = (D + 1) / 2;
+    const float scale = num::half_to_float(num::load_u16(row + nb));
+    const float bias = num::half_to_float(num::load_u16(row + nb + 2));
+    const std::uint8_t* __restrict__ q = row;
+    float* __restrict__ out = o;
+    // Element 2k in the low nibble of byte k, 2k+1 in the high nibble.
+    const std::int32_t pairs = D / 2;
+    for (std::int32_t k = 0; k < pairs; ++k) {
+      const std::uint32_t b = q[k];
+      const float x0 = num::add(num::mul(scale, static_cast<float>(b & 0xfu)), bias);
+      const float x1 = num::add(num::mul(scale, static_cast<float>(b >> 4)), bias);
+      if constexpr (Weighted) {
+        out[2 * k] = num::add(out[2 * k], num::mul(w, x0));
+        out[2 * k + 1] = num::add(out[2 * k + 1], num::mul(w, x1));
+      } else {
+        out[2 * k] = num::add(out[2 * k], x0);
+        out[2 * k + 1] = num::add(out[2 * k + 1], x1);
+      }
+    }
+    if (D & 1) {
+      const float x = num::add(num::mul(scale, static_cast<float>(q[pairs] & 0xfu)), bias);
+      if constexpr (Weighted) {
+        out[D - 1] = num::add(out[D - 1], num::mul(w, x));
+      } else {
+        out[D - 1] = num::add(out[D - 1], x);
+      }
+    }
+  }
+};
+
+/// Prefetches the `bytes` bytes at p into the cache hierarchy for reading (host only; a
+/// no-op in device code).
+MPE_HOST_DEVICE inline void prefetch_bytes(const void* p, std::size_t bytes) {
+#ifndef __CUDA_ARCH__
+  const char* c = static_cast<const char*>(p);
+  const char* last = c + (bytes ? bytes - 1 : 0);
+  for (; c <= last; c += 64) __builtin_prefetch(c, 0, 3);
+  // the last line when the row straddles one more line than the step above reached
+  __builtin_prefetch(last, 0, 3);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace mpe::detail
