@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file fbgemm.hpp
+/// @brief Per-table export of a CachedEmbedding to FBGEMM's and TorchRec's weight layouts,
+/// and import back, on top of the per-row conversions of mpe/storage/interop.hpp.
+///
+/// Layouts (the row formats are documented, with their sources, in interop.hpp):
+///   - `interop::FbgemmFused{}`: FBGEMM's training-side TBE / fused row-wise layouts —
+///     fused 8-bit row-wise (D x u8, f32 scale, f32 bias; `FloatToFused8BitRowwiseQuantized`),
+///     fused N-bit row-wise with N = 4 (ceil(D/2) bytes, element 2i in the low nibble, f16
+///     scale, f16 bias; `FloatToFusedNBitRowwiseQuantizedSBHalf`), FP16 and FP32 (D plain
+///     elements). Which one follows from the store's format (`Int8Rowwise`, `Int4Rowwise`,
+///     `Fp16`, `Fp32`, also `Bf16`), or from `Target` for a converting export.
+///   - `interop::TbeInference{row_alignment}`: FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen`
+///     weights, which TorchRec's quantized EmbeddingBagCollection holds: f16 scale, f16 bias in
+///     front of the codes (`DEFAULT_SCALE_BIAS_SIZE_IN_BYTES = 4`;
+///     fbgemm_gpu/tbe/utils/quantize.py `quantize_embs` splits the fused row into codes and a
+///     4-byte scale/shift, [0:2] scale, [2:4] bias), each row padded to `row_alignment`
+///     (FBGEMM `padded_row_size_in_bytes`; 16 on CUDA).
+///
+/// Memory: host. Both calls synchronize (they copy the table's store rows between backend
+/// and host memory). Extra memory: the table's store bytes plus the exported bytes, on the
+/// host.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mpe/cached_embedding.hpp"
+#include "mpe/storage/interop.hpp"
+
+namespace mpe::io {
+
+namespace detail {
+template <class E>
+void check_table(const char* fn, const E& emb, std::int64_t table) {
+  if (table < 0 || table >= emb.num_tables()) {
+    throw std::invalid_argument(std::string("mpe::io::") + fn + ": table = " + std::to_string(table) +
+                                " is outside [0, " + std::to_string(emb.num_tables()) + ")");
+  }
+}
+
+/// Copies the store rows of one table to host memory.
+template <class E>
+std::vector<std::uint8_t> table_store_bytes(E& emb, std::int64_t table) {
+  const std::size_t stride = emb.store_row_bytes();
+  const auto first = static_cast<std::size_t>(emb.table_offset(table));
+  const auto rows = static_cast<std::size_t>(emb.config().table_rows[static_cast<std::size_t>(table)]);
+  std::vector<std::uint8_t> host(rows * stride);
+  emb.backend().copy_to_host(host.data(), mpe::detail::CheckpointAccess::store(emb) + first * stride,
+                             host.size());
+  return host;
+}
+}  // namespace detail
+
+/// Exports table `table` as (rows, external row bytes) row-major bytes in `layout`.
+///
+/// Non-const because it calls flush() first (dirty cache rows are written back to the store
+/// with the Rounding policy, counted in stats as write-backs); cached rows stay resident.
+/// The export is then the store's content: with `Target` = the store's format (default) a
+/// byte move (except Int8Rowwise to TbeInference, which re-quantizes to f16 parameters, see
+/// interop.hpp); with another `Target` every row is dequantized and re-encoded as `Target`
+/// with round-to-nearest (FP32 from any store is exact).
+///
+/// @tparam Target row format of the output (Fp32, Fp16, Bf16, Int8Rowwise, Int4Rowwise).
+/// @throws std::invalid_argument for a table outside [0, T), a row value `Target` cannot
+///         hold (naming the row and value), or an invalid layout; the store is flushed
+///         even then.
+template <class Target = void, class E, class Layout>
+std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout& layout) {
+  using S = typename E::storage_type;
+  using T = std::conditional_t<std::is_void_v<Target>, S, Target>;
+  detail::check_table("export_table", emb, table);
+  const std::int32_t D = emb.dim();
+  const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
+  const std::size_t eb = interop::external_row_bytes<T>(layout, D);  // validates the layout
+  emb.flush();
+  std::vector<std::uint8_t> store = detail::table_store_bytes(emb, table);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * eb);
+  if constexpr (std::is_same_v<T, S>) {
+    interop::export_table<S>(layout, store, rows, D, emb.config().row_alignment, out);
+  } else {
+    const std::size_t sb = emb.store_row_bytes();
+    const std::size_t tb = row_bytes<T>(D, 1);
+    std::vector<std::uint8_t> converted(static_cast<std::size_t>(rows) * tb);
+    std::vector<float> x(static_cast<std::size_t>(D));
+    const num::RowRng unused{0, 0, 0, num::RoundingSite::SetWeights};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const typename S::Reader rd(store.data() + static_cast<std::size_t>(r) * sb, D);
+      for (std::int32_t d = 0; d < D; ++d) x[static_cast<std::size_t>(d)] = rd[d];
+      if (const std::int32_t bad = T::find_unrepresentable(x.data(), D); bad >= 0) {
+        throw std::invalid_argument("mpe::io::export_table: table " + std::to_string(table) + " row " +
+                                    std::to_string(r) + " element " + std::to_string(bad) + " = " +
+                                    std::to_string(x[static_cast<std::size_t>(bad)]) + " cannot be held by " +
+                                    T::name);
+      }
+      T::template store<NearestRounding>(x.data(), D, converted.data() + static_cast<std::size_t>(r) * tb,
+                                         unused);
+    }
+    interop::export_table<T>(layout, converted, rows, D, 1, out);
+  }
+  return out;
+}
+
+/// Replaces the rows of table `table` with `bytes` ((rows, external row bytes) in `layout`,
+/// host memory) of the store's own format (Int8Rowwise reads fused 8-bit or TBE INT8,
+/// Int4Rowwise fused 4-bit or TBE INT4, Fp16/Fp32/Bf16 plain rows). The conversion is exact
+/// (interop.hpp). Every row is validated before anything changes.
+///
+/// Afterwards the cache is empty: flush() writes back the dirty rows of every table first,
+/// then every line is dropped (so no line holds a stale copy). A batch awaiting backward()
+/// is dropped (call forward() again). Optimizer state, step, seed and stats (apart from the
+/// flush's write-backs) are kept.
+///
+/// @throws std::invalid_argument for a table outside [0, T), a wrong byte count, an invalid
+///         layout, or a row encoding a value the store cannot hold (naming the row); the
+///         object is then unchanged.
+template <class E, class Layout>
+void import_table(E& emb, std::int64_t table, const Layout& layout, std::span<const std::uint8_t> bytes) {
+  using S = typename E::storage_type;
+  detail::check_table("import_table", emb, table);
+  const std::int32_t D = emb.dim();
+  const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
+  std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * emb.store_row_bytes());
+  interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
+  emb.flush();
+  const std::size_t first = static_cast<std::size_t>(emb.table_offset(table)) * emb.store_row_bytes();
+  emb.backend().copy_from_host(mpe::detail::CheckpointAccess::store(emb) + first, store.data(), store.size());
+  mpe::detail::CheckpointAccess::empty_cache(emb);
+}
+
+}  // namespace mpe::io
