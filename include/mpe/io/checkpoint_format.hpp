@@ -53,6 +53,13 @@
 /// per-call workspace). Save between training steps; after load() the next call must be
 /// forward() (a batch that was awaiting backward() at save time is dropped).
 ///
+/// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
+/// the backend's memory is not host memory) and needs no copy of the state. load() reads
+/// the whole file into host memory (one extra copy of the state, file-sized) and verifies
+/// all of it there; only then does it copy the sections into the object's existing buffers
+/// (backend copy_from_host; a new optimizer-state buffer is allocated first when its size
+/// changes). Both synchronize. load() adopts the file's seed, step, counters and stats.
+///
 /// CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial and final
 /// XOR 0xFFFFFFFF; RFC 3720 appendix B.4), check value crc32c("123456789") = 0xE3069283.
 #pragma once
