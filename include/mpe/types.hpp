@@ -30,7 +30,8 @@ struct EmbeddingConfig {
 /// How a bag's rows are combined.
 enum class Pooling { Sum, Mean };
 
-/// Cumulative counters since construction, load() or reset_stats().
+/// Cumulative counters since construction or reset_stats(); load() restores the counters
+/// saved with the checkpoint, so a resumed run counts exactly as an uninterrupted one.
 struct CacheStats {
   std::uint64_t lookups = 0;             ///< index occurrences populated
   std::uint64_t unique_rows = 0;         ///< unique rows per batch, summed over batches
@@ -61,7 +62,8 @@ struct MemoryFootprint {
   }
 };
 
-/// Thrown by load() (and the importers) for a file that fails verification.
+/// Thrown by load() for a checkpoint file that fails verification. (The FBGEMM/TorchRec
+/// importers take bytes as arguments and throw std::invalid_argument.)
 class checkpoint_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
