@@ -2,15 +2,16 @@
 /// @file policies.hpp
 /// @brief Cache replacement policies: `Lru<Ways>`, `Lfu<Ways>`, `DirectMapped`.
 ///
+// clang-format off
 /// What each policy scores (lowest score is evicted first; empty ways before any
 /// occupied way; ties to the lowest way index):
 ///
-/// | policy        | score of a resident row                          | admission order of misses in a set |
-/// a miss replaces a victim when |
-/// |---------------|--------------------------------------------------|-----------------------------------------------|-------------------------------|
-/// | Lru<W>        | the populate counter of the batch that last used it | ascending global row | always | |
-/// Lfu<W>        | its count-min-sketch frequency estimate (now)     | descending estimate, then ascending
-/// row      | its estimate > victim's       | | DirectMapped  | as Lru<1> | ascending global row | always |
+/// | policy       | score of a resident row                 | admission order of a set's misses | a miss replaces a victim when |
+/// |--------------|-----------------------------------------|-----------------------------------|-------------------------------|
+/// | Lru<W>       | populate counter of its last batch      | ascending global row              | always                        |
+/// | Lfu<W>       | count-min-sketch estimate, now          | descending estimate, then row     | its estimate > the victim's   |
+/// | DirectMapped | as Lru<1>                               | ascending global row              | always                        |
+// clang-format on
 #pragma once
 
 #include <concepts>
