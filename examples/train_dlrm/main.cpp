@@ -6,6 +6,8 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -40,6 +42,7 @@ struct Options {
   std::uint64_t train_samples = 1000000, test_samples = 100000, data_seed = 1;
   // what to run
   std::string sweep = "none";
+  std::vector<std::string> configs;
   bool baselines = false;
   int seeds = 1;
   int threads = 0;
@@ -84,6 +87,53 @@ std::vector<RunSpec> paper_sweep(const RunSpec& base) {
     add("int4", "lru", 0.05, r);
   }
   return v;
+}
+
+// Parses a config label as printed in the table: "dense-only", "fp32",
+// "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "fp16+direct0.5%/sr", ...
+RunSpec parse_config(const std::string& text, const RunSpec& base) {
+  RunSpec s = base;
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--configs: cannot parse '" + text + "': " + why);
+  };
+  if (text == "dense" || text == "dense-only") {
+    s.storage = "dense";
+    s.cache = "none";
+    s.cache_fraction = 0;
+    s.label = label_of(s);
+    return s;
+  }
+  std::string main_part = text;
+  if (const auto slash = text.find('/'); slash != std::string::npos) {
+    const std::string r = text.substr(slash + 1);
+    main_part = text.substr(0, slash);
+    if (r == "sr" || r == "stochastic") s.rounding = "stochastic";
+    else if (r == "rn" || r == "nearest") s.rounding = "nearest";
+    else throw bad("rounding must be sr or rn");
+  }
+  s.cache = "none";
+  s.cache_fraction = 0;
+  if (const auto plus = main_part.find('+'); plus != std::string::npos) {
+    std::string c = main_part.substr(plus + 1);
+    main_part = main_part.substr(0, plus);
+    if (!c.empty() && c.back() == '%') c.pop_back();
+    std::size_t i = 0;
+    while (i < c.size() && std::isalpha(static_cast<unsigned char>(c[i]))) ++i;
+    s.cache = c.substr(0, i);
+    if (s.cache != "lru" && s.cache != "lfu" && s.cache != "direct") throw bad("cache must be lru, lfu or direct");
+    try {
+      std::size_t used = 0;
+      s.cache_fraction = std::stod(c.substr(i), &used) / 100.0;
+      if (used != c.size() - i || !(s.cache_fraction > 0 && s.cache_fraction <= 1)) throw bad("cache percentage");
+    } catch (const std::logic_error&) {
+      throw bad("cache percentage must be a number in (0, 100]");
+    }
+  }
+  if (main_part != "fp32" && main_part != "fp16" && main_part != "int8" && main_part != "int4")
+    throw bad("storage must be fp32, fp16, int8 or int4");
+  s.storage = main_part;
+  s.label = label_of(s);
+  return s;
 }
 
 RunResult run_one(const RunSpec& s, const DataSetup& d) {
@@ -291,6 +341,14 @@ bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, dou
       for (const auto& r : a.runs) ll.push_back(r.logloss);
       dense = mean_sd(ll).mean;
     }
+  // y range: every point, the dense-only line and the Bayes line, padded 5 %.
+  double ylo = bayes > 0 ? bayes : 1e300, yhi = dense > 0 ? dense : -1e300;
+  for (const auto& a : aggs)
+    for (const auto& r : a.runs) {
+      ylo = std::min(ylo, r.logloss);
+      yhi = std::max(yhi, r.logloss);
+    }
+  if (yhi > ylo) s << "set yrange [" << ylo - 0.05 * (yhi - ylo) << ":" << yhi + 0.05 * (yhi - ylo) << "]\n";
   std::string plots = "plot '-' using 1:2:3 with yerrorbars pt 7 lc rgb '#1f77b4' title 'stochastic rounding (FP32 incl.)', "
                       "'-' using 1:2:3 with yerrorbars pt 9 lc rgb '#d62728' title 'round to nearest', "
                       "'-' using 1:2:3 with labels offset 0.8,0.6 left font ',8' notitle noenhanced";
@@ -348,6 +406,7 @@ int main(int argc, char** argv) {
   app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
   app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
   app.add_option("--sweep", o.sweep, "none, or paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}")->group(g_cfg)->check(CLI::IsMember({"none", "paper"}));
+  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only (instead of --storage/--cache/...)")->group(g_cfg)->delimiter(',');
   app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
 
   auto* g_train = "Training";
@@ -385,16 +444,11 @@ int main(int argc, char** argv) {
   }
 
   try {
-    std::shared_ptr<SyntheticWorld> world;
-    const DataSetup data = make_data(o, world);
-    std::int64_t total = 0;
-    for (auto r : data.table_rows) total += r;
-    std::cerr << "data: " << data.description << "\n"
-              << "tables: " << data.table_rows.size() << ", " << total << " rows in all\n";
-
     std::vector<RunSpec> specs;
     if (o.sweep == "paper") {
       specs = paper_sweep(base);
+    } else if (!o.configs.empty()) {
+      for (const auto& c : o.configs) specs.push_back(parse_config(c, base));
     } else {
       if (base.cache == "none") base.cache_fraction = 0;
       if (base.cache_fraction == 0) base.cache = "none";
@@ -412,6 +466,13 @@ int main(int argc, char** argv) {
       }
       specs.push_back(base);
     }
+
+    std::shared_ptr<SyntheticWorld> world;
+    const DataSetup data = make_data(o, world);
+    std::int64_t total = 0;
+    for (auto r : data.table_rows) total += r;
+    std::cerr << "data: " << data.description << "\n"
+              << "tables: " << data.table_rows.size() << ", " << total << " rows in all\n";
 
     std::vector<Aggregate> aggs(specs.size());
     double bayes = -1;
