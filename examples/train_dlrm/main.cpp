@@ -333,7 +333,7 @@ bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, dou
   s << "set output '" << path << "'\n";
   s << "set title \"" << title << "\" noenhanced\n";
   s << "set xlabel 'embedding memory (MiB, store + cache + metadata)'\nset ylabel 'test log loss'\n";
-  s << "set logscale x\nset grid\nset key top right\n";
+  s << "set logscale x\nset grid\nset key bottom right\n";
   double dense = -1;
   for (const auto& a : aggs)
     if (a.spec.storage == "dense") {
