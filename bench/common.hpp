@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <mpe/mpe.hpp>
@@ -355,12 +356,22 @@ Fixture<E>& fixture(const std::string& type_name, const Params& p) {
 using Clock = std::chrono::steady_clock;
 inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// CPU seconds of the whole process (all threads): on a shared, loaded machine the
+/// wall-clock time includes waiting for a core; CPU time does not.
+inline double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 /// Sets the counters of RESULTS.md from totals over the timed iterations: `indices`
 /// looked up, `bytes` moved (defined per operation in RESULTS.md), `rows` read from the
-/// store (for fraction_of_limit, with `lines_per_row_v` lines each), `seconds` timed.
+/// store (for fraction_of_limit, with `lines_per_row_v` lines each), `seconds` timed (wall),
+/// `cpu_seconds` the process CPU time of the same parts.
 inline void set_counters(benchmark::State& st, double indices, double bytes, double rows,
-                         double lines_per_row_v, double seconds) {
+                         double lines_per_row_v, double seconds, double cpu_seconds) {
   if (seconds <= 0) return;
+  if (cpu_seconds > 0) st.counters["indices_per_cpu_second"] = benchmark::Counter(indices / cpu_seconds);
   st.counters["indices_per_second"] = benchmark::Counter(indices / seconds);
   st.counters["bytes_per_second"] = benchmark::Counter(bytes / seconds);
   const Limits& L = limits();

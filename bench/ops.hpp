@@ -56,7 +56,7 @@ void bm_op(benchmark::State& st) {
   const double stride = static_cast<double>(e.store_row_bytes());
   const double lpr = lines_per_row(S::data_bytes(static_cast<std::int32_t>(p.D)), e.store_row_bytes());
   const double out_bytes = static_cast<double>(p.B * p.D) * 4.0;
-  double seconds = 0, indices = 0, bytes = 0, rows = 0;
+  double seconds = 0, cpu = 0, indices = 0, bytes = 0, rows = 0;
   for (auto _ : st) {
     const Batch& b = f.batch();
     const double n = static_cast<double>(b.indices.size());
@@ -64,53 +64,65 @@ void bm_op(benchmark::State& st) {
     double t = 0;
     if constexpr (OpV == kForward || OpV == kBackward || OpV == kPopulate) {
       const mpe::CacheStats before = e.stats();
+      double c0 = cpu_now();
       auto t0 = Clock::now();
       e.prefetch(b.indices, b.offsets);
-      const double tp = since(t0);
+      const double tp = since(t0), cp = cpu_now() - c0;
       const mpe::CacheStats after = e.stats();
+      c0 = cpu_now();
       t0 = Clock::now();
       e.forward(b.indices, b.offsets, f.output);
       benchmark::ClobberMemory();
-      const double tf = since(t0);
+      const double tf = since(t0), cf = cpu_now() - c0;
+      c0 = cpu_now();
       t0 = Clock::now();
       e.backward(f.grad, mpe::Sgd{kLearningRate});
       benchmark::ClobberMemory();
-      const double tb = since(t0);
+      const double tb = since(t0), cb = cpu_now() - c0;
       if constexpr (OpV == kForward) {
         t = tf;
+        cpu += cf;
         bytes += n * stride + out_bytes;
         rows += n;
       } else if constexpr (OpV == kBackward) {
         t = tb;
+        cpu += cb;
         bytes += out_bytes + 2.0 * U * stride;
         rows += U;
       } else {
         t = tp;
+        cpu += cp;
         const double moved = static_cast<double>(after.bytes_filled - before.bytes_filled +
                                                  after.bytes_written_back - before.bytes_written_back);
         bytes += n * 8.0 + moved;
         rows += moved / static_cast<double>(S::data_bytes(static_cast<std::int32_t>(p.D)));
       }
     } else if constexpr (OpV == kStep) {
+      const double c0 = cpu_now();
       const auto t0 = Clock::now();
       e.forward(b.indices, b.offsets, f.output);
       e.backward(f.grad, mpe::Sgd{kLearningRate});
       benchmark::ClobberMemory();
       t = since(t0);
+      cpu += cpu_now() - c0;
       bytes += n * stride + out_bytes + out_bytes + 2.0 * U * stride;
       rows += n + U;
     } else if constexpr (OpV == kForwardDirect) {
+      const double c0 = cpu_now();
       const auto t0 = Clock::now();
       e.forward(b.indices, b.offsets, f.output);
       benchmark::ClobberMemory();
       t = since(t0);
+      cpu += cpu_now() - c0;
       bytes += n * stride + out_bytes;
       rows += n;
     } else {
+      const double c0 = cpu_now();
       const auto t0 = Clock::now();
       e.forward_inference(b.indices, b.offsets, f.output);
       benchmark::ClobberMemory();
       t = since(t0);
+      cpu += cpu_now() - c0;
       bytes += n * stride + out_bytes;
       rows += n;
     }
@@ -119,7 +131,7 @@ void bm_op(benchmark::State& st) {
     seconds += t;
     st.SetIterationTime(t);
   }
-  set_counters(st, indices, bytes, rows, lpr, seconds);
+  set_counters(st, indices, bytes, rows, lpr, seconds, cpu);
   const mpe::CacheStats s1 = e.stats();
   mpe::CacheStats d{};
   d.hits = s1.hits - s0.hits;
@@ -204,30 +216,35 @@ void bm_plain(benchmark::State& st) {
   const double row = static_cast<double>(p.D) * 4.0;
   const double lpr = lines_per_row(static_cast<std::size_t>(row), static_cast<std::size_t>(row));
   const double out_bytes = static_cast<double>(p.B * p.D) * 4.0;
-  double seconds = 0, indices = 0, bytes = 0, rows = 0;
+  double seconds = 0, cpu = 0, indices = 0, bytes = 0, rows = 0;
   for (auto _ : st) {
     const Batch& b = f.batches[f.next];
     const double n = static_cast<double>(b.indices.size());
+    double c0 = cpu_now();
     auto t0 = Clock::now();
     f.forward(b);
     benchmark::ClobberMemory();
-    const double tf = since(t0);
+    const double tf = since(t0), cf = cpu_now() - c0;
+    c0 = cpu_now();
     t0 = Clock::now();
     f.backward(b);
     benchmark::ClobberMemory();
-    const double tb = since(t0);
+    const double tb = since(t0), cb = cpu_now() - c0;
     double t;
     if constexpr (OpV == kForward) {
       t = tf;
+      cpu += cf;
       bytes += n * row + out_bytes;
       rows += n;
     } else if constexpr (OpV == kBackward) {
       t = tb;
+      cpu += cb;
       // per occurrence: the row read and written, the gradient row read
       bytes += n * (2.0 * row) + out_bytes;
       rows += n;
     } else {
       t = tf + tb;
+      cpu += cf + cb;
       bytes += n * row + out_bytes + n * 2.0 * row + out_bytes;
       rows += 2.0 * n;
     }
@@ -236,7 +253,7 @@ void bm_plain(benchmark::State& st) {
     seconds += t;
     st.SetIterationTime(t);
   }
-  set_counters(st, indices, bytes, rows, lpr, seconds);
+  set_counters(st, indices, bytes, rows, lpr, seconds, cpu);
   if constexpr (OpV == kStep) st.counters["transfer_bytes_per_step"] = 0;
   st.counters["setup_s"] = f.setup_s;
 }
