@@ -270,7 +270,7 @@ struct PoolBags {
   bool mean;
   float* output;
   /// Rows prefetched ahead of the one being pooled (host only).
-  static constexpr index_t kPrefetchRows = 16;
+  static constexpr index_t kPrefetchRows = 32;
   MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
     index_t s = -1;
     if (lookup) {

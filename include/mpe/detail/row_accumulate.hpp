@@ -116,15 +116,22 @@ struct RowAccumulate<Int4Rowwise> {
   }
 };
 
-/// Prefetches the `bytes` bytes at p into the cache hierarchy for reading (host only; a
-/// no-op in device code).
+/// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
+/// overlap with the pooling of earlier rows (host only; a no-op in device code). Plain
+/// loads, not prefetch instructions: on the KVM guest we measured, software prefetches
+/// that missed the TLB were dropped, while loads walk the page table and stay in flight
+/// in the out-of-order window (Int8 D = 64 over 1M rows: 12.6 -> ~19 M rows/s; Int4
+/// 6.8 -> ~17 M rows/s, bench/RESULTS.md).
 MPE_HOST_DEVICE inline void prefetch_bytes(const void* p, std::size_t bytes) {
 #ifndef __CUDA_ARCH__
   const char* c = static_cast<const char*>(p);
   const char* last = c + (bytes ? bytes - 1 : 0);
-  for (; c <= last; c += 64) __builtin_prefetch(c, 0, 3);
-  // the last line when the row straddles one more line than the step above reached
-  __builtin_prefetch(last, 0, 3);
+  for (; c <= last; c += 64) {
+    const char v = *c;
+    asm volatile("" : : "r"(v));  // keep the load; its value is not needed
+  }
+  const char v = *last;  // the last line when the row straddles one more line
+  asm volatile("" : : "r"(v));
 #else
   (void)p;
   (void)bytes;
