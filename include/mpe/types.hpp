@@ -33,6 +33,7 @@ enum class Pooling { Sum, Mean };
 /// Cumulative counters since construction or reset_stats(); load() restores the counters
 /// saved with the checkpoint, so a resumed run counts exactly as an uninterrupted one.
 struct CacheStats {
+  // Without a cache (cache_rows = 0) only lookups, saturated_rows and skipped_steps move.
   std::uint64_t lookups = 0;             ///< index occurrences populated
   std::uint64_t unique_rows = 0;         ///< unique rows per batch, summed over batches
   std::uint64_t hits = 0;                ///< unique rows found in the cache
