@@ -383,12 +383,12 @@ TEST_CASE("backward misuse throws std::logic_error and changes nothing") {
     const auto g = ref::random_floats(t.rng, out_size(kB), -1, 1);
     expect_throw<std::invalid_argument>(
         [&] { t.victim.backward(g, mpe::RowwiseAdagrad{std::numeric_limits<float>::quiet_NaN()}); },
-        {"rowwise_adagrad"});
+        {"RowwiseAdagrad.learning_rate", "nan"});
     expect_throw<std::invalid_argument>(
         [&] {
           t.victim.backward(g, mpe::RowwiseAdagrad{0.5f, -1.0f});
         },
-        {"rowwise_adagrad"});
+        {"RowwiseAdagrad.eps", "-1"});
     t.check_unchanged();
   }
 }

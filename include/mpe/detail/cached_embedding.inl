@@ -203,8 +203,8 @@ void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::spa
     }
     float v;
     backend_.copy_to_host(&v, weights.data() + i, sizeof v);
-    detail::invalid(
-        fn, "per_sample_weights[" + std::to_string(i) + "] = " + std::to_string(v) + " is not finite");
+    detail::invalid(fn,
+                    "per_sample_weights[" + std::to_string(i) + "] = " + format_float(v) + " is not finite");
   }
 }
 
@@ -436,9 +436,7 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     throw std::logic_error(detail::ce_prefix(fn) + "the optimizer kind changed to " + Rule::name +
                            "; one table trains with one optimizer (its state is per kind)");
   }
-  if (!Rule::valid(optimizer))
-    detail::invalid(fn, std::string("optimizer parameters of ") + Rule::name +
-                            " are not valid (non-finite or negative eps)");
+  if (const std::string bad = Rule::check(optimizer); !bad.empty()) detail::invalid(fn, bad);
   const index_t T = num_tables();
   const auto expect = static_cast<std::size_t>(b.B * T * config_.dim);
   if (grad_output.size() != expect) {
@@ -462,7 +460,7 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     }
     float v;
     backend_.copy_to_host(&v, grad_output.data() + i, sizeof v);
-    detail::invalid(fn, "grad_output[" + std::to_string(i) + "] = " + std::to_string(v) + " is not finite");
+    detail::invalid(fn, "grad_output[" + std::to_string(i) + "] = " + format_float(v) + " is not finite");
   }
   if (opt_kind_ == 0) {
     if constexpr (Rule::state_floats > 0) {
@@ -530,9 +528,9 @@ void MPE_CE::set_weights(std::span<const float> weights, std::int64_t first_row)
   backend_.for_each(count, detail::CheckRepresentable<Storage>{src, config_.dim, error_.data()});
   if (const index_t i = read_scalar(error_.data()); i != detail::kNoError) {
     detail::invalid(fn, "weights[" + std::to_string(i) +
-                            "] = " + std::to_string(weights[static_cast<std::size_t>(i)]) + " (row " +
+                            "] = " + format_float(weights[static_cast<std::size_t>(i)]) + " (row " +
                             std::to_string(first_row + i / config_.dim) + ") cannot be stored as " +
-                            Storage::name + " (non-finite or |x| > " + std::to_string(Storage::limit) + ")");
+                            Storage::name + " (non-finite or |x| > " + format_float(Storage::limit) + ")");
   }
   write_rows(src, first_row, count, num::RoundingSite::SetWeights);
 }
@@ -558,8 +556,8 @@ void MPE_CE::init_uniform(float low, float high) {
   const char* fn = "init_uniform";
   if (!num::is_finite(low) || !num::is_finite(high) || !(low < high) || low < -Storage::limit ||
       high > Storage::limit) {
-    detail::invalid(fn, "[low, high) = [" + std::to_string(low) + ", " + std::to_string(high) +
-                            ") must be finite, non-empty and within +-" + std::to_string(Storage::limit));
+    detail::invalid(fn, "[low, high) = [" + format_float(low) + ", " + format_float(high) +
+                            ") must be finite, non-empty and within +-" + format_float(Storage::limit));
   }
   const index_t chunk = std::min<index_t>(65536, total_rows_);
   detail::Buffer<float, Backend> buf(backend_, static_cast<std::size_t>(chunk) * config_.dim);

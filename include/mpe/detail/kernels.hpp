@@ -388,10 +388,15 @@ struct UpdateRows {
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     if (s >= 0) {
+      // The cached FP32 row keeps to the store format's range (as a store update does),
+      // so it never overflows to inf and always round-trips through set_weights.
       float* w = cache.row(s);
-      for (std::int32_t d = 0; d < D; ++d) w[d] = num::sub(w[d], num::mul(m, g[d]));
+      bool sat = false;
+      for (std::int32_t d = 0; d < D; ++d) {
+        w[d] = detail::sanitize(num::sub(w[d], num::mul(m, g[d])), Storage::limit, sat);
+      }
       cache.dirty[s] = 1;
-      outcome[u] = 0;
+      outcome[u] = sat ? kSaturated : 0;
     } else {
       std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
       const typename Storage::Reader rd(row, D);

@@ -5,12 +5,22 @@
 /// update per-row optimizer state.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <string>
 
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/reduce.hpp"
 
 namespace mpe {
+
+/// Shortest decimal that reads back as the same float ("1e+30", "0.1", "nan"): for error
+/// messages.
+inline std::string format_float(float x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
 
 /// Plain SGD: w -= learning_rate * g. No state.
 struct Sgd {
@@ -39,7 +49,12 @@ struct OptimizerRule<Sgd> {
                                           std::int32_t /*dim*/) {
     return o.learning_rate;
   }
-  static bool valid(const Sgd& o) { return num::is_finite(o.learning_rate); }
+  /// Empty when the parameters are usable, else what is wrong (named, with the value).
+  static std::string check(const Sgd& o) {
+    return num::is_finite(o.learning_rate)
+               ? std::string()
+               : "Sgd.learning_rate = " + format_float(o.learning_rate) + " is not finite";
+  }
 };
 
 template <>
@@ -54,8 +69,15 @@ struct OptimizerRule<RowwiseAdagrad> {
     *state = G;
     return num::div(o.learning_rate, num::add(num::sqrt(G), o.eps));
   }
-  static bool valid(const RowwiseAdagrad& o) {
-    return num::is_finite(o.learning_rate) && num::is_finite(o.eps) && o.eps >= 0.0f;
+  /// Empty when the parameters are usable, else what is wrong (named, with the value).
+  static std::string check(const RowwiseAdagrad& o) {
+    if (!num::is_finite(o.learning_rate)) {
+      return "RowwiseAdagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
+    }
+    if (!num::is_finite(o.eps) || o.eps < 0.0f) {
+      return "RowwiseAdagrad.eps = " + format_float(o.eps) + " must be finite and >= 0";
+    }
+    return {};
   }
 };
 
