@@ -15,6 +15,7 @@
 #include <typeinfo>
 
 #include "reference/embedding_bag.hpp"
+#include "reference/stats_equal.hpp"
 
 namespace {
 
@@ -55,20 +56,7 @@ void expect_throw(F&& f, std::initializer_list<std::string> parts) {
   CHECK_MESSAGE(thrown, "no exception");
 }
 
-void check_stats_equal(const mpe::CacheStats& a, const mpe::CacheStats& b) {
-  CHECK(a.lookups == b.lookups);
-  CHECK(a.unique_rows == b.unique_rows);
-  CHECK(a.hits == b.hits);
-  CHECK(a.misses == b.misses);
-  CHECK(a.conflict_misses == b.conflict_misses);
-  CHECK(a.evictions == b.evictions);
-  CHECK(a.writebacks == b.writebacks);
-  CHECK(a.lfu_rejections == b.lfu_rejections);
-  CHECK(a.saturated_rows == b.saturated_rows);
-  CHECK(a.bytes_filled == b.bytes_filled);
-  CHECK(a.bytes_written_back == b.bytes_written_back);
-  CHECK(a.skipped_steps == b.skipped_steps);
-}
+using ref::check_stats_equal;
 
 std::vector<float> weights_of(const E& e) {
   std::vector<float> w(static_cast<std::size_t>(e.total_rows()) * kD);

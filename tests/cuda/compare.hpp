@@ -9,6 +9,7 @@
 #include <mpe/backend/cuda_backend.cuh>
 #include <vector>
 
+#include "../reference/stats_equal.hpp"
 #include "scenario.hpp"
 
 namespace mpe_test {
@@ -36,20 +37,7 @@ inline void check_same(const Result& host, const Result& dev) {
   MPE_TEST_SAME_BITS(weights_before_flush);
   MPE_TEST_SAME_BITS(weights);
   MPE_TEST_SAME_BITS(store);
-  const mpe::CacheStats& a = host.stats;
-  const mpe::CacheStats& b = dev.stats;
-  CHECK(a.lookups == b.lookups);
-  CHECK(a.unique_rows == b.unique_rows);
-  CHECK(a.hits == b.hits);
-  CHECK(a.misses == b.misses);
-  CHECK(a.conflict_misses == b.conflict_misses);
-  CHECK(a.evictions == b.evictions);
-  CHECK(a.writebacks == b.writebacks);
-  CHECK(a.lfu_rejections == b.lfu_rejections);
-  CHECK(a.saturated_rows == b.saturated_rows);
-  CHECK(a.bytes_filled == b.bytes_filled);
-  CHECK(a.bytes_written_back == b.bytes_written_back);
-  CHECK(a.skipped_steps == b.skipped_steps);
+  ref::check_stats_equal(host.stats, dev.stats);
   CHECK(host.step == dev.step);
 }
 
