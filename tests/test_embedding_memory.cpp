@@ -193,7 +193,8 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
 
   // ReadRows reads them back
   std::vector<float> out(2 * D);
-  const mpe::detail::ReadRows<S> rd{no_cache, store, stride, r0, out.data()};
+  const mpe::detail::ReadRows<S> rd{mpe::EmbeddingRef<S>{store, stride, no_cache, nullptr, 0, D}, r0,
+                                    out.data()};
   rd(0);
   rd(1);
   for (int d = 0; d < D; ++d) {

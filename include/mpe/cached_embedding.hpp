@@ -166,8 +166,8 @@ class CachedEmbedding {
   /// Trivially copyable read view (store, cache, table offsets) for users' own per-item
   /// code or CUDA kernels; memory space and validity as EmbeddingRef documents.
   EmbeddingRef<Storage> ref() const {
-    return EmbeddingRef<Storage>{store_.data(), stride_, cache_ref(), table_offsets_.data(), num_tables(),
-                                 config_.dim};
+    return EmbeddingRef<Storage>{store_.data(),         stride_,      cache_ref(),
+                                 table_offsets_.data(), num_tables(), config_.dim};
   }
 
  private:
@@ -177,7 +177,9 @@ class CachedEmbedding {
 
   struct Batch {
     bool valid = false, sorted = false, awaiting_backward = false;
-    bool skip_step = false;  // non-finite per-sample weights under NonFinite::Skip
+    bool skip_step = false;
+    bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)  // non-finite
+                            // per-sample weights under NonFinite::Skip
     std::uint64_t id = 0;
     index_t n = 0, B = 0, U = 0;
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
@@ -196,6 +198,7 @@ class CachedEmbedding {
                            std::span<const std::int64_t> offsets, std::span<const float> weights,
                            Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
                            index_t* bag_of, bool* non_finite = nullptr) const;
+  void check_output_size(const char* fn, std::size_t size, index_t B) const;
   void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
   void prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
                      std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,

@@ -209,6 +209,15 @@ void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::spa
 }
 
 MPE_CE_TEMPLATE
+void MPE_CE::check_output_size(const char* fn, std::size_t size, index_t B) const {
+  const index_t T = num_tables();
+  if (size != static_cast<std::size_t>(B * T * config_.dim)) {
+    detail::invalid(fn, "output.size() = " + std::to_string(size) + "; expected B*T*D = " +
+                            std::to_string(B) + "*" + std::to_string(T) + "*" + std::to_string(config_.dim));
+  }
+}
+
+MPE_CE_TEMPLATE
 void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
                                  std::span<const std::int64_t> offsets, std::span<const float> weights,
                                  Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
@@ -227,10 +236,7 @@ void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const s
     detail::invalid(fn, "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(last) +
                             "; must equal indices.size() = " + std::to_string(n));
   }
-  if (output_size != kSkipOutputCheck && output_size != static_cast<std::size_t>(B * T * config_.dim)) {
-    detail::invalid(fn, "output.size() = " + std::to_string(output_size) + "; expected B*T*D = " +
-                            std::to_string(B) + "*" + std::to_string(T) + "*" + std::to_string(config_.dim));
-  }
+  if (output_size != kSkipOutputCheck) check_output_size(fn, output_size, B);
   const index_t none = detail::kNoError;
   backend_.copy_from_host(err, &none, sizeof none);
   backend_.for_each(B * T, detail::CheckOffsets{offsets.data(), err});
@@ -374,11 +380,7 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
   Batch* b;
   if (same_batch(pending_, indices, offsets)) {
     // Validated and populated by prefetch(); check only this call's own arguments.
-    const std::size_t expect = static_cast<std::size_t>(pending_.B * num_tables() * config_.dim);
-    if (output.size() != expect) {
-      detail::invalid(fn, "output.size() = " + std::to_string(output.size()) +
-                              "; expected B*T*D = " + std::to_string(expect));
-    }
+    check_output_size(fn, output.size(), pending_.B);
     check_weights(fn, error_.data(), indices.size(), per_sample_weights, pooling, non_finite);
     b = &pending_;
   } else {
@@ -400,8 +402,13 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
                                                          cached ? cur.slot_of_unique.data() : nullptr, w,
                                                          cache_ref(), false, store_.data(), stride_, cur.B, T,
                                                          config_.dim, mean, output.data()});
-  cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
-  backend_.for_each(cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data()});
+  // Backward needs per-occurrence coefficients only for weighted or mean pooling.
+  cur.has_coef = w != nullptr || mean;
+  if (cur.has_coef) {
+    cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
+    backend_.for_each(cur.n,
+                      detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data()});
+  }
   cur.skip_step = skip;
   cur.awaiting_backward = true;
 }
@@ -477,10 +484,11 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     const bool cached = num_sets_ > 0;
     backend_.for_each(
         U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
-               b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(), b.coef.data(),
-               grad_output.data(), cached ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
-               stride_, b.B, T, config_.dim, optimizer, Rule::state_floats > 0 ? opt_state_.data() : nullptr,
-               b.grad.data(), config_.seed, static_cast<std::uint32_t>(step_), b.outcome.data()});
+               b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+               b.has_coef ? b.coef.data() : nullptr, grad_output.data(),
+               cached ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(), stride_, b.B, T,
+               config_.dim, optimizer, Rule::state_floats > 0 ? opt_state_.data() : nullptr, b.grad.data(),
+               config_.seed, static_cast<std::uint32_t>(step_), b.outcome.data()});
     const detail::OutcomeCounts c =
         backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
     stats_.saturated_rows += c.saturated;
@@ -542,12 +550,10 @@ void MPE_CE::get_weights(std::span<float> out, std::int64_t first_row) const {
   if (count == 0) return;
   if constexpr (Backend::device_spans) {
     detail::Buffer<float, Backend> staged(backend_, out.size());
-    backend_.for_each(
-        count, detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, staged.data()});
+    backend_.for_each(count, detail::ReadRows<Storage>{ref(), first_row, staged.data()});
     backend_.copy_to_host(out.data(), staged.data(), out.size_bytes());
   } else {
-    backend_.for_each(count,
-                      detail::ReadRows<Storage>{cache_ref(), store_.data(), stride_, first_row, out.data()});
+    backend_.for_each(count, detail::ReadRows<Storage>{ref(), first_row, out.data()});
   }
 }
 

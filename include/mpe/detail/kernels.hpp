@@ -10,6 +10,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
 #include "mpe/detail/row_accumulate.hpp"
+#include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
 
@@ -269,8 +270,8 @@ struct PoolBags {
   std::int32_t D;
   bool mean;
   float* output;
-  /// Rows prefetched ahead of the one being pooled (host only).
-  static constexpr index_t kPrefetchRows = 32;
+  /// Occurrences ahead whose rows are touched (loaded) before they are pooled (host only).
+  static constexpr index_t kTouchAhead = 32;
   MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
     index_t s = -1;
     if (lookup) {
@@ -281,18 +282,18 @@ struct PoolBags {
     }
     return s;
   }
-  MPE_HOST_DEVICE void prefetch_row(index_t k) const {
+  MPE_HOST_DEVICE void touch_row(index_t k) const {
     const index_t r = global_rows[k];
     if (!lookup && slot_of_unique) {
       const index_t s = slot_of_unique[occ_to_unique[k]];
       if (s >= 0) {
-        prefetch_bytes(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+        touch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
       }
     } else if (lookup && cache.num_sets > 0) {
-      prefetch_bytes(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
+      touch_lines(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
     }
-    prefetch_bytes(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+    touch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
   MPE_HOST_DEVICE void operator()(index_t j) const {
     const index_t t = j / B, b = j - (j / B) * B;
@@ -304,7 +305,7 @@ struct PoolBags {
 #endif
     for (index_t i = begin; i < end; ++i) {
 #ifndef __CUDA_ARCH__
-      if (i + kPrefetchRows < n_all) prefetch_row(i + kPrefetchRows);
+      if (i + kTouchAhead < n_all) touch_row(i + kTouchAhead);
 #endif
       const index_t r = global_rows[i];
       const index_t s = slot_of(i, r);
@@ -324,7 +325,8 @@ struct PoolBags {
   }
 };
 
-/// Per-occurrence gradient coefficient: the per-sample weight, 1/L for mean pooling, or 1.
+/// Per-occurrence gradient coefficient: the per-sample weight, or 1/L for mean pooling
+/// (plain sum pooling needs none: backward then uses grad_output as it is).
 struct Coefficients {
   const index_t* offsets;
   const index_t* bag_of;
@@ -337,8 +339,6 @@ struct Coefficients {
     } else if (mean) {
       const index_t j = bag_of[i];
       coef[i] = num::div(1.0f, static_cast<float>(offsets[j + 1] - offsets[j]));
-    } else {
-      coef[i] = 1.0f;
     }
   }
 };
@@ -353,7 +353,7 @@ struct UpdateRows {
   const index_t* seg_start;       // (U + 1)
   const index_t* sorted_pos;      // (n)
   const index_t* bag_of;          // (n)
-  const float* coef;              // (n)
+  const float* coef;              // (n), or null for plain sum pooling (coefficient 1)
   const float* grad_output;       // (B, T*D)
   const index_t* slot_of_unique;  // (U) or null
   CacheRef cache;
@@ -375,11 +375,18 @@ struct UpdateRows {
       const index_t j = bag_of[i];
       const index_t t = j / B, b = j - (j / B) * B;
       const float* go = grad_output + (b * T + t) * D;
-      const float c = coef[i];
-      if (k == seg_start[u]) {
-        for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+      const bool first = k == seg_start[u];
+      if (coef) {
+        const float c = coef[i];
+        if (first) {
+          for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+        } else {
+          for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+        }
+      } else if (first) {  // coefficient 1: mul(1, x) == x, the same bits without the multiply
+        for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
       } else {
-        for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+        for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
       }
     }
     const float m = Rule::multiplier(opt, opt_state ? opt_state + r * Rule::state_floats : nullptr, g, D);
@@ -407,27 +414,14 @@ struct UpdateRows {
   }
 };
 
-/// Reads global rows [first, first + count) through the cache into out (count, D).
+/// Reads global rows [first, first + count) through the cache into out (count, D), as
+/// EmbeddingRef::read_row does.
 template <class Storage>
 struct ReadRows {
-  CacheRef cache;
-  const std::uint8_t* store;
-  std::size_t stride;
+  EmbeddingRef<Storage> ref;
   index_t first;
   float* out;
-  MPE_HOST_DEVICE void operator()(index_t i) const {
-    const index_t r = first + i;
-    const std::int32_t D = cache.dim;
-    float* o = out + i * D;
-    const index_t s = cache.find(r);
-    if (s >= 0) {
-      const float* c = cache.row(s);
-      for (std::int32_t d = 0; d < D; ++d) o[d] = c[d];
-    } else {
-      const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
-      for (std::int32_t d = 0; d < D; ++d) o[d] = rd[d];
-    }
-  }
+  MPE_HOST_DEVICE void operator()(index_t i) const { ref.read_row(first + i, out + i * ref.dim); }
 };
 
 /// First element of rows (count, D) that Storage cannot hold (position i*D + d).

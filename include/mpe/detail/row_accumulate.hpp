@@ -2,7 +2,7 @@
 /// @file row_accumulate.hpp
 /// @brief Dequantize-and-accumulate of one row into a pooled output (not public): the
 /// inner loop of forward pooling (detail::PoolBags), written so that g++ vectorizes it
-/// over d, and software prefetch of rows ahead (host only).
+/// over d, and loads of rows ahead so their misses overlap (host only).
 ///
 /// Bits: every element is computed exactly as `Storage::Reader` defines it (Int8:
 /// add(mul(scale, q), bias); Int4: the same with FP16 scale/bias; Fp32: the value) and
@@ -122,7 +122,7 @@ struct RowAccumulate<Int4Rowwise> {
 /// that missed the TLB were dropped, while loads walk the page table and stay in flight
 /// in the out-of-order window (Int8 D = 64 over 1M rows: 12.6 -> ~19 M rows/s; Int4
 /// 6.8 -> ~17 M rows/s, bench/RESULTS.md).
-MPE_HOST_DEVICE inline void prefetch_bytes(const void* p, std::size_t bytes) {
+MPE_HOST_DEVICE inline void touch_lines(const void* p, std::size_t bytes) {
 #ifndef __CUDA_ARCH__
   const char* c = static_cast<const char*>(p);
   const char* last = c + (bytes ? bytes - 1 : 0);
