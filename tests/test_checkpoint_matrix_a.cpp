@@ -6,19 +6,7 @@
 
 #include "checkpoint/common.hpp"
 
-namespace {
-template <class S, class C, class R>
-struct Combo {
-  using E = mpe::CachedEmbedding<S, C, R>;
-};
-#define MPE_COMBOS(S)                                                                              \
-  Combo<S, mpe::Lru<4>, mpe::StochasticRounding>, Combo<S, mpe::Lru<4>, mpe::NearestRounding>,     \
-      Combo<S, mpe::Lfu<4>, mpe::StochasticRounding>, Combo<S, mpe::Lfu<4>, mpe::NearestRounding>, \
-      Combo<S, mpe::DirectMapped, mpe::StochasticRounding>,                                        \
-      Combo<S, mpe::DirectMapped, mpe::NearestRounding>
-}  // namespace
-
 TEST_CASE_TEMPLATE_DEFINE("checkpoint: 20 steps after save/load equal 20 uninterrupted steps", T, resume_a) {
-  ckt::check_resume<typename T::E>(ckt::temp_dir(std::string("matrix_") + typeid(T).name()));
+  ckt::check_resume<typename T::Embedding>(ckt::temp_dir(std::string("matrix_") + typeid(T).name()));
 }
-TEST_CASE_TEMPLATE_INVOKE(resume_a, MPE_COMBOS(mpe::Fp32), MPE_COMBOS(mpe::Fp16), MPE_COMBOS(mpe::Bf16));
+TEST_CASE_TEMPLATE_INVOKE(resume_a, CKT_COMBOS(mpe::Fp32), CKT_COMBOS(mpe::Fp16), CKT_COMBOS(mpe::Bf16));

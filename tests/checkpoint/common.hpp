@@ -17,6 +17,19 @@
 
 namespace ckt {
 
+/// One Storage x Cache x Rounding combination of the checkpoint matrix.
+template <class S, class C, class R>
+struct Combo {
+  using Embedding = mpe::CachedEmbedding<S, C, R>;
+};
+/// The six Cache x Rounding combinations (Lru<4>, Lfu<4>, DirectMapped x Stochastic,
+/// Nearest) for storage S, as a type list for TEST_CASE_TEMPLATE_INVOKE.
+#define CKT_COMBOS(S)                                                                                        \
+  ckt::Combo<S, mpe::Lru<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lru<4>, mpe::NearestRounding>,     \
+      ckt::Combo<S, mpe::Lfu<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lfu<4>, mpe::NearestRounding>, \
+      ckt::Combo<S, mpe::DirectMapped, mpe::StochasticRounding>,                                             \
+      ckt::Combo<S, mpe::DirectMapped, mpe::NearestRounding>
+
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("mpe_ckpt_test_" + std::to_string(::getpid())) / name;
   std::filesystem::remove_all(d);
