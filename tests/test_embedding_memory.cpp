@@ -72,7 +72,8 @@ TEST_CASE_TEMPLATE("memory() follows the formulas", P, Policy<mpe::Fp32, mpe::Lr
         // FP32 row + tag (int64) + last-use score (uint64) + dirty byte per slot, + sketch
         CHECK(m.cache_bytes == slots * (static_cast<std::size_t>(D) * 4 + 8 + 8 + 1) + sketch);
         CHECK(m.optimizer_bytes == 0);
-        CHECK(m.metadata_bytes == (3 + 1) * sizeof(std::int64_t));  // table offsets (T + 1)
+        // table offsets (T + 1) and the statistics/step counters kept in backend memory
+        CHECK(m.metadata_bytes == (3 + 1) * sizeof(std::int64_t) + sizeof(mpe::detail::Counters));
         CHECK(m.total() ==
               m.store_bytes + m.cache_bytes + m.optimizer_bytes + m.metadata_bytes + m.workspace_bytes);
         CHECK(m.embedding_bytes() == m.store_bytes + m.cache_bytes + m.metadata_bytes);
@@ -209,7 +210,7 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   std::vector<float> pooled(D);
   const mpe::detail::PoolBags<S> pool{
       offsets.data(), global_rows.data(), nullptr, nullptr, nullptr, no_cache, false, store, stride, 1, 1, D,
-      false,          pooled.data()};
+      false,          pooled.data(),      nullptr};
   pool(0);
   for (int d = 0; d < D; ++d) {
     const auto e = static_cast<std::size_t>(d);
@@ -224,6 +225,8 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   const std::vector<float> go(D, 1.0f);
   std::vector<float> grad(D);
   std::vector<std::uint8_t> outcome(1);
+  const std::uint64_t step = 0;
+  const std::int64_t one = 1;  // unique rows
   const mpe::detail::UpdateRows<S, mpe::NearestRounding, mpe::OptimizerRule<mpe::RowwiseAdagrad>,
                                 mpe::RowwiseAdagrad>
       up{uniq.data(),
@@ -243,8 +246,10 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
          state,
          grad.data(),
          0,
-         0,
-         outcome.data()};
+         &step,
+         outcome.data(),
+         &one,
+         nullptr};
   up(0);
   CHECK(state_real[0] == 1.0f);  // G += mean(1^2) = 1, landed in the real slot
   rd(1);

@@ -15,6 +15,7 @@
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policies.hpp"
+#include "mpe/detail/kernels.hpp"
 #include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/optimizers.hpp"
@@ -47,8 +48,18 @@ struct CheckpointAccess;
 ///
 /// Errors: invalid input throws std::invalid_argument naming the argument and the value,
 /// and leaves the object unchanged; misuse (backward without forward, a changed optimizer
-/// kind) throws std::logic_error. Not thread-safe; const members may run concurrently
-/// with each other. Same seed and inputs give the same bits whatever the thread count.
+/// kind) throws std::logic_error. With config.validation == Validation::Deferred the
+/// checks of device-resident values (offsets, indices, per-sample weights, gradients)
+/// never wait: a failing call changes nothing and its error is thrown by the next
+/// synchronize(), set_weights() or load(). Not thread-safe; const members may run
+/// concurrently with each other. Same seed and inputs give the same bits whatever the
+/// thread count and validation mode.
+///
+/// Synchronization (CudaBackend): prefetch(), forward() and backward() wait once for the
+/// validation verdict (Validation::Synchronous) or never (Validation::Deferred); every
+/// other kernel, sort and statistics update is queued on the backend's stream. flush(),
+/// reset_stats() and init_uniform() never wait; stats(), step(), get_weights(), save(),
+/// set_weights(), load() and synchronize() do.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend>
 class CachedEmbedding {
  public:
@@ -90,7 +101,7 @@ class CachedEmbedding {
   /// prefetch ahead: a second prefetch replaces the first). Rows of the batch still
   /// awaiting backward() and of the prefetched batch are never evicted until that
   /// batch's backward. Validates like forward(). No effect without a cache beyond the
-  /// validation.
+  /// validation. Waits once (Validation::Synchronous) or never (Validation::Deferred).
   void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
 
   /// Pooled lookup for training: populates the cache (unless a matching prefetch did),
@@ -102,12 +113,16 @@ class CachedEmbedding {
   /// weights of the wrong size, non-finite, or with Mean pooling. With config.non_finite
   /// == NonFinite::Skip, non-finite per-sample weights do not throw: the output holds
   /// what they give, and the next backward() skips the step and counts it.
+  /// Validation::Synchronous waits once for the verdict and throws here; under
+  /// Validation::Deferred nothing waits, a failing call leaves the object and `output`
+  /// unchanged and records the error for synchronize(), and a call after prefetch() must
+  /// pass the prefetched batch (a different one is a recorded error).
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
                std::span<const float> per_sample_weights = {});
 
   /// Like forward() but reads through cache and store without changing anything (no
-  /// populate, no stats): for evaluation. Same validation.
+  /// populate, no stats): for evaluation. Same validation, always synchronous (one wait).
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const;
@@ -119,7 +134,9 @@ class CachedEmbedding {
   /// std::logic_error without a pending forward() or if the optimizer kind changed;
   /// std::invalid_argument for a wrong size, a non-finite gradient (unless
   /// config.non_finite == NonFinite::Skip: then the step is skipped and counted), or
-  /// non-finite optimizer parameters.
+  /// non-finite optimizer parameters. A non-finite gradient waits once and throws here
+  /// (Validation::Synchronous) or is recorded for synchronize() (Validation::Deferred: the
+  /// step is not applied; a backward of a failed forward applies nothing).
   template <class Optimizer>
   void backward(std::span<const float> grad_output, const Optimizer& optimizer);
 
@@ -137,9 +154,17 @@ class CachedEmbedding {
   /// leaving the object unchanged.
   void load(const std::filesystem::path& path);
 
-  /// Cumulative counters (see CacheStats).
-  CacheStats stats() const { return stats_; }
-  void reset_stats() { stats_ = CacheStats{}; }
+  /// Cumulative counters (see CacheStats). Reads them from backend memory (waits for
+  /// queued work).
+  CacheStats stats() const { return read_counters().stats; }
+  /// Zeroes the counters (queued).
+  void reset_stats();
+
+  /// Waits for all queued work; then, under Validation::Deferred, throws the first error
+  /// recorded since the last report (std::invalid_argument naming the call, its number,
+  /// the argument and the value, and how many later calls failed too) and clears it.
+  /// Under Validation::Synchronous it only waits.
+  void synchronize();
 
   /// Bytes as allocated, by purpose.
   MemoryFootprint memory() const;
@@ -155,8 +180,9 @@ class CachedEmbedding {
   std::int64_t num_sets() const { return num_sets_; }
   /// Cache capacity in rows (num_sets * Ways).
   std::int64_t cache_slots() const { return num_sets_ * Cache::ways; }
-  /// Completed backward() calls (the `step` of the rounding counter).
-  std::uint64_t step() const { return step_; }
+  /// Completed backward() calls (the `step` of the rounding counter). Reads backend
+  /// memory (waits for queued work).
+  std::uint64_t step() const { return read_counters().step; }
   /// First global row of table t (t in [0, T]).
   std::int64_t table_offset(std::int64_t t) const {
     return table_offsets_host_.at(static_cast<std::size_t>(t));
@@ -177,11 +203,10 @@ class CachedEmbedding {
 
   struct Batch {
     bool valid = false, sorted = false, awaiting_backward = false;
-    bool skip_step = false;
-    bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)  // non-finite
-                            // per-sample weights under NonFinite::Skip
+    bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
     std::uint64_t id = 0;
-    index_t n = 0, B = 0, U = 0;
+    index_t n = 0, B = 0;
+    IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
         slot_of_unique, order, indices_copy, offsets_copy;
     detail::Buffer<std::uint64_t, Backend> keys;
@@ -192,25 +217,28 @@ class CachedEmbedding {
     std::size_t bytes() const;
   };
 
-  void check_weights(const char* fn, index_t* err, std::size_t n, std::span<const float> weights,
-                     Pooling pooling, bool* non_finite = nullptr) const;
-  void validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
-                           std::span<const std::int64_t> offsets, std::span<const float> weights,
-                           Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
-                           index_t* bag_of, bool* non_finite = nullptr) const;
+  index_t check_shapes(const char* fn, std::span<const std::int64_t> indices,
+                       std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
+                       std::size_t output_size) const;
   void check_output_size(const char* fn, std::size_t size, index_t B) const;
   void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
-  void prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
-                     std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
-                     std::size_t output_size, bool* non_finite = nullptr) const;
+  void queue_checks(detail::CallRecord* rec, std::span<const std::int64_t> indices,
+                    std::span<const std::int64_t> offsets, std::span<const float> weights, index_t B,
+                    index_t* global_rows, index_t* bag_of) const;
+  detail::CallRecord read_record(const detail::CallRecord* rec) const;
+  std::string describe(int check, index_t pos, const index_t* v) const;
+  void throw_if_failed(const char* fn, const detail::CallRecord& r) const;
+  void throw_deferred();
+  void prepare_flags(Batch& b, index_t n, index_t B);
+  index_t unique_bound(const Batch& b) const;
   void sort_unique(Batch& b);
   void populate(Batch& b, std::uint64_t lock_floor);
-  bool same_batch(const Batch& b, std::span<const std::int64_t> indices,
-                  std::span<const std::int64_t> offsets) const;
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
   index_t read_scalar(const index_t* p) const;
-  [[noreturn]] void throw_index_error(const char* fn, std::span<const std::int64_t> indices,
-                                      std::span<const std::int64_t> offsets, index_t B, index_t pos) const;
+  detail::Counters read_counters() const;
+  const std::uint64_t* step_ptr() const { return &counters_.data()->step; }
+  bool deferred() const { return config_.validation == Validation::Deferred; }
+  bool skip_non_finite() const { return config_.non_finite == NonFinite::Skip; }
 
   EmbeddingConfig config_;
   Backend backend_;
@@ -228,12 +256,13 @@ class CachedEmbedding {
   detail::Buffer<std::uint32_t, Backend> sketch_;    // (4, width), LFU only
   detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
   int opt_kind_ = 0;
-  std::uint64_t step_ = 0;
   std::uint64_t populate_counter_ = 0;
-  std::uint64_t sketch_increments_ = 0;
-  CacheStats stats_{};
+  std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)
+  detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, sketch clock
   Batch current_, pending_, staging_;
-  mutable IBuf error_;  // (1) smallest offending position of the last validation
+  detail::Buffer<detail::CallRecord, Backend> record_;       // (1) verdict of the running call
+  detail::Buffer<detail::DeferredError, Backend> deferred_;  // (1) first unreported error
+  mutable IBuf error_;  // (1) smallest offending position of set_weights' check
   detail::Buffer<std::uint8_t, Backend> flush_outcome_;
 };
 

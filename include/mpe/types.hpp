@@ -17,14 +17,29 @@ enum class NonFinite {
   Skip,   ///< skip the whole step (no update, step not advanced), count it in stats
 };
 
+/// When invalid device-resident input (offsets, indices, per-sample weights, gradients)
+/// is reported. Size and configuration errors always throw at once.
+enum class Validation {
+  /// Each prefetch/forward/backward checks its input on the backend and waits once for
+  /// the verdict (one device-to-host read with CudaBackend); invalid input throws there.
+  Synchronous,
+  /// Nothing waits: a call with invalid input records the error in backend memory and
+  /// changes nothing (no cache fill, no output written, no update, step not advanced);
+  /// the first recorded error is thrown by the next synchronize(), set_weights() or load().
+  /// A forward() after a prefetch() must pass the prefetched batch (checked on the
+  /// backend; a different batch is a recorded error).
+  Deferred,
+};
+
 /// Shape and settings of a table-batched embedding. Fields are only ever appended.
 struct EmbeddingConfig {
-  std::vector<std::int64_t> table_rows;     ///< rows of each table (T >= 1 tables, each >= 1)
-  std::int32_t dim = 0;                     ///< D, the same for every table, >= 1
-  std::int64_t cache_rows = 0;              ///< FP32 cache capacity in rows; 0 = no cache
-  std::uint64_t seed = 0;                   ///< stochastic rounding stream
-  std::int32_t row_alignment = 4;           ///< store row padding in bytes (power of two, <= 4096)
-  NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
+  std::vector<std::int64_t> table_rows;             ///< rows of each table (T >= 1 tables, each >= 1)
+  std::int32_t dim = 0;                             ///< D, the same for every table, >= 1
+  std::int64_t cache_rows = 0;                      ///< FP32 cache capacity in rows; 0 = no cache
+  std::uint64_t seed = 0;                           ///< stochastic rounding stream
+  std::int32_t row_alignment = 4;                   ///< store row padding in bytes (power of two, <= 4096)
+  NonFinite non_finite = NonFinite::Throw;          ///< non-finite gradient / per-sample weight handling
+  Validation validation = Validation::Synchronous;  ///< when invalid input is reported
 };
 
 /// How a bag's rows are combined.

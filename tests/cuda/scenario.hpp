@@ -22,12 +22,13 @@ struct Scenario {
   Mode mode = Mode::Sum;
   bool prefetch = false;  // prefetch batch s+1 between forward(s) and backward(s)
   int steps = 5;
+  bool deferred = false;  // Validation::Deferred (no wait in prefetch/forward/backward)
   std::string label() const {
     return "cache_rows=" + std::to_string(cache_rows) + (opt == Opt::Sgd ? " sgd" : " adagrad") +
            (mode == Mode::Sum    ? " sum"
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
-           (prefetch ? " prefetch" : "");
+           (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "");
   }
 };
 
@@ -39,10 +40,14 @@ inline std::vector<Scenario> all_scenarios() {
       for (Mode m : {Mode::Sum, Mode::Mean, Mode::Weighted}) {
         for (bool p : {false, true}) {
           if (c == 0 && p) continue;  // prefetch has no effect without a cache
-          v.push_back(Scenario{c, o, m, p, 5});
+          v.push_back(Scenario{c, o, m, p, 5, false});
         }
       }
     }
+  }
+  // Validation::Deferred: the same bits with every size and statistic kept on the device.
+  for (Mode m : {Mode::Sum, Mode::Weighted}) {
+    for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, true});
   }
   return v;
 }
@@ -141,6 +146,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
   cfg.dim = kDim;
   cfg.cache_rows = sc.cache_rows;
   cfg.seed = 0xfeedbeefcafeull;
+  cfg.validation = sc.deferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous;
   mpe::CachedEmbedding<Storage, Cache, Rounding, Backend> emb(cfg, be);
   emb.init_uniform(-0.5f, 0.5f);
   std::vector<float> w(5 * kDim);
@@ -170,6 +176,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
       emb.backward(g, mpe::RowwiseAdagrad{0.1f, 1e-6f});
     }
   }
+  emb.synchronize();  // valid input: nothing was recorded
   {
     DB b(be, host[0]);
     std::span<const float> psw;

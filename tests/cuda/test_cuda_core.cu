@@ -269,6 +269,46 @@ TEST_CASE("CUDA validation errors throw std::invalid_argument and change nothing
   }
 }
 
+TEST_CASE("CUDA deferred validation: a failing call changes nothing, synchronize() throws once") {
+  const CudaBackend be{};
+  mpe::EmbeddingConfig cfg = config(8);
+  cfg.validation = mpe::Validation::Deferred;
+  Emb e(cfg, be);
+  Emb twin(config(8), be);  // synchronous, never sees the bad calls
+  e.set_weights(initial_weights());
+  twin.set_weights(initial_weights());
+  const std::vector<std::int64_t> good_off = {0, 2, 3, 4, 4};  // T = 2, B = 2
+  auto di = dev(be, std::vector<std::int64_t>{0, 1, 2, 3}), doff = dev(be, good_off);
+  auto bad = dev(be, std::vector<std::int64_t>{0, 1, 2, 4});  // indices[3] = 4: table 1 has 4 rows
+  DBuf<float> out(be, 2 * 2 * D), out2(be, 2 * 2 * D);
+  auto dg = dev(be, std::vector<float>(2 * 2 * D, 0.25f));
+  const std::span<const float> g{dg.data(), dg.size()};
+  e.forward({bad.data(), bad.size()}, {doff.data(), doff.size()}, {out.data(), out.size()});
+  e.backward(g, mpe::Sgd{0.5f});  // gated off on the device: the forward failed
+  for (int k = 0; k < 3; ++k) {
+    e.forward({di.data(), di.size()}, {doff.data(), doff.size()}, {out.data(), out.size()});
+    twin.forward({di.data(), di.size()}, {doff.data(), doff.size()}, {out2.data(), out2.size()});
+    check_bits_equal(mpe_test::to_host(be, out.data(), out.size()),
+                     mpe_test::to_host(be, out2.data(), out2.size()));
+    e.backward(g, mpe::Sgd{0.5f});
+    twin.backward(g, mpe::Sgd{0.5f});
+  }
+  bool thrown = false;
+  try {
+    e.synchronize();
+  } catch (const std::invalid_argument& ex) {
+    thrown = true;
+    INFO("message: ", ex.what());
+    CHECK(std::string(ex.what()).find("forward (deferred, call 1): indices[3] = 4") != std::string::npos);
+  }
+  CHECK(thrown);
+  CHECK_NOTHROW(e.synchronize());
+  check_bits_equal(weights_of(e), weights_of(twin));
+  CHECK(e.step() == twin.step());
+  CHECK(e.stats().lookups == twin.stats().lookups);
+  CHECK(e.stats().hits == twin.stats().hits);
+}
+
 TEST_CASE("CUDA cache statistics count hits, misses and fills exactly") {
   const CudaBackend be{};
   Emb e(config(8), be);  // 2 sets x 4 ways: 4 distinct rows always fit

@@ -123,11 +123,13 @@ struct CudaPlus {
 /// Streams and synchronization: all work is queued on `stream` (null = the legacy
 /// default stream) of `device`. Callers order their own producers and consumers of
 /// those spans on the same stream. copy_to_host, equal_bytes and sum return host values
-/// and therefore wait for the stream; CachedEmbedding calls them to validate input
-/// (forward/prefetch/backward/set_weights wait once per check for its verdict), to read
-/// the batch's unique-row count and to add up the cache statistics. Every other member
-/// only queues work. Temporaries (sort/scan/reduce scratch) come from cudaMallocAsync on
-/// `stream` (stream ordered, no device-wide synchronization), or from `allocator`.
+/// and therefore wait for the stream; CachedEmbedding calls copy_to_host once per
+/// prefetch/forward/backward for the validation verdict under Validation::Synchronous
+/// (never under Validation::Deferred), and in its synchronizing members (stats, step,
+/// get_weights, set_weights, save, load, synchronize). Every other member only queues
+/// work: batch sizes (unique rows) and statistics stay in device memory. Temporaries (sort/scan/reduce
+/// scratch) come from cudaMallocAsync on `stream` (stream ordered, no device-wide synchronization), or from
+/// `allocator`.
 ///
 /// Errors: a failing CUDA call throws std::runtime_error naming the call, with
 /// cudaGetErrorName and cudaGetErrorString.
@@ -151,6 +153,8 @@ struct CudaBackend {
 
   /// Index, offset, output and gradient spans live in device (or managed) memory.
   static constexpr bool device_spans = true;
+  /// Work is queued on the stream; reading backend memory waits for it.
+  static constexpr bool asynchronous = true;
   static constexpr const char* name = "cuda";
   static constexpr int kBlock = 256;
 
@@ -321,24 +325,33 @@ struct CudaBackend {
                        "cub::DeviceScan::ExclusiveSum");
   }
 
-  /// Sum of f(i) over [0, n) for an integer (or integer-aggregate) T, returned on the
-  /// host: exact, so independent of CUB's order. Waits for the stream.
+  /// *out = sum of f(i) over [0, n) for an integer (or integer-aggregate, all-zero T{})
+  /// T, written to device memory `out`: exact, so independent of CUB's order. Queued on the
+  /// stream (no wait).
+  template <class T, class F>
+  void reduce_to(index_t n, F f, T* out) const {
+    detail::CudaDeviceGuard guard(device);
+    if (n <= 0) {
+      detail::cuda_check(cudaMemsetAsync(out, 0, sizeof(T), stream), "cudaMemsetAsync");
+      return;
+    }
+    std::size_t temp_bytes = 0;
+    const thrust::counting_iterator<index_t> first(0);
+    detail::cuda_check(cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, first, out, n,
+                                                          detail::CudaPlus{}, f, T{}, stream),
+                       "cub::DeviceReduce::TransformReduce (size)");
+    Scratch temp(*this, temp_bytes);
+    detail::cuda_check(cub::DeviceReduce::TransformReduce(temp.p, temp_bytes, first, out, n,
+                                                          detail::CudaPlus{}, f, T{}, stream),
+                       "cub::DeviceReduce::TransformReduce");
+  }
+
+  /// The same sum returned on the host. Waits for the stream.
   template <class T, class F>
   T sum(index_t n, F f) const {
     if (n <= 0) return T{};
-    detail::CudaDeviceGuard guard(device);
     Scratch result(*this, sizeof(T));
-    std::size_t temp_bytes = 0;
-    const thrust::counting_iterator<index_t> first(0);
-    detail::cuda_check(
-        cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, first, static_cast<T*>(result.p), n,
-                                           detail::CudaPlus{}, f, T{}, stream),
-        "cub::DeviceReduce::TransformReduce (size)");
-    Scratch temp(*this, temp_bytes);
-    detail::cuda_check(
-        cub::DeviceReduce::TransformReduce(temp.p, temp_bytes, first, static_cast<T*>(result.p), n,
-                                           detail::CudaPlus{}, f, T{}, stream),
-        "cub::DeviceReduce::TransformReduce");
+    reduce_to(n, f, static_cast<T*>(result.p));
     T out{};
     copy_to_host(&out, result.p, sizeof(T));
     return out;

@@ -42,6 +42,8 @@ struct HostBackend {
 
   /// Indices, outputs and gradients live in host memory with this backend.
   static constexpr bool device_spans = false;
+  /// Calls run to completion before they return, so reading backend memory never waits.
+  static constexpr bool asynchronous = false;
   static constexpr const char* name = "host";
 
   /// Allocates `bytes` of host memory, 64-byte aligned, whatever the purpose. Throws
@@ -77,6 +79,10 @@ struct HostBackend {
   template <class F>
   void for_each(index_t n, F f) const {
     if (n <= 0) return;
+    if (n == 1) {  // the single-item steps (validation verdicts, counters): no parallel region
+      f(index_t{0});
+      return;
+    }
     run([&](auto&& policy) { thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f); });
   }
 
@@ -106,6 +112,12 @@ struct HostBackend {
                                         thrust::counting_iterator<index_t>(n), f, T{}, thrust::plus<T>());
     });
     return result;
+  }
+
+  /// *out = the sum of f(i) over [0, n), written to backend memory (as `sum`).
+  template <class T, class F>
+  void reduce_to(index_t n, F f, T* out) const {
+    *out = sum<T>(n, f);
   }
 
  private:

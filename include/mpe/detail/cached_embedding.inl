@@ -23,7 +23,7 @@ inline std::string ce_prefix(const char* fn) { return std::string("mpe::CachedEm
 
 MPE_CE_TEMPLATE
 void MPE_CE::Batch::set_backend(const Backend& b) {
-  for (IBuf* p : {&global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
+  for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
                   &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
     p->set_backend(b);
   }
@@ -37,8 +37,8 @@ void MPE_CE::Batch::set_backend(const Backend& b) {
 MPE_CE_TEMPLATE
 std::size_t MPE_CE::Batch::bytes() const {
   std::size_t s = 0;
-  for (const IBuf* p : {&global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-                        &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
+  for (const IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq,
+                        &seg_start, &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
     s += p->bytes();
   }
   return s + keys.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() + grad.bytes();
@@ -63,6 +63,10 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
     detail::invalid(fn,
                     "config.row_alignment = " + std::to_string(a) + "; must be a power of two in [1, 4096]");
   }
+  if (config.validation != Validation::Synchronous && config.validation != Validation::Deferred) {
+    detail::invalid(fn, "config.validation = " + std::to_string(static_cast<int>(config.validation)) +
+                            " is not a Validation value");
+  }
   table_offsets_host_.assign(1, 0);
   for (std::size_t t = 0; t < config.table_rows.size(); ++t) {
     const auto r = config.table_rows[t];
@@ -78,7 +82,10 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_)
     detail::invalid(fn, "store size overflows size_t");
 
-  for (auto* b : {&current_, &pending_, &staging_}) b->set_backend(backend_);
+  for (auto* b : {&current_, &pending_, &staging_}) {
+    b->set_backend(backend_);
+    b->flags.reset(detail::kNumFlags);
+  }
   table_offsets_.set_backend(backend_);
   store_.set_backend(backend_);
   cache_rows_.set_backend(backend_);
@@ -89,9 +96,13 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   opt_state_.set_backend(backend_);
   error_.set_backend(backend_);
   flush_outcome_.set_backend(backend_);
+  counters_.set_backend(backend_);
+  record_.set_backend(backend_);
+  deferred_.set_backend(backend_);
   // Placement hints for the backend (CudaBackend may put the store in managed or
   // host-mapped memory) and users' memory pools.
   table_offsets_.set_purpose(MemoryPurpose::Metadata);
+  counters_.set_purpose(MemoryPurpose::Metadata);
   store_.set_purpose(MemoryPurpose::Store);
   cache_rows_.set_purpose(MemoryPurpose::Cache);
   tags_.set_purpose(MemoryPurpose::Cache);
@@ -106,6 +117,12 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   // All-zero bytes decode to 0.0 in every format (Int8/Int4: scale 0, bias 0).
   backend_.fill_bytes(store_.data(), 0, store_.bytes());
   error_.reset(1);
+  counters_.reset(1);
+  backend_.fill_bytes(counters_.data(), 0, counters_.bytes());
+  record_.reset(1);
+  deferred_.reset(1);
+  backend_.fill_bytes(deferred_.data(), 0xff, deferred_.bytes());  // check = -1: none
+  backend_.for_each(1, detail::SetIndex{&deferred_.data()->later, 0});
 
   if (config.cache_rows > 0) {
     const index_t W = Cache::ways;
@@ -153,6 +170,16 @@ index_t MPE_CE::read_scalar(const index_t* p) const {
 }
 
 MPE_CE_TEMPLATE
+detail::Counters MPE_CE::read_counters() const {
+  detail::Counters c;
+  backend_.copy_to_host(&c, counters_.data(), sizeof c);
+  return c;
+}
+
+MPE_CE_TEMPLATE
+void MPE_CE::reset_stats() { backend_.fill_bytes(&counters_.data()->stats, 0, sizeof(CacheStats)); }
+
+MPE_CE_TEMPLATE
 void MPE_CE::check_row_range(const char* fn, const char* arg, std::size_t size,
                              std::int64_t first_row) const {
   const auto D = static_cast<std::size_t>(config_.dim);
@@ -168,47 +195,6 @@ void MPE_CE::check_row_range(const char* fn, const char* arg, std::size_t size,
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::throw_index_error(const char* fn, std::span<const std::int64_t> indices,
-                               std::span<const std::int64_t> offsets, index_t B, index_t pos) const {
-  // Error path only: bring the offsets and the offending value to the host.
-  std::vector<index_t> off(offsets.size());
-  backend_.copy_to_host(off.data(), offsets.data(), off.size() * sizeof(index_t));
-  index_t v;
-  backend_.copy_to_host(&v, indices.data() + pos, sizeof v);
-  const auto bag = static_cast<index_t>(std::upper_bound(off.begin(), off.end(), pos) - off.begin()) - 1;
-  const index_t t = B > 0 ? bag / B : 0;
-  detail::invalid(fn, "indices[" + std::to_string(pos) + "] = " + std::to_string(v) + " is outside table " +
-                          std::to_string(t) + " (" +
-                          std::to_string(config_.table_rows[static_cast<std::size_t>(t)]) + " rows; bag " +
-                          std::to_string(bag) + ")");
-}
-
-MPE_CE_TEMPLATE
-void MPE_CE::check_weights(const char* fn, index_t* err, std::size_t n, std::span<const float> weights,
-                           Pooling pooling, bool* non_finite) const {
-  if (weights.empty()) return;
-  if (pooling != Pooling::Sum) detail::invalid(fn, "per_sample_weights are only allowed with Pooling::Sum");
-  if (weights.size() != n) {
-    detail::invalid(fn, "per_sample_weights.size() = " + std::to_string(weights.size()) +
-                            "; must equal indices.size() = " + std::to_string(n));
-  }
-  const index_t none = detail::kNoError;
-  backend_.copy_from_host(err, &none, sizeof none);
-  backend_.for_each(static_cast<index_t>(n), detail::CheckFinite{weights.data(), err});
-  if (const index_t i = read_scalar(err); i != detail::kNoError) {
-    if (non_finite) {  // NonFinite::Skip: the caller skips the step instead
-      *non_finite = true;
-      backend_.copy_from_host(err, &none, sizeof none);  // err is reused by the index check
-      return;
-    }
-    float v;
-    backend_.copy_to_host(&v, weights.data() + i, sizeof v);
-    detail::invalid(fn,
-                    "per_sample_weights[" + std::to_string(i) + "] = " + format_float(v) + " is not finite");
-  }
-}
-
-MPE_CE_TEMPLATE
 void MPE_CE::check_output_size(const char* fn, std::size_t size, index_t B) const {
   const index_t T = num_tables();
   if (size != static_cast<std::size_t>(B * T * config_.dim)) {
@@ -218,55 +204,126 @@ void MPE_CE::check_output_size(const char* fn, std::size_t size, index_t B) cons
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::validate_and_expand(const char* fn, index_t* err, std::span<const std::int64_t> indices,
-                                 std::span<const std::int64_t> offsets, std::span<const float> weights,
-                                 Pooling pooling, std::size_t output_size, index_t& B, index_t* global_rows,
-                                 index_t* bag_of, bool* non_finite) const {
+index_t MPE_CE::check_shapes(const char* fn, std::span<const std::int64_t> indices,
+                             std::span<const std::int64_t> offsets, std::span<const float> weights,
+                             Pooling pooling, std::size_t output_size) const {
   const index_t T = num_tables();
-  const auto n = static_cast<index_t>(indices.size());
   if (offsets.empty() || (offsets.size() - 1) % static_cast<std::size_t>(T) != 0) {
     detail::invalid(fn, "offsets.size() = " + std::to_string(offsets.size()) +
                             "; must be T*B + 1 with T = " + std::to_string(T));
   }
-  B = static_cast<index_t>(offsets.size() - 1) / T;
-  const index_t first = read_scalar(offsets.data());
-  const index_t last = read_scalar(offsets.data() + offsets.size() - 1);
-  if (first != 0) detail::invalid(fn, "offsets[0] = " + std::to_string(first) + "; must be 0");
-  if (last != n) {
-    detail::invalid(fn, "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(last) +
-                            "; must equal indices.size() = " + std::to_string(n));
-  }
+  const index_t B = static_cast<index_t>(offsets.size() - 1) / T;
   if (output_size != kSkipOutputCheck) check_output_size(fn, output_size, B);
-  const index_t none = detail::kNoError;
-  backend_.copy_from_host(err, &none, sizeof none);
-  backend_.for_each(B * T, detail::CheckOffsets{offsets.data(), err});
-  if (const index_t j = read_scalar(err); j != detail::kNoError) {
-    const index_t a = read_scalar(offsets.data() + j), b = read_scalar(offsets.data() + j + 1);
-    detail::invalid(fn, "offsets[" + std::to_string(j + 1) + "] = " + std::to_string(b) + " < offsets[" +
-                            std::to_string(j) + "] = " + std::to_string(a) +
-                            "; offsets must be non-decreasing");
+  if (!weights.empty()) {
+    if (pooling != Pooling::Sum) detail::invalid(fn, "per_sample_weights are only allowed with Pooling::Sum");
+    if (weights.size() != indices.size()) {
+      detail::invalid(fn, "per_sample_weights.size() = " + std::to_string(weights.size()) +
+                              "; must equal indices.size() = " + std::to_string(indices.size()));
+    }
   }
-  check_weights(fn, err, indices.size(), weights, pooling, non_finite);
-  backend_.for_each(B * T, detail::ExpandBags{indices.data(), offsets.data(), table_offsets_.data(), B,
-                                              global_rows, bag_of, err});
-  if (const index_t i = read_scalar(err); i != detail::kNoError)
-    throw_index_error(fn, indices, offsets, B, i);
+  return B;
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::prepare_batch(const char* fn, Batch& b, std::span<const std::int64_t> indices,
-                           std::span<const std::int64_t> offsets, std::span<const float> weights,
-                           Pooling pooling, std::size_t output_size, bool* non_finite) const {
-  const auto n = indices.size();
-  b.global_rows.reserve_discard(n);
-  b.bag_of.reserve_discard(n);
-  validate_and_expand(fn, error_.data(), indices, offsets, weights, pooling, output_size, b.B,
-                      b.global_rows.data(), b.bag_of.data(), non_finite);
-  b.n = static_cast<index_t>(n);
-  b.U = 0;
+void MPE_CE::queue_checks(detail::CallRecord* rec, std::span<const std::int64_t> indices,
+                          std::span<const std::int64_t> offsets, std::span<const float> weights, index_t B,
+                          index_t* global_rows, index_t* bag_of) const {
+  const index_t bags = static_cast<index_t>(offsets.size()) - 1;
+  const auto n = static_cast<index_t>(indices.size());
+  backend_.for_each(bags + 1, detail::CheckOffsets{offsets.data(), bags, n, rec});
+  if (!weights.empty()) {
+    backend_.for_each(n, detail::CheckFinite{weights.data(), &rec->pos[detail::kWeights]});
+  }
+  backend_.for_each(bags, detail::ExpandBags{indices.data(), offsets.data(), table_offsets_.data(), B,
+                                             global_rows, bag_of, rec});
+}
+
+MPE_CE_TEMPLATE
+detail::CallRecord MPE_CE::read_record(const detail::CallRecord* rec) const {
+  detail::CallRecord r;
+  backend_.copy_to_host(&r, rec, sizeof r);
+  return r;
+}
+
+MPE_CE_TEMPLATE
+std::string MPE_CE::describe(int check, index_t pos, const index_t* v) const {
+  using namespace detail;
+  const auto s = [](index_t x) { return std::to_string(x); };
+  const auto f = [](index_t bits) { return format_float(num::bits_float(static_cast<std::uint32_t>(bits))); };
+  switch (check) {
+    case kOffsetsFirst:
+      return "offsets[0] = " + s(v[0]) + "; must be 0";
+    case kOffsetsLast:
+      return "offsets[" + s(pos) + "] = " + s(v[0]) + "; must equal indices.size() = " + s(v[1]);
+    case kOffsetsOrder:
+      return "offsets[" + s(pos + 1) + "] = " + s(v[1]) + " < offsets[" + s(pos) + "] = " + s(v[0]) +
+             "; offsets must be non-decreasing";
+    case kWeights:
+      return "per_sample_weights[" + s(pos) + "] = " + f(v[0]) + " is not finite";
+    case kIndex:
+      return "indices[" + s(pos) + "] = " + s(v[0]) + " is outside table " + s(v[2]) + " (" +
+             s(config_.table_rows[static_cast<std::size_t>(v[2])]) + " rows; bag " + s(v[1]) + ")";
+    case kMismatch:
+      return std::string(pos < 0      ? "the batch's sizes differ"
+                         : pos < v[0] ? "indices[" + s(pos) + "] differs"
+                                      : "offsets[" + s(pos - v[0]) + "] differs") +
+             " from the pending prefetch()'s batch; under Validation::Deferred a forward() after "
+             "prefetch() must pass the prefetched batch";
+    case kGrad:
+      return "grad_output[" + s(pos) + "] = " + f(v[0]) + " is not finite";
+    default:
+      return "unknown check " + s(check);
+  }
+}
+
+MPE_CE_TEMPLATE
+void MPE_CE::throw_if_failed(const char* fn, const detail::CallRecord& r) const {
+  const int c = detail::first_failure(r, skip_non_finite());
+  if (c >= 0) detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
+}
+
+MPE_CE_TEMPLATE
+void MPE_CE::throw_deferred() {
+  detail::DeferredError d;
+  backend_.copy_to_host(&d, deferred_.data(), sizeof d);
+  if (d.check < 0) return;
+  backend_.fill_bytes(deferred_.data(), 0xff, sizeof d);
+  backend_.for_each(1, detail::SetIndex{&deferred_.data()->later, 0});
+  std::string what = std::string("mpe::CachedEmbedding::") + detail::call_name(d.call) + " (deferred, call " +
+                     std::to_string(d.seq) + "): " + describe(static_cast<int>(d.check), d.pos, d.v);
+  if (d.later > 0) {
+    what += "; " + std::to_string(d.later) + " later call" + (d.later > 1 ? "s" : "") +
+            " failed validation too and changed nothing";
+  }
+  throw std::invalid_argument(what);
+}
+
+MPE_CE_TEMPLATE
+void MPE_CE::synchronize() {
+  backend_.synchronize();
+  throw_deferred();
+}
+
+MPE_CE_TEMPLATE
+void MPE_CE::prepare_flags(Batch& b, index_t n, index_t B) {
+  b.n = n;
+  b.B = B;
   b.sorted = false;
   b.awaiting_backward = false;
   b.valid = true;
+  b.global_rows.reserve_discard(static_cast<std::size_t>(n));
+  b.bag_of.reserve_discard(static_cast<std::size_t>(n));
+}
+
+MPE_CE_TEMPLATE
+index_t MPE_CE::unique_bound(const Batch& b) const {
+  // An asynchronous backend launches n items (U <= n) and each item checks U itself;
+  // a synchronous one reads U for free.
+  if constexpr (Backend::asynchronous) {
+    return b.n;
+  } else {
+    return read_scalar(b.flags.data() + detail::kFlagU);
+  }
 }
 
 MPE_CE_TEMPLATE
@@ -281,31 +338,35 @@ void MPE_CE::sort_unique(Batch& b) {
   b.seg_start.reserve_discard(sz + 1);
   b.occ_to_unique.reserve_discard(sz);
   b.sorted = true;
+  index_t* count = b.flags.data() + detail::kFlagU;
   if (n == 0) {
-    b.U = 0;
-    const index_t zero = 0;
-    backend_.copy_from_host(b.seg_start.data(), &zero, sizeof zero);
+    backend_.for_each(1, detail::SetIndex{count, 0});
+    backend_.for_each(1, detail::SetIndex{b.seg_start.data(), 0});
     return;
   }
-  backend_.for_each(n, detail::PrepareSort{b.global_rows.data(), b.sorted_keys.data(), b.sorted_pos.data()});
+  backend_.for_each(n, detail::PrepareSort{b.global_rows.data(), b.sorted_keys.data(), b.sorted_pos.data(),
+                                           b.flags.data() + detail::kFlagOk});
   backend_.stable_sort_by_key(b.sorted_keys.data(), b.sorted_pos.data(), n);
   backend_.for_each(n, detail::MarkHeads{b.sorted_keys.data(), b.heads.data()});
   backend_.exclusive_scan(b.heads.data(), b.rank.data(), n);
-  b.U = read_scalar(b.rank.data() + n - 1) + read_scalar(b.heads.data() + n - 1);
+  backend_.for_each(1, detail::CountUnique{b.heads.data(), b.rank.data(), n, count, b.seg_start.data()});
   backend_.for_each(
       n, detail::ScatterUnique{b.sorted_keys.data(), b.sorted_pos.data(), b.heads.data(), b.rank.data(),
                                b.uniq.data(), b.seg_start.data(), b.occ_to_unique.data()});
-  backend_.copy_from_host(b.seg_start.data() + b.U, &n, sizeof n);
 }
 
 MPE_CE_TEMPLATE
 void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
-  stats_.lookups += static_cast<std::uint64_t>(b.n);
-  if (num_sets_ == 0) return;
+  const index_t* gate = b.flags.data() + detail::kFlagOk;
+  detail::Counters* counters = counters_.data();
+  const auto row_bytes = static_cast<std::uint64_t>(Storage::data_bytes(config_.dim));
+  if (num_sets_ == 0) {
+    backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, nullptr, row_bytes, gate});
+    return;
+  }
   sort_unique(b);
-  const index_t U = b.U;
-  stats_.unique_rows += static_cast<std::uint64_t>(U);
-  if (U == 0) return;
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const index_t U = unique_bound(b);
   const auto sz = static_cast<std::size_t>(U);
   b.keys.reserve_discard(sz);
   b.order.reserve_discard(sz);
@@ -314,52 +375,55 @@ void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
   SketchRef sketch{sketch_.data(), sketch_width_};
   if constexpr (Cache::uses_sketch) {
     b.estimates.reserve_discard(sz);
-    backend_.for_each(U, detail::SketchIncrement{b.uniq.data(), sketch});
+    backend_.for_each(U, detail::SketchIncrement{b.uniq.data(), sketch, count, gate});
   }
   backend_.for_each(
       U, detail::AdmissionKeys<Cache::uses_sketch>{b.uniq.data(), sketch, num_sets_, b.estimates.data(),
-                                                   b.keys.data(), b.order.data()});
+                                                   b.keys.data(), b.order.data(), count});
   backend_.stable_sort_by_key(b.keys.data(), b.order.data(), U);
   backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache::uses_sketch>{
-                           b.keys.data(), b.order.data(), U, b.uniq.data(), b.estimates.data(), cache_ref(),
-                           sketch, store_.data(), stride_, b.id, lock_floor, config_.seed,
-                           static_cast<std::uint32_t>(step_), b.slot_of_unique.data(), b.outcome.data()});
-  const detail::OutcomeCounts c =
-      backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
-  stats_.hits += c.hits;
-  stats_.misses += static_cast<std::uint64_t>(U) - c.hits;
-  stats_.conflict_misses += c.conflicts;
-  stats_.lfu_rejections += c.rejected;
-  stats_.evictions += c.evicted;
-  stats_.writebacks += c.wrote_back;
-  stats_.saturated_rows += c.saturated;
-  stats_.bytes_filled += c.filled * Storage::data_bytes(config_.dim);
-  stats_.bytes_written_back += c.wrote_back * Storage::data_bytes(config_.dim);
+                           b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
+                           cache_ref(), sketch, store_.data(), stride_, b.id, lock_floor, config_.seed,
+                           step_ptr(), b.slot_of_unique.data(), b.outcome.data()});
+  backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
   if constexpr (Cache::uses_sketch) {
-    sketch_increments_ += static_cast<std::uint64_t>(U);
     const auto period = static_cast<std::uint64_t>(10 * cache_slots());
-    while (sketch_increments_ >= period) {
-      backend_.for_each(static_cast<index_t>(sketch_.size()), detail::SketchHalve{sketch_.data()});
-      sketch_increments_ -= period;
+    backend_.for_each(1, detail::SketchTick{counters, count, period, gate});
+    bool halve = true;
+    if constexpr (!Backend::asynchronous) {
+      std::uint64_t h = 0;
+      backend_.copy_to_host(&h, &counters->halvings, sizeof h);
+      halve = h > 0;
+    }
+    if (halve) {
+      backend_.for_each(static_cast<index_t>(sketch_.size()),
+                        detail::SketchHalve{sketch_.data(), &counters->halvings});
     }
   }
 }
 
 MPE_CE_TEMPLATE
-bool MPE_CE::same_batch(const Batch& b, std::span<const std::int64_t> indices,
-                        std::span<const std::int64_t> offsets) const {
-  if (!b.valid || static_cast<std::size_t>(b.n) != indices.size() ||
-      static_cast<std::size_t>(b.n) > b.indices_copy.size() || offsets.size() > b.offsets_copy.size()) {
-    return false;
-  }
-  if (static_cast<std::size_t>(b.B * num_tables() + 1) != offsets.size()) return false;
-  return backend_.equal_bytes(b.indices_copy.data(), indices.data(), indices.size_bytes()) &&
-         backend_.equal_bytes(b.offsets_copy.data(), offsets.data(), offsets.size_bytes());
-}
-
-MPE_CE_TEMPLATE
 void MPE_CE::prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
-  prepare_batch("prefetch", staging_, indices, offsets, {}, Pooling::Sum, kSkipOutputCheck);
+  const char* fn = "prefetch";
+  const index_t B = check_shapes(fn, indices, offsets, {}, Pooling::Sum, kSkipOutputCheck);
+  const auto n = static_cast<index_t>(indices.size());
+  ++call_seq_;
+  detail::CallRecord* rec = record_.data();
+  prepare_flags(staging_, n, B);
+  backend_.for_each(1, detail::ResetRecord{rec});
+  queue_checks(rec, indices, offsets, {}, B, staging_.global_rows.data(), staging_.bag_of.data());
+  backend_.for_each(1, detail::SealForward{rec, offsets.data(), static_cast<index_t>(offsets.size()) - 1, n,
+                                           B, indices.data(), nullptr, false, staging_.flags.data(), true,
+                                           deferred() ? deferred_.data() : nullptr, detail::kCallPrefetch,
+                                           static_cast<index_t>(call_seq_)});
+  if (!deferred()) {
+    const detail::CallRecord r = read_record(rec);
+    if (const int c = detail::first_failure(r, false); c >= 0) {
+      staging_.valid = false;
+      detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
+    }
+  }
   staging_.indices_copy.reserve_discard(indices.size());
   staging_.offsets_copy.reserve_discard(offsets.size());
   backend_.copy(staging_.indices_copy.data(), indices.data(), indices.size_bytes());
@@ -375,16 +439,53 @@ MPE_CE_TEMPLATE
 void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                      std::span<float> output, Pooling pooling, std::span<const float> per_sample_weights) {
   const char* fn = "forward";
-  bool skip = false;
-  bool* non_finite = config_.non_finite == NonFinite::Skip ? &skip : nullptr;
-  Batch* b;
-  if (same_batch(pending_, indices, offsets)) {
-    // Validated and populated by prefetch(); check only this call's own arguments.
-    check_output_size(fn, output.size(), pending_.B);
-    check_weights(fn, error_.data(), indices.size(), per_sample_weights, pooling, non_finite);
-    b = &pending_;
+  const index_t B = check_shapes(fn, indices, offsets, per_sample_weights, pooling, output.size());
+  const auto n = static_cast<index_t>(indices.size());
+  const auto m = static_cast<index_t>(offsets.size());
+  const index_t bags = m - 1;
+  ++call_seq_;
+  detail::CallRecord* rec = record_.data();
+  const float* w = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
+  backend_.for_each(1, detail::ResetRecord{rec});
+  // Compare with the pending prefetch. Synchronous: a different batch is simply not the
+  // prefetched one. Deferred: the host cannot know, so it must be the prefetched one.
+  const bool have_pending = pending_.valid;
+  const bool sizes_equal = have_pending && pending_.n == n && pending_.B == B;
+  index_t* mismatch = deferred() ? &rec->pos[detail::kMismatch] : &rec->differs;
+  if (sizes_equal) {
+    backend_.for_each(n + m, detail::CompareBatch{indices.data(), pending_.indices_copy.data(), n,
+                                                  offsets.data(), pending_.offsets_copy.data(), mismatch});
+  } else if (have_pending && deferred()) {
+    backend_.for_each(1, detail::SetIndex{mismatch, -1});
+  }
+  Batch* target = &staging_;
+  if (deferred() && have_pending) {
+    // The prefetch validated these offsets and indices; a mismatch is caught above.
+    target = &pending_;
+    if (w) backend_.for_each(n, detail::CheckFinite{w, &rec->pos[detail::kWeights]});
   } else {
-    prepare_batch(fn, staging_, indices, offsets, per_sample_weights, pooling, output.size(), non_finite);
+    prepare_flags(staging_, n, B);
+    queue_checks(rec, indices, offsets, per_sample_weights, B, staging_.global_rows.data(),
+                 staging_.bag_of.data());
+  }
+  backend_.for_each(1, detail::SealForward{rec, offsets.data(), bags, n, B, indices.data(), w,
+                                           skip_non_finite(), target->flags.data(), target == &staging_,
+                                           deferred() ? deferred_.data() : nullptr, detail::kCallForward,
+                                           static_cast<index_t>(call_seq_)});
+  bool use_pending = deferred() && have_pending;
+  if (!deferred()) {
+    const detail::CallRecord r = read_record(rec);  // the one wait of this call
+    if (detail::first_failure(r, skip_non_finite()) >= 0) {
+      staging_.valid = false;
+      throw_if_failed(fn, r);
+    }
+    use_pending = sizes_equal && r.differs == detail::kNoError;
+    if (use_pending && r.pos[detail::kWeights] != detail::kNoError) {  // NonFinite::Skip
+      backend_.for_each(1, detail::SetIndex{pending_.flags.data() + detail::kFlagSkip, 1});
+    }
+  }
+  Batch* b = &pending_;
+  if (!use_pending) {
     staging_.id = ++populate_counter_;
     populate(staging_, staging_.id);
     pending_.valid = false;
@@ -395,21 +496,19 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
   Batch& cur = current_;
   const index_t T = num_tables();
   const bool mean = pooling == Pooling::Mean;
-  const float* w = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
-  const bool cached = num_sets_ > 0 && cur.U > 0;
-  backend_.for_each(cur.B * T, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
-                                                         cached ? cur.occ_to_unique.data() : nullptr,
-                                                         cached ? cur.slot_of_unique.data() : nullptr, w,
-                                                         cache_ref(), false, store_.data(), stride_, cur.B, T,
-                                                         config_.dim, mean, output.data()});
+  const index_t* gate = cur.flags.data() + detail::kFlagOk;
+  backend_.for_each(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
+                                                    num_sets_ > 0 ? cur.occ_to_unique.data() : nullptr,
+                                                    num_sets_ > 0 ? cur.slot_of_unique.data() : nullptr, w,
+                                                    cache_ref(), false, store_.data(), stride_, cur.B, T,
+                                                    config_.dim, mean, output.data(), gate});
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
   if (cur.has_coef) {
     cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
-    backend_.for_each(cur.n,
-                      detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data()});
+    backend_.for_each(
+        cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data(), gate});
   }
-  cur.skip_step = skip;
   cur.awaiting_backward = true;
 }
 
@@ -417,17 +516,25 @@ MPE_CE_TEMPLATE
 void MPE_CE::forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                                std::span<float> output, Pooling pooling,
                                std::span<const float> per_sample_weights) const {
-  // Own buffers, so concurrent const calls never share workspace.
-  IBuf global_rows(backend_, indices.size()), bag_of(backend_, indices.size()), err(backend_, 1);
-  index_t B = 0;
-  const index_t T = num_tables();
-  validate_and_expand("forward_inference", err.data(), indices, offsets, per_sample_weights, pooling,
-                      output.size(), B, global_rows.data(), bag_of.data());
+  const char* fn = "forward_inference";
+  const index_t B = check_shapes(fn, indices, offsets, per_sample_weights, pooling, output.size());
+  const auto n = static_cast<index_t>(indices.size());
+  const index_t bags = static_cast<index_t>(offsets.size()) - 1;
+  // Own buffers, so concurrent const calls never share workspace. Always synchronous.
+  IBuf global_rows(backend_, indices.size()), bag_of(backend_, indices.size());
+  detail::Buffer<detail::CallRecord, Backend> record(backend_, 1);
+  const float* w = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
+  backend_.for_each(1, detail::ResetRecord{record.data()});
+  queue_checks(record.data(), indices, offsets, per_sample_weights, B, global_rows.data(), bag_of.data());
+  backend_.for_each(1, detail::SealForward{record.data(), offsets.data(), bags, n, B, indices.data(), w,
+                                           false, nullptr, true, nullptr, detail::kCallForward, 0});
+  const detail::CallRecord r = read_record(record.data());
+  if (const int c = detail::first_failure(r, false); c >= 0)
+    detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
   backend_.for_each(
-      B * T, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr,
-                                       per_sample_weights.empty() ? nullptr : per_sample_weights.data(),
-                                       cache_ref(), num_sets_ > 0, store_.data(), stride_, B, T, config_.dim,
-                                       pooling == Pooling::Mean, output.data()});
+      bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr, w, cache_ref(),
+                                      num_sets_ > 0, store_.data(), stride_, B, num_tables(), config_.dim,
+                                      pooling == Pooling::Mean, output.data(), nullptr});
 }
 
 MPE_CE_TEMPLATE
@@ -450,24 +557,27 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
                             "; expected B*T*D = " + std::to_string(expect));
   }
-  if (b.skip_step) {  // the forward had non-finite per-sample weights (NonFinite::Skip)
-    ++stats_.skipped_steps;
+  ++call_seq_;
+  detail::CallRecord* rec = record_.data();
+  detail::Counters* counters = counters_.data();
+  backend_.for_each(1, detail::ResetRecord{rec});
+  backend_.for_each(static_cast<index_t>(grad_output.size()),
+                    detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+  backend_.for_each(
+      1, detail::SealBackward{rec, grad_output.data(), skip_non_finite(), b.flags.data(),
+                              &counters->stats.skipped_steps, deferred() ? deferred_.data() : nullptr,
+                              static_cast<index_t>(call_seq_)});
+  bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
+  if (!deferred()) {
+    const detail::CallRecord r = read_record(rec);  // the one wait of this call
+    throw_if_failed(fn, r);
+    apply = r.apply != 0;
+  } else if constexpr (!Backend::asynchronous) {
+    apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
+  }
+  if (!apply) {  // skipped (NonFinite::Skip, counted on the backend) or a failed batch
     b.awaiting_backward = false;
     return;
-  }
-  index_t none = detail::kNoError;
-  backend_.copy_from_host(error_.data(), &none, sizeof none);
-  backend_.for_each(static_cast<index_t>(grad_output.size()),
-                    detail::CheckFinite{grad_output.data(), error_.data()});
-  if (const index_t i = read_scalar(error_.data()); i != detail::kNoError) {
-    if (config_.non_finite == NonFinite::Skip) {
-      ++stats_.skipped_steps;
-      b.awaiting_backward = false;
-      return;
-    }
-    float v;
-    backend_.copy_to_host(&v, grad_output.data() + i, sizeof v);
-    detail::invalid(fn, "grad_output[" + std::to_string(i) + "] = " + format_float(v) + " is not finite");
   }
   if (opt_kind_ == 0) {
     if constexpr (Rule::state_floats > 0) {
@@ -477,23 +587,36 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     opt_kind_ = Rule::kind;
   }
   if (!b.sorted) sort_unique(b);
-  const index_t U = b.U;
-  if (U > 0) {
-    b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
-    b.outcome.reserve_discard(static_cast<std::size_t>(U));
-    const bool cached = num_sets_ > 0;
-    backend_.for_each(
-        U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
-               b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-               b.has_coef ? b.coef.data() : nullptr, grad_output.data(),
-               cached ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(), stride_, b.B, T,
-               config_.dim, optimizer, Rule::state_floats > 0 ? opt_state_.data() : nullptr, b.grad.data(),
-               config_.seed, static_cast<std::uint32_t>(step_), b.outcome.data()});
-    const detail::OutcomeCounts c =
-        backend_.template sum<detail::OutcomeCounts>(U, detail::CountOutcome{b.outcome.data()});
-    stats_.saturated_rows += c.saturated;
-  }
-  ++step_;
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const index_t* gate = b.flags.data() + detail::kFlagApply;
+  b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
+  b.outcome.reserve_discard(static_cast<std::size_t>(U));
+  const bool cached = num_sets_ > 0;
+  backend_.for_each(U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
+                           b.uniq.data(),
+                           b.seg_start.data(),
+                           b.sorted_pos.data(),
+                           b.bag_of.data(),
+                           b.has_coef ? b.coef.data() : nullptr,
+                           grad_output.data(),
+                           cached ? b.slot_of_unique.data() : nullptr,
+                           cache_ref(),
+                           store_.data(),
+                           stride_,
+                           b.B,
+                           T,
+                           config_.dim,
+                           optimizer,
+                           Rule::state_floats > 0 ? opt_state_.data() : nullptr,
+                           b.grad.data(),
+                           config_.seed,
+                           step_ptr(),
+                           b.outcome.data(),
+                           count,
+                           gate});
+  backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
   b.awaiting_backward = false;
 }
 
@@ -501,26 +624,26 @@ MPE_CE_TEMPLATE
 void MPE_CE::flush() {
   const index_t slots = cache_slots();
   if (slots == 0) return;
+  detail::Counters* counters = counters_.data();
+  backend_.for_each(slots,
+                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
+                                                          step_ptr(), flush_outcome_.data()});
+  backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
   backend_.for_each(
-      slots, detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
-                                                   static_cast<std::uint32_t>(step_), flush_outcome_.data()});
-  const detail::OutcomeCounts c =
-      backend_.template sum<detail::OutcomeCounts>(slots, detail::CountOutcome{flush_outcome_.data()});
-  stats_.writebacks += c.wrote_back;
-  stats_.saturated_rows += c.saturated;
-  stats_.bytes_written_back += c.wrote_back * Storage::data_bytes(config_.dim);
+      1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr,
+                            static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)), nullptr});
 }
 
 MPE_CE_TEMPLATE
 void MPE_CE::write_rows(const float* src, index_t first, index_t count, num::RoundingSite site) {
-  backend_.for_each(
-      count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first, src,
-                                                  config_.seed, static_cast<std::uint32_t>(step_), site});
+  backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first,
+                                                                src, config_.seed, step_ptr(), site});
 }
 
 MPE_CE_TEMPLATE
 void MPE_CE::set_weights(std::span<const float> weights, std::int64_t first_row) {
   const char* fn = "set_weights";
+  throw_deferred();
   check_row_range(fn, "weights", weights.size(), first_row);
   const index_t count = static_cast<index_t>(weights.size()) / config_.dim;
   if (count == 0) return;
@@ -580,9 +703,9 @@ MemoryFootprint MPE_CE::memory() const {
   m.store_bytes = store_.bytes();
   m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + sketch_.bytes();
   m.optimizer_bytes = opt_state_.bytes();
-  m.metadata_bytes = table_offsets_.bytes();
-  m.workspace_bytes =
-      current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() + flush_outcome_.bytes();
+  m.metadata_bytes = table_offsets_.bytes() + counters_.bytes();
+  m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +
+                      flush_outcome_.bytes() + record_.bytes() + deferred_.bytes();
   return m;
 }
 

@@ -262,15 +262,16 @@ struct CheckpointAccess {
     b.put(static_cast<std::int64_t>(e.cache_slots()));
     b.put(static_cast<std::int64_t>(e.sketch_width_));
     b.put(static_cast<std::uint64_t>(e.config_.seed));
-    b.put(static_cast<std::uint64_t>(e.step_));
+    const Counters counters = e.read_counters();
+    b.put(static_cast<std::uint64_t>(counters.step));
     b.put(static_cast<std::uint64_t>(e.populate_counter_));
-    b.put(static_cast<std::uint64_t>(e.sketch_increments_));
+    b.put(static_cast<std::uint64_t>(counters.sketch_increments));
     b.put(static_cast<std::uint32_t>(e.opt_kind_));
     const std::size_t rows = static_cast<std::size_t>(e.total_rows_);
     b.put(static_cast<std::uint32_t>(rows == 0 ? 0 : e.opt_state_.size() / rows));
     b.put(fmt::kNumStats);
     std::uint64_t st[fmt::kNumStats];
-    ckpt::stats_to_array(e.stats_, st);
+    ckpt::stats_to_array(counters.stats, st);
     for (auto x : st) b.put(x);
     b.put(fmt::kNumSections);
     const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
@@ -512,11 +513,13 @@ struct CheckpointAccess {
     }
     if (new_opt) e.opt_state_.swap(opt);
     e.config_.seed = seed;
-    e.step_ = step;
+    Counters counters{};
+    counters.stats = ckpt::stats_from_array(st);
+    counters.step = step;
+    counters.sketch_increments = sketch_increments;
+    e.backend_.copy_from_host(e.counters_.data(), &counters, sizeof counters);
     e.populate_counter_ = populate_counter;
-    e.sketch_increments_ = sketch_increments;
     e.opt_kind_ = static_cast<int>(opt_kind);
-    e.stats_ = ckpt::stats_from_array(st);
     for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
       b->valid = false;
       b->awaiting_backward = false;
@@ -554,6 +557,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend>::save(const std::filesys
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
 void CachedEmbedding<Storage, Cache, Rounding, Backend>::load(const std::filesystem::path& path) {
+  throw_deferred();
   const std::string prefix = "mpe::CachedEmbedding::load: '" + path.string() + "': ";
   const std::vector<std::uint8_t> bytes = detail::ckpt::read_file(path, prefix);
   detail::CheckpointAccess::load_bytes(*this, bytes.data(), bytes.size(), path.string());

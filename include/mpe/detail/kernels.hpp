@@ -10,9 +10,11 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
 #include "mpe/detail/row_accumulate.hpp"
+#include "mpe/detail/validation.hpp"
 #include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
+#include "mpe/types.hpp"
 
 namespace mpe::detail {
 
@@ -27,28 +29,9 @@ enum Outcome : std::uint8_t {
   kSaturated = 64,
 };
 
-inline constexpr index_t kNoError = INT64_MAX;
-
-/// Bag j is malformed when offsets[j] > offsets[j+1]; records the smallest such j.
-struct CheckOffsets {
-  const index_t* offsets;  // (num_bags + 1)
-  index_t* bad_bag;        // (1) atomic min
-  MPE_HOST_DEVICE void operator()(index_t j) const {
-    if (offsets[j] > offsets[j + 1]) atomic_min(bad_bag, j);
-  }
-};
-
-/// First non-finite value of an array.
-struct CheckFinite {
-  const float* values;
-  index_t* bad_pos;
-  MPE_HOST_DEVICE void operator()(index_t i) const {
-    if (!num::is_finite(values[i])) atomic_min(bad_pos, i);
-  }
-};
-
 /// Per bag j = t*B + b: validates its indices against table t's rows, and writes each
-/// occurrence's global row, bag and position (the sort's payload).
+/// occurrence's global row and bag. Does nothing when the record says the offsets are
+/// malformed (CheckOffsets ran before, in stream order).
 struct ExpandBags {
   const index_t* indices;        // (n) local row ids
   const index_t* offsets;        // (T*B + 1)
@@ -56,8 +39,13 @@ struct ExpandBags {
   index_t B;
   index_t* global_rows;  // (n)
   index_t* bag_of;       // (n)
-  index_t* bad_pos;      // (1) atomic min: first out-of-range occurrence
+  CallRecord* rec;       // offsets verdict in; atomic min of the first out-of-range occurrence out
   MPE_HOST_DEVICE void operator()(index_t j) const {
+    if (rec->pos[kOffsetsFirst] != kNoError || rec->pos[kOffsetsLast] != kNoError ||
+        rec->pos[kOffsetsOrder] != kNoError) {
+      return;
+    }
+    index_t* bad_pos = &rec->pos[kIndex];
     const index_t t = j / B;
     const index_t rows = table_offsets[t + 1] - table_offsets[t];
     for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
@@ -73,13 +61,15 @@ struct ExpandBags {
   }
 };
 
-/// Copies keys and writes the identity permutation (sort input).
+/// Copies keys and writes the identity permutation (sort input). A batch that failed
+/// validation (closed gate) sorts zeros instead of rows never written.
 struct PrepareSort {
   const index_t* keys_in;
   index_t* keys;
   index_t* positions;
+  const index_t* gate;  // batch ok flag, or null
   MPE_HOST_DEVICE void operator()(index_t i) const {
-    keys[i] = keys_in[i];
+    keys[i] = open(gate) ? keys_in[i] : 0;
     positions[i] = i;
   }
 };
@@ -90,6 +80,20 @@ struct MarkHeads {
   index_t* heads;
   MPE_HOST_DEVICE void operator()(index_t i) const {
     heads[i] = (i == 0 || sorted_keys[i] != sorted_keys[i - 1]) ? 1 : 0;
+  }
+};
+
+/// Single item after the scan: U = rank[n-1] + heads[n-1] into *count, seg_start[U] = n.
+struct CountUnique {
+  const index_t* heads;
+  const index_t* head_rank;
+  index_t n;
+  index_t* count;      // (1) U
+  index_t* seg_start;  // (U + 1)
+  MPE_HOST_DEVICE void operator()(index_t) const {
+    const index_t U = head_rank[n - 1] + heads[n - 1];
+    *count = U;
+    seg_start[U] = n;
   }
 };
 
@@ -118,15 +122,23 @@ struct ScatterUnique {
 struct SketchIncrement {
   const index_t* uniq;
   SketchRef sketch;
+  const index_t* count;  // (1) U; items u >= U do nothing
+  const index_t* gate;   // batch ok flag, or null
   MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count || !open(gate)) return;
     for (int k = 0; k < SketchRef::depth; ++k) atomic_add(&sketch.counters[sketch.cell(uniq[u], k)], 1u);
   }
 };
 
-/// Halves every sketch counter.
+/// Halves every sketch counter `*halvings` times (0: nothing).
 struct SketchHalve {
   std::uint32_t* counters;
-  MPE_HOST_DEVICE void operator()(index_t i) const { counters[i] >>= 1; }
+  const std::uint64_t* halvings;
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    const std::uint64_t h = *halvings;
+    if (h == 0) return;
+    counters[i] = h >= 32 ? 0u : counters[i] >> h;
+  }
 };
 
 /// Admission sort keys: set in the high 32 bits; LFU puts the complemented estimate in
@@ -139,7 +151,13 @@ struct AdmissionKeys {
   std::uint32_t* estimates;  // (U), LFU only
   std::uint64_t* keys;       // (U)
   index_t* order;            // (U)
+  const index_t* count;      // (1) U; items u >= U get the largest key (sorted last)
   MPE_HOST_DEVICE void operator()(index_t u) const {
+    order[u] = u;
+    if (u >= *count) {
+      keys[u] = ~std::uint64_t{0};
+      return;
+    }
     const std::uint64_t set = static_cast<std::uint64_t>(set_of_row(uniq[u], num_sets));
     std::uint64_t key = set << 32;
     if constexpr (UseSketch) {
@@ -148,7 +166,6 @@ struct AdmissionKeys {
       key |= static_cast<std::uint64_t>(~e);
     }
     keys[u] = key;
-    order[u] = u;
   }
 };
 
@@ -157,9 +174,10 @@ struct AdmissionKeys {
 /// back dirty victims and fill from the store. Runs once per set (at each run head).
 template <class Storage, class Rounding, bool UseSketch>
 struct AdmitSet {
-  const std::uint64_t* keys;  // (U) sorted admission keys
-  const index_t* order;       // (U) unique index in admission order
-  index_t U;
+  const std::uint64_t* keys;       // (U) sorted admission keys
+  const index_t* order;            // (U) unique index in admission order
+  const index_t* count;            // (1) U; items p >= U do nothing
+  const index_t* gate;             // batch ok flag, or null
   const index_t* uniq;             // (U)
   const std::uint32_t* estimates;  // (U) LFU only
   CacheRef cache;
@@ -169,11 +187,13 @@ struct AdmitSet {
   std::uint64_t batch_id;
   std::uint64_t lock_floor;
   std::uint64_t seed;
-  std::uint32_t step;
-  index_t* slot_of_unique;  // (U)
-  std::uint8_t* outcome;    // (U)
+  const std::uint64_t* step;  // (1) completed backward() calls
+  index_t* slot_of_unique;    // (U)
+  std::uint8_t* outcome;      // (U)
 
   MPE_HOST_DEVICE void operator()(index_t p) const {
+    const index_t U = *count;
+    if (p >= U || !open(gate)) return;
     const std::uint64_t set = keys[p] >> 32;
     if (p > 0 && (keys[p - 1] >> 32) == set) return;
     index_t end = p + 1;
@@ -231,7 +251,8 @@ struct AdmitSet {
         code |= kEvicted;
         if (cache.dirty[victim]) {
           const index_t old = cache.tags[victim];
-          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), step, num::RoundingSite::WriteBack};
+          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
+                                num::RoundingSite::WriteBack};
           if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
                                                 rng)) {
             code |= kSaturated;
@@ -270,6 +291,7 @@ struct PoolBags {
   std::int32_t D;
   bool mean;
   float* output;
+  const index_t* gate;  // batch ok flag, or null (a failed batch leaves output untouched)
   /// Occurrences ahead whose rows are touched (loaded) before they are pooled (host only).
   static constexpr index_t kTouchAhead = 32;
   MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
@@ -296,6 +318,7 @@ struct PoolBags {
     touch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
   MPE_HOST_DEVICE void operator()(index_t j) const {
+    if (!open(gate)) return;
     const index_t t = j / B, b = j - (j / B) * B;
     float* o = output + (b * T + t) * D;
     for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
@@ -332,8 +355,10 @@ struct Coefficients {
   const index_t* bag_of;
   const float* weights;  // (n) or null
   bool mean;
-  float* coef;  // (n)
+  float* coef;          // (n)
+  const index_t* gate;  // batch ok flag, or null
   MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (!open(gate)) return;
     if (weights) {
       coef[i] = weights[i];
     } else if (mean) {
@@ -365,9 +390,12 @@ struct UpdateRows {
   float* opt_state;  // (rows * Rule::state_floats) or null
   float* grad;       // (U, D) workspace
   std::uint64_t seed;
-  std::uint32_t step;
-  std::uint8_t* outcome;  // (U)
+  const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint8_t* outcome;      // (U)
+  const index_t* count;       // (1) U; items u >= U do nothing
+  const index_t* gate;        // apply flag of the batch, or null
   MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count || !open(gate)) return;
     const index_t r = uniq[u];
     float* g = grad + u * D;
     for (index_t k = seg_start[u]; k < seg_start[u + 1]; ++k) {
@@ -408,7 +436,8 @@ struct UpdateRows {
       std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
       const typename Storage::Reader rd(row, D);
       for (std::int32_t d = 0; d < D; ++d) g[d] = num::sub(rd[d], num::mul(m, g[d]));
-      const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, num::RoundingSite::StoreUpdate};
+      const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
+                            num::RoundingSite::StoreUpdate};
       outcome[u] = Storage::template store<Rounding>(g, D, row, rng) ? kSaturated : 0;
     }
   }
@@ -446,11 +475,11 @@ struct WriteRows {
   index_t first;
   const float* src;  // (count, D)
   std::uint64_t seed;
-  std::uint32_t step;
+  const std::uint64_t* step;  // (1) completed backward() calls
   num::RoundingSite site;
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, site};
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step), site};
     Storage::template store<Rounding>(src + i * cache.dim, cache.dim,
                                       store + static_cast<std::size_t>(r) * stride, rng);
     const index_t s = cache.find(r);
@@ -492,13 +521,14 @@ struct FlushSlots {
   std::uint8_t* store;
   std::size_t stride;
   std::uint64_t seed;
-  std::uint32_t step;
-  std::uint8_t* outcome;  // (slots)
+  const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint8_t* outcome;      // (slots)
   MPE_HOST_DEVICE void operator()(index_t s) const {
     outcome[s] = 0;
     if (cache.tags[s] < 0 || !cache.dirty[s]) return;
     const index_t r = cache.tags[s];
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), step, num::RoundingSite::Flush};
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
+                          num::RoundingSite::Flush};
     const bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
                                                        store + static_cast<std::size_t>(r) * stride, rng);
     cache.dirty[s] = 0;
@@ -517,13 +547,80 @@ struct OutcomeCounts {
 
 struct CountOutcome {
   const std::uint8_t* outcome;
+  const index_t* count;  // (1) number of valid items, or null: all
+  const index_t* gate;   // or null
   MPE_HOST_DEVICE OutcomeCounts operator()(index_t i) const {
+    if ((count && i >= *count) || !open(gate)) return {};
     const std::uint8_t c = outcome[i];
     return {
         static_cast<std::uint64_t>((c & kHit) != 0),      static_cast<std::uint64_t>((c & kFilled) != 0),
         static_cast<std::uint64_t>((c & kConflict) != 0), static_cast<std::uint64_t>((c & kRejected) != 0),
         static_cast<std::uint64_t>((c & kEvicted) != 0),  static_cast<std::uint64_t>((c & kWroteBack) != 0),
         static_cast<std::uint64_t>((c & kSaturated) != 0)};
+  }
+};
+
+/// Counters of a CachedEmbedding that device work updates, in backend memory: the
+/// statistics, the step, the LFU sketch's decay clock and the scratch they are summed in.
+struct Counters {
+  CacheStats stats;
+  std::uint64_t step;               ///< completed backward() calls (Philox counter word)
+  std::uint64_t sketch_increments;  ///< LFU increments since the last halving
+  std::uint64_t halvings;           ///< halvings due after this populate
+  OutcomeCounts tally;              ///< last reduce_to result
+};
+
+/// Which call's tally FoldCounts adds to the statistics.
+enum class Fold : std::int32_t { Populate, Backward, Flush };
+
+/// Single item: adds the tally (and for populate the lookups and unique rows) to the
+/// statistics; backward also advances the step. Nothing when the gate is closed.
+struct FoldCounts {
+  Counters* c;
+  Fold kind;
+  index_t n;                // populate: occurrences
+  const index_t* unique;    // populate: (1) U, or null without a cache
+  std::uint64_t row_bytes;  // Storage::data_bytes(D)
+  const index_t* gate;      // or null
+  MPE_HOST_DEVICE void operator()(index_t) const {
+    if (!open(gate)) return;
+    const OutcomeCounts t = c->tally;
+    CacheStats& s = c->stats;
+    if (kind == Fold::Populate) {
+      s.lookups += static_cast<std::uint64_t>(n);
+      if (!unique) return;
+      const auto U = static_cast<std::uint64_t>(*unique);
+      s.unique_rows += U;
+      s.hits += t.hits;
+      s.misses += U - t.hits;
+      s.conflict_misses += t.conflicts;
+      s.lfu_rejections += t.rejected;
+      s.evictions += t.evicted;
+    } else if (kind == Fold::Backward) {
+      c->step += 1;
+    }
+    if (kind != Fold::Backward) {
+      s.writebacks += t.wrote_back;
+      s.bytes_written_back += t.wrote_back * row_bytes;
+    }
+    if (kind == Fold::Populate) s.bytes_filled += t.filled * row_bytes;
+    s.saturated_rows += t.saturated;
+  }
+};
+
+/// Single item after an LFU populate: counts U increments and sets how many halvings of
+/// the sketch are due (one per `period` increments).
+struct SketchTick {
+  Counters* c;
+  const index_t* unique;  // (1) U
+  std::uint64_t period;
+  const index_t* gate;
+  MPE_HOST_DEVICE void operator()(index_t) const {
+    c->halvings = 0;
+    if (!open(gate)) return;
+    c->sketch_increments += static_cast<std::uint64_t>(*unique);
+    c->halvings = c->sketch_increments / period;
+    c->sketch_increments -= c->halvings * period;
   }
 };
 

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// AsyncHostBackend: HostBackend that declares itself asynchronous with device-resident
+// spans, as CudaBackend does, and counts every call that would wait for a device.
+//
+// CachedEmbedding then takes CudaBackend's code paths on the host (launches sized by the
+// batch length instead of its unique-row count, every per-batch size and statistic kept
+// in backend memory, set_weights/get_weights/save staged through copies), so the host
+// suite checks them bit for bit without a GPU, and the wait counter checks how often a
+// call would synchronize with the device.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mpe/backend/host_backend.hpp>
+
+namespace ref {
+
+struct AsyncHostBackend : mpe::HostBackend {
+  static constexpr bool asynchronous = true;
+  static constexpr bool device_spans = true;
+  static constexpr const char* name = "async-host";
+
+  /// Calls that return host values from backend memory (each a stream wait on a GPU).
+  std::shared_ptr<std::atomic<long>> waits = std::make_shared<std::atomic<long>>(0);
+
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes == 0) return;
+    ++*waits;
+    mpe::HostBackend::copy_to_host(dst, src, bytes);
+  }
+  bool equal_bytes(const void* a, const void* b, std::size_t bytes) const {
+    ++*waits;
+    return mpe::HostBackend::equal_bytes(a, b, bytes);
+  }
+  template <class T, class F>
+  T sum(mpe::index_t n, F f) const {
+    ++*waits;
+    return mpe::HostBackend::sum<T>(n, f);
+  }
+  void synchronize() const { ++*waits; }
+};
+
+}  // namespace ref

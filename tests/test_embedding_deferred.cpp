@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validation modes and the asynchronous code path of CachedEmbedding, without a GPU:
+//  - the same seeded training (prefetch patterns, sum/mean/weighted pooling, empty bags,
+//    duplicates, flushes, NonFinite::Skip steps) gives the same bits (outputs, weights,
+//    statistics, step) under HostBackend and AsyncHostBackend (CudaBackend's code paths:
+//    launches sized by the batch length, sizes and statistics in backend memory), in
+//    Validation::Synchronous and Validation::Deferred;
+//  - waits per call: Synchronous prefetch/forward/backward wait once (the verdict),
+//    Deferred ones never; flush, reset_stats and init_uniform never wait;
+//  - Deferred errors: a failing call changes nothing (training afterwards equals a twin
+//    that never made the call, bit for bit), synchronize() throws the first error once with
+//    the call, its number, the argument and the value, and counts later failures;
+//    set_weights() and load() throw it first.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <mpe/mpe.hpp>
+#include <random>
+#include <string>
+
+#include "reference/async_backend.hpp"
+#include "reference/embedding_bag.hpp"
+#include "reference/stats_equal.hpp"
+
+namespace {
+
+template <class S, class C, class R>
+struct Policy {
+  using storage = S;
+  using cache = C;
+  using rounding = R;
+};
+
+const std::vector<std::int64_t> kTables{50, 9, 200};
+constexpr int kD = 6;
+constexpr std::int64_t kB = 16;
+constexpr int kSteps = 36;
+
+struct Run {
+  std::vector<float> weights;
+  std::vector<float> outputs;
+  mpe::CacheStats stats;
+  std::uint64_t step = 0;
+};
+
+/// One fixed stream of batches and gradients (the same for every run).
+struct Stream {
+  std::vector<ref::Batch> batches;
+  std::vector<std::vector<float>> grads;
+  std::vector<float> init;
+  explicit Stream(bool with_non_finite) {
+    std::mt19937_64 rng(2024);
+    init = ref::random_floats(rng, static_cast<std::size_t>(259) * kD, -1, 1);
+    for (int k = 0; k <= kSteps; ++k) {
+      batches.push_back(ref::random_batch(rng, kTables, kB, 5, k % 3 == 1));
+      grads.push_back(ref::random_floats(rng, static_cast<std::size_t>(kB) * kTables.size() * kD, -1, 1));
+      if (with_non_finite && k % 7 == 5) grads.back()[3] = std::numeric_limits<float>::quiet_NaN();
+      if (with_non_finite && k % 11 == 4 && !batches.back().weights.empty()) {
+        batches.back().weights[0] = std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+};
+
+/// kSteps steps of row-wise Adagrad. Prefetch pattern by step: k % 3 == 0 none (but step k
+/// may consume the prefetch of step k - 1), 1 prefetch(k) right before forward(k), 2
+/// prefetch(k + 1) between forward(k) and backward(k) (the pipelined pattern).
+template <class P, class Backend>
+Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite, std::int64_t cache_rows) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = kTables;
+  cfg.dim = kD;
+  cfg.cache_rows = cache_rows;
+  cfg.seed = 77;
+  cfg.validation = validation;
+  cfg.non_finite = non_finite;
+  mpe::CachedEmbedding<typename P::storage, typename P::cache, typename P::rounding, Backend> emb(cfg,
+                                                                                                  backend);
+  const Stream s(non_finite == mpe::NonFinite::Skip);
+  emb.set_weights(s.init);
+  Run r;
+  for (int k = 0; k < kSteps; ++k) {
+    const ref::Batch& b = s.batches[static_cast<std::size_t>(k)];
+    std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * kD);
+    if (k % 3 == 1) emb.prefetch(b.indices, b.offsets);
+    const auto pooling = (k % 3 == 2) ? mpe::Pooling::Mean : mpe::Pooling::Sum;
+    emb.forward(b.indices, b.offsets, out, pooling, b.weights);
+    if (k % 3 == 2) {
+      const ref::Batch& next = s.batches[static_cast<std::size_t>(k + 1)];
+      emb.prefetch(next.indices, next.offsets);
+    }
+    emb.backward(s.grads[static_cast<std::size_t>(k)], mpe::RowwiseAdagrad{0.2f});
+    if (k == kSteps / 2) emb.flush();
+    r.outputs.insert(r.outputs.end(), out.begin(), out.end());
+  }
+  emb.synchronize();  // nothing recorded: valid input throughout
+  emb.flush();
+  r.weights.resize(static_cast<std::size_t>(emb.total_rows()) * kD);
+  emb.get_weights(r.weights);
+  r.stats = emb.stats();
+  r.step = emb.step();
+  return r;
+}
+
+void check_same(const Run& a, const Run& b) {
+  CHECK(ref::first_diff(a.outputs, b.outputs) == -1);
+  CHECK(ref::first_diff(a.weights, b.weights) == -1);
+  ref::check_stats_equal(a.stats, b.stats);
+  CHECK(a.step == b.step);
+}
+
+}  // namespace
+
+#define MPE_DEFERRED_POLICIES                                               \
+  Policy<mpe::Fp32, mpe::Lru<4>, mpe::StochasticRounding>,                  \
+      Policy<mpe::Fp16, mpe::Lfu<4>, mpe::StochasticRounding>,              \
+      Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,       \
+      Policy<mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>,       \
+      Policy<mpe::Int8Rowwise, mpe::DirectMapped, mpe::StochasticRounding>, \
+      Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding>,          \
+      Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,       \
+      Policy<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>
+
+TEST_CASE_TEMPLATE("async code path and deferred validation give the synchronous host bits", P,
+                   MPE_DEFERRED_POLICIES) {
+  using mpe::NonFinite;
+  using mpe::Validation;
+  // cache: none, smaller than a batch's unique rows (evictions, conflicts), larger than the table
+  for (const std::int64_t cache_rows : {std::int64_t{0}, std::int64_t{24}, std::int64_t{400}}) {
+    for (const NonFinite nf : {NonFinite::Throw, NonFinite::Skip}) {
+      CAPTURE(cache_rows);
+      CAPTURE(static_cast<int>(nf));
+      const Run base = train<P>(mpe::HostBackend{}, Validation::Synchronous, nf, cache_rows);
+      if (nf == NonFinite::Skip) CHECK(base.stats.skipped_steps > 0);  // the stream holds skips
+      if (cache_rows == 24) CHECK(base.stats.evictions > 0);
+      check_same(base, train<P>(mpe::HostBackend{}, Validation::Deferred, nf, cache_rows));
+      check_same(base, train<P>(ref::AsyncHostBackend{}, Validation::Synchronous, nf, cache_rows));
+      check_same(base, train<P>(ref::AsyncHostBackend{}, Validation::Deferred, nf, cache_rows));
+    }
+  }
+}
+
+namespace {
+
+using AsyncEmb =
+    mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, ref::AsyncHostBackend>;
+
+mpe::EmbeddingConfig small_config(mpe::Validation v) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = kTables;
+  cfg.dim = kD;
+  cfg.cache_rows = 24;
+  cfg.seed = 5;
+  cfg.validation = v;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("waits per call: one verdict read when synchronous, none when deferred") {
+  for (const auto v : {mpe::Validation::Synchronous, mpe::Validation::Deferred}) {
+    CAPTURE(static_cast<int>(v));
+    const long per_call = v == mpe::Validation::Synchronous ? 1 : 0;
+    ref::AsyncHostBackend be;
+    AsyncEmb emb(small_config(v), be);
+    const Stream s(false);
+    emb.init_uniform(-0.5f, 0.5f);
+    const auto waits = [&] { return be.waits->load(); };
+    std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * kD);
+    for (int k = 0; k < 4; ++k) {
+      const ref::Batch& b = s.batches[static_cast<std::size_t>(k)];
+      long before = waits();
+      if (k % 2 == 1) {
+        emb.prefetch(b.indices, b.offsets);
+        CHECK(waits() - before == per_call);
+        before = waits();
+      }
+      emb.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);  // k odd: the prefetched batch
+      CHECK(waits() - before == per_call);
+      before = waits();
+      emb.backward(s.grads[static_cast<std::size_t>(k)], mpe::Sgd{0.1f});
+      CHECK(waits() - before == per_call);
+    }
+    long before = waits();
+    emb.flush();
+    emb.reset_stats();
+    emb.init_uniform(-0.25f, 0.25f);
+    CHECK(waits() - before == 0);
+    before = waits();
+    emb.forward_inference(s.batches[0].indices, s.batches[0].offsets, out, mpe::Pooling::Sum,
+                          s.batches[0].weights);
+    CHECK(waits() - before == 1);  // always synchronous (a const call records nothing)
+  }
+}
+
+namespace {
+
+template <class Backend>
+using Emb = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding, Backend>;
+
+/// A deferred-validation embedding and its synchronous twin, trained alike; `bad` calls go
+/// to the deferred one only, and must change nothing.
+template <class Backend>
+struct DeferredTwins {
+  Emb<Backend> victim{small_config(mpe::Validation::Deferred), Backend{}};
+  Emb<mpe::HostBackend> twin{small_config(mpe::Validation::Synchronous)};
+  Stream s{false};
+  int k = 0;
+  std::vector<float> out = std::vector<float>(static_cast<std::size_t>(kB) * kTables.size() * kD);
+  DeferredTwins() {
+    victim.set_weights(s.init);
+    twin.set_weights(s.init);
+    steps(3);
+  }
+  template <class E>
+  void step_on(E& e, const ref::Batch& b, const std::vector<float>& g, std::vector<float>& o) {
+    e.forward(b.indices, b.offsets, o, mpe::Pooling::Sum, b.weights);
+    e.backward(g, mpe::RowwiseAdagrad{0.3f});
+  }
+  void steps(int count) {
+    for (int i = 0; i < count; ++i, ++k) {
+      const auto& b = s.batches[static_cast<std::size_t>(k % kSteps)];
+      const auto& g = s.grads[static_cast<std::size_t>(k % kSteps)];
+      std::vector<float> o2(out.size());
+      step_on(victim, b, g, out);
+      step_on(twin, b, g, o2);
+      CHECK(ref::first_diff(out, o2) == -1);
+    }
+  }
+  /// Trains both on, then compares every weight bit, the statistics and the step.
+  void check_same_after(int more_steps = 4) {
+    steps(more_steps);
+    victim.flush();
+    twin.flush();
+    std::vector<float> a(static_cast<std::size_t>(twin.total_rows()) * kD), b(a.size());
+    victim.get_weights(a);
+    twin.get_weights(b);
+    CHECK(ref::first_diff(a, b) == -1);
+    ref::check_stats_equal(victim.stats(), twin.stats());
+    CHECK(victim.step() == twin.step());
+  }
+  /// synchronize() throws std::invalid_argument whose message holds every part; then once
+  /// more does not throw.
+  void expect_reported(const std::vector<std::string>& parts) {
+    bool thrown = false;
+    try {
+      victim.synchronize();
+    } catch (const std::invalid_argument& e) {
+      thrown = true;
+      const std::string what = e.what();
+      for (const auto& p : parts) {
+        CAPTURE(what);
+        CHECK(what.find(p) != std::string::npos);
+      }
+    }
+    CHECK(thrown);
+    CHECK_NOTHROW(victim.synchronize());
+  }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("deferred errors change nothing and are thrown once by synchronize()", Backend,
+                   mpe::HostBackend, ref::AsyncHostBackend) {
+  DeferredTwins<Backend> t;
+  const ref::Batch& b = t.s.batches[5];
+  const auto& g = t.s.grads[5];
+  auto& out = t.out;
+  SUBCASE("index outside its table: forward and its backward skipped") {
+    auto idx = b.indices;
+    idx[2] = 1000;
+    const std::vector<float> before = out;
+    t.victim.forward(idx, b.offsets, out, mpe::Pooling::Sum, b.weights);
+    CHECK(ref::first_diff(out, before) == -1);  // output untouched
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"mpe::CachedEmbedding::forward (deferred, call 7)", "indices[2] = 1000",
+                       "outside table 0 (50 rows"});
+  }
+  SUBCASE("decreasing offsets") {
+    auto off = b.offsets;
+    off[4] = off[5] + 1;
+    t.victim.forward(b.indices, off, out, mpe::Pooling::Sum, b.weights);
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"forward (deferred", "offsets[5] = " + std::to_string(off[5]), "non-decreasing"});
+  }
+  SUBCASE("offsets[0] != 0 and last offset != indices.size()") {
+    auto off = b.offsets;
+    off[0] = 1;
+    t.victim.prefetch(b.indices, off);
+    off[0] = 0;
+    off.back() += 3;
+    t.victim.forward(b.indices, off, out);  // also differs from the pending prefetch
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"prefetch (deferred, call 7)", "offsets[0] = 1; must be 0", "1 later call failed"});
+  }
+  SUBCASE("non-finite per-sample weight") {
+    std::vector<float> w(b.indices.size(), 0.5f);
+    w[1] = std::numeric_limits<float>::infinity();
+    t.victim.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, w);
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"forward (deferred", "per_sample_weights[1] = inf is not finite"});
+  }
+  SUBCASE("non-finite gradient: the forward counts, the update does not") {
+    auto bad = g;
+    bad[9] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> o2(out.size());
+    t.victim.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);
+    t.twin.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
+    t.victim.backward(bad, mpe::RowwiseAdagrad{0.3f});
+    CHECK_THROWS_AS(t.twin.backward(bad, mpe::RowwiseAdagrad{0.3f}), std::invalid_argument);
+    // the twin's forward still awaits a backward, the victim's was consumed; a new
+    // forward replaces both
+    t.victim.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);
+    t.twin.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
+    CHECK(ref::first_diff(out, o2) == -1);
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.twin.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"backward (deferred, call 8)", "grad_output[9] = nan is not finite"});
+  }
+  SUBCASE("forward after prefetch must pass the prefetched batch") {
+    const ref::Batch& other = t.s.batches[6];
+    std::vector<float> o2(out.size());
+    t.victim.prefetch(b.indices, b.offsets);
+    t.twin.prefetch(b.indices, b.offsets);
+    const std::vector<float> before = out;
+    t.victim.forward(other.indices, other.offsets, out, mpe::Pooling::Sum, other.weights);
+    CHECK(ref::first_diff(out, before) == -1);
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"forward (deferred, call 8)", "sizes differ from the pending prefetch()'s batch"});
+  }
+  SUBCASE("same sizes, one index different from the prefetched batch") {
+    auto idx = b.indices;
+    idx[3] = (idx[3] + 1) % 9;  // still inside every table
+    t.victim.prefetch(b.indices, b.offsets);
+    t.twin.prefetch(b.indices, b.offsets);
+    t.victim.forward(idx, b.offsets, out, mpe::Pooling::Sum, b.weights);
+    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported(
+        {"forward (deferred, call 8)", "indices[3] differs from the pending prefetch()'s batch"});
+  }
+  SUBCASE("set_weights and load throw the recorded error first") {
+    auto idx = b.indices;
+    idx[0] = -1;
+    t.victim.forward(idx, b.offsets, out);
+    std::vector<float> row(kD, 0.125f);
+    CHECK_THROWS_WITH_AS(t.victim.set_weights(row, 3), doctest::Contains("indices[0] = -1"),
+                         std::invalid_argument);
+    t.victim.set_weights(row, 3);  // reported once: now it runs
+    t.twin.set_weights(row, 3);
+    t.victim.forward(idx, b.offsets, out);
+    const auto path = std::filesystem::temp_directory_path() / ("mpe_deferred_" + std::to_string(::getpid()));
+    t.twin.save(path);
+    CHECK_THROWS_WITH_AS(t.victim.load(path), doctest::Contains("indices[0] = -1"), std::invalid_argument);
+    t.victim.load(path);
+    t.twin.load(path);
+    std::filesystem::remove(path);
+    t.check_same_after();
+    CHECK_NOTHROW(t.victim.synchronize());
+  }
+}
+
+TEST_CASE("Validation outside the enum is rejected") {
+  auto cfg = small_config(static_cast<mpe::Validation>(7));
+  CHECK_THROWS_WITH_AS(Emb<mpe::HostBackend>{cfg}, doctest::Contains("config.validation = 7"),
+                       std::invalid_argument);
+}
