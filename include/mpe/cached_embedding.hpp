@@ -115,8 +115,9 @@ class CachedEmbedding {
   /// what they give, and the next backward() skips the step and counts it.
   /// Validation::Synchronous waits once for the verdict and throws here; under
   /// Validation::Deferred nothing waits, a failing call leaves the object and `output`
-  /// unchanged and records the error for synchronize(), and a call after prefetch() must
-  /// pass the prefetched batch (a different one is a recorded error).
+  /// unchanged and records the error for synchronize(); a call after prefetch() with the
+  /// prefetched batch's sizes must pass the prefetched batch (different contents are a
+  /// recorded error).
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
                std::span<const float> per_sample_weights = {});
@@ -161,8 +162,9 @@ class CachedEmbedding {
   void reset_stats();
 
   /// Waits for all queued work; then, under Validation::Deferred, throws the first error
-  /// recorded since the last report (std::invalid_argument naming the call, its number,
-  /// the argument and the value, and how many later calls failed too) and clears it.
+  /// recorded since the last report (std::invalid_argument naming the call, its number
+  /// (1-based, counting every prefetch/forward/backward call of this object), the argument
+  /// and the value, and how many later calls failed too) and clears it.
   /// Under Validation::Synchronous it only waits.
   void synchronize();
 

@@ -26,8 +26,8 @@ enum class Validation {
   /// Nothing waits: a call with invalid input records the error in backend memory and
   /// changes nothing (no cache fill, no output written, no update, step not advanced);
   /// the first recorded error is thrown by the next synchronize(), set_weights() or load().
-  /// A forward() after a prefetch() must pass the prefetched batch (checked on the
-  /// backend; a different batch is a recorded error).
+  /// A forward() after a prefetch() whose batch has the prefetched sizes is taken to be
+  /// the prefetched batch (checked on the backend: different contents are a recorded error).
   Deferred,
 };
 

@@ -264,11 +264,9 @@ std::string MPE_CE::describe(int check, index_t pos, const index_t* v) const {
       return "indices[" + s(pos) + "] = " + s(v[0]) + " is outside table " + s(v[2]) + " (" +
              s(config_.table_rows[static_cast<std::size_t>(v[2])]) + " rows; bag " + s(v[1]) + ")";
     case kMismatch:
-      return std::string(pos < 0      ? "the batch's sizes differ"
-                         : pos < v[0] ? "indices[" + s(pos) + "] differs"
-                                      : "offsets[" + s(pos - v[0]) + "] differs") +
-             " from the pending prefetch()'s batch; under Validation::Deferred a forward() after "
-             "prefetch() must pass the prefetched batch";
+      return (pos < v[0] ? "indices[" + s(pos) + "] differs" : "offsets[" + s(pos - v[0]) + "] differs") +
+             " from the pending prefetch()'s batch of the same sizes; under Validation::Deferred a "
+             "forward() with the prefetched sizes must pass the prefetched batch";
     case kGrad:
       return "grad_output[" + s(pos) + "] = " + f(v[0]) + " is not finite";
     default:
@@ -406,9 +404,9 @@ void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
 MPE_CE_TEMPLATE
 void MPE_CE::prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
   const char* fn = "prefetch";
+  ++call_seq_;
   const index_t B = check_shapes(fn, indices, offsets, {}, Pooling::Sum, kSkipOutputCheck);
   const auto n = static_cast<index_t>(indices.size());
-  ++call_seq_;
   detail::CallRecord* rec = record_.data();
   prepare_flags(staging_, n, B);
   backend_.for_each(1, detail::ResetRecord{rec});
@@ -439,27 +437,26 @@ MPE_CE_TEMPLATE
 void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                      std::span<float> output, Pooling pooling, std::span<const float> per_sample_weights) {
   const char* fn = "forward";
+  ++call_seq_;
   const index_t B = check_shapes(fn, indices, offsets, per_sample_weights, pooling, output.size());
   const auto n = static_cast<index_t>(indices.size());
   const auto m = static_cast<index_t>(offsets.size());
   const index_t bags = m - 1;
-  ++call_seq_;
   detail::CallRecord* rec = record_.data();
   const float* w = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
   backend_.for_each(1, detail::ResetRecord{rec});
-  // Compare with the pending prefetch. Synchronous: a different batch is simply not the
-  // prefetched one. Deferred: the host cannot know, so it must be the prefetched one.
-  const bool have_pending = pending_.valid;
-  const bool sizes_equal = have_pending && pending_.n == n && pending_.B == B;
+  // Is this the pending prefetch's batch? Synchronous: the comparison is part of the one
+  // read, and a different batch is simply not the prefetched one. Deferred: the host cannot
+  // know without waiting, so a batch of the prefetched sizes is taken to be the prefetched
+  // one, and different contents are a recorded error.
+  const bool sizes_equal = pending_.valid && pending_.n == n && pending_.B == B;
   index_t* mismatch = deferred() ? &rec->pos[detail::kMismatch] : &rec->differs;
   if (sizes_equal) {
     backend_.for_each(n + m, detail::CompareBatch{indices.data(), pending_.indices_copy.data(), n,
                                                   offsets.data(), pending_.offsets_copy.data(), mismatch});
-  } else if (have_pending && deferred()) {
-    backend_.for_each(1, detail::SetIndex{mismatch, -1});
   }
   Batch* target = &staging_;
-  if (deferred() && have_pending) {
+  if (deferred() && sizes_equal) {
     // The prefetch validated these offsets and indices; a mismatch is caught above.
     target = &pending_;
     if (w) backend_.for_each(n, detail::CheckFinite{w, &rec->pos[detail::kWeights]});
@@ -472,7 +469,7 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
                                            skip_non_finite(), target->flags.data(), target == &staging_,
                                            deferred() ? deferred_.data() : nullptr, detail::kCallForward,
                                            static_cast<index_t>(call_seq_)});
-  bool use_pending = deferred() && have_pending;
+  bool use_pending = deferred() && sizes_equal;
   if (!deferred()) {
     const detail::CallRecord r = read_record(rec);  // the one wait of this call
     if (detail::first_failure(r, skip_non_finite()) >= 0) {
@@ -542,6 +539,7 @@ template <class Optimizer>
 void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optimizer) {
   using Rule = OptimizerRule<Optimizer>;
   const char* fn = "backward";
+  ++call_seq_;
   Batch& b = current_;
   if (!b.valid || !b.awaiting_backward) {
     throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
@@ -557,7 +555,6 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
                             "; expected B*T*D = " + std::to_string(expect));
   }
-  ++call_seq_;
   detail::CallRecord* rec = record_.data();
   detail::Counters* counters = counters_.data();
   backend_.for_each(1, detail::ResetRecord{rec});

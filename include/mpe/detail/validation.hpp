@@ -26,7 +26,7 @@ enum Check : std::int32_t {
   kOffsetsOrder,  ///< offsets[j] > offsets[j+1], smallest j v = {offsets[j], offsets[j+1]}
   kWeights,       ///< non-finite per-sample weight          v = {float bits}
   kIndex,         ///< index outside its table               v = {index, bag, table}
-  kMismatch,      ///< forward() batch != pending prefetch   pos < n: indices, else offsets - n; -1: sizes
+  kMismatch,      ///< forward() batch != pending prefetch   pos < n: indices, else offsets - n; v = {n}
   kGrad,          ///< non-finite grad_output element        v = {float bits}
   kNumChecks
 };
@@ -46,7 +46,7 @@ enum CallKind : std::int32_t { kCallPrefetch, kCallForward, kCallBackward };
 struct DeferredError {
   index_t check;  ///< Check, or -1: none
   index_t call;   ///< CallKind
-  index_t seq;    ///< the call's number (host count of prefetch/forward/backward calls)
+  index_t seq;    ///< the call's number: its 1-based count among prefetch/forward/backward calls
   index_t pos;
   index_t v[3];
   index_t later;  ///< failed calls after this one (not reported individually)
