@@ -403,3 +403,41 @@ TEST_CASE("Validation outside the enum is rejected") {
   CHECK_THROWS_WITH_AS(Emb<mpe::HostBackend>{cfg}, doctest::Contains("config.validation = 7"),
                        std::invalid_argument);
 }
+
+TEST_CASE_TEMPLATE("async path with more occurrences than table rows (launch bound = rows)", C, mpe::Lru<2>,
+                   mpe::Lfu<2>, mpe::DirectMapped) {
+  // 5 rows in all, 48 occurrences per batch: the asynchronous launches are bounded by the
+  // row count, not the batch length.
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {3, 2};
+  cfg.dim = 5;
+  cfg.cache_rows = 2;
+  cfg.seed = 9;
+  const auto run = [&](auto backend, mpe::Validation v) {
+    cfg.validation = v;
+    mpe::CachedEmbedding<mpe::Int8Rowwise, C, mpe::StochasticRounding, decltype(backend)> e(cfg, backend);
+    e.init_uniform(-1.0f, 1.0f);
+    std::mt19937_64 rng(4);
+    std::vector<float> outs;
+    for (int k = 0; k < 12; ++k) {
+      ref::Batch b = ref::random_batch(rng, cfg.table_rows, 4, 11, false);
+      std::vector<float> out(4 * 2 * 5);
+      if (k % 2) e.prefetch(b.indices, b.offsets);
+      e.forward(b.indices, b.offsets, out);
+      e.backward(ref::random_floats(rng, out.size(), -1, 1), mpe::Sgd{0.1f});
+      outs.insert(outs.end(), out.begin(), out.end());
+    }
+    e.synchronize();
+    std::vector<float> w(25);
+    e.get_weights(w);
+    outs.insert(outs.end(), w.begin(), w.end());
+    return std::make_pair(outs, e.stats());
+  };
+  const auto base = run(mpe::HostBackend{}, mpe::Validation::Synchronous);
+  CHECK(base.second.lookups > 12 * 25);  // batches longer than the table
+  for (const auto v : {mpe::Validation::Synchronous, mpe::Validation::Deferred}) {
+    const auto other = run(ref::AsyncHostBackend{}, v);
+    CHECK(ref::first_diff(base.first, other.first) == -1);
+    ref::check_stats_equal(base.second, other.second);
+  }
+}

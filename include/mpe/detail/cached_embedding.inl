@@ -315,10 +315,10 @@ void MPE_CE::prepare_flags(Batch& b, index_t n, index_t B) {
 
 MPE_CE_TEMPLATE
 index_t MPE_CE::unique_bound(const Batch& b) const {
-  // An asynchronous backend launches n items (U <= n) and each item checks U itself;
-  // a synchronous one reads U for free.
+  // An asynchronous backend launches min(n, rows) items (U is at most both) and each item
+  // checks U itself; a synchronous one reads U for free.
   if constexpr (Backend::asynchronous) {
-    return b.n;
+    return std::min(b.n, total_rows_);
   } else {
     return read_scalar(b.flags.data() + detail::kFlagU);
   }
