@@ -366,6 +366,32 @@ TEST_CASE_TEMPLATE("deferred errors change nothing and are thrown once by synchr
     t.check_same_after();
     CHECK_NOTHROW(t.victim.synchronize());
   }
+  SUBCASE("a failed forward awaiting backward locks nothing for the next prefetch") {
+    // The prefetched rows belong to the failed batch now awaiting backward; a prefetch must
+    // not keep them locked (the synchronous twin never made the call: nothing awaits there).
+    auto idx = b.indices;
+    idx[1] = (idx[1] + 1) % 9;
+    t.victim.prefetch(b.indices, b.offsets);
+    t.twin.prefetch(b.indices, b.offsets);
+    t.victim.forward(idx, b.offsets, out, mpe::Pooling::Sum, b.weights);  // differs: fails
+    for (int k = 7; k < 13; ++k) {  // pipelined: prefetch(k) while the previous batch awaits
+      const ref::Batch& c = t.s.batches[static_cast<std::size_t>(k)];
+      std::vector<float> o2(out.size());
+      t.victim.prefetch(c.indices, c.offsets);
+      t.twin.prefetch(c.indices, c.offsets);
+      if (k > 7) {
+        t.victim.backward(t.s.grads[static_cast<std::size_t>(k - 1)], mpe::RowwiseAdagrad{0.3f});
+        t.twin.backward(t.s.grads[static_cast<std::size_t>(k - 1)], mpe::RowwiseAdagrad{0.3f});
+      }
+      t.victim.forward(c.indices, c.offsets, out, mpe::Pooling::Sum, c.weights);
+      t.twin.forward(c.indices, c.offsets, o2, mpe::Pooling::Sum, c.weights);
+      CHECK(ref::first_diff(out, o2) == -1);
+    }
+    t.victim.backward(t.s.grads[12], mpe::RowwiseAdagrad{0.3f});
+    t.twin.backward(t.s.grads[12], mpe::RowwiseAdagrad{0.3f});
+    t.check_same_after();
+    t.expect_reported({"forward (deferred, call 8)", "indices[1] differs"});
+  }
   SUBCASE("same sizes, one index different from the prefetched batch") {
     auto idx = b.indices;
     idx[3] = (idx[3] + 1) % 9;  // still inside every table

@@ -164,8 +164,9 @@ class CachedEmbedding {
   /// Waits for all queued work; then, under Validation::Deferred, throws the first error
   /// recorded since the last report (std::invalid_argument naming the call, its number
   /// (1-based, counting every prefetch/forward/backward call of this object), the argument
-  /// and the value, and how many later calls failed too) and clears it.
-  /// Under Validation::Synchronous it only waits.
+  /// and the value, and how many later calls failed their own validation) and clears it.
+  /// set_weights() and load() throw it the same way before doing anything (call them
+  /// again). Under Validation::Synchronous it only waits.
   void synchronize();
 
   /// Bytes as allocated, by purpose.
@@ -234,7 +235,7 @@ class CachedEmbedding {
   void prepare_flags(Batch& b, index_t n, index_t B);
   index_t unique_bound(const Batch& b) const;
   void sort_unique(Batch& b);
-  void populate(Batch& b, std::uint64_t lock_floor);
+  void populate(Batch& b, const Batch* awaiting_backward);
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
   index_t read_scalar(const index_t* p) const;
   detail::Counters read_counters() const;

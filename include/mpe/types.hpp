@@ -23,11 +23,14 @@ enum class Validation {
   /// Each prefetch/forward/backward checks its input on the backend and waits once for
   /// the verdict (one device-to-host read with CudaBackend); invalid input throws there.
   Synchronous,
-  /// Nothing waits: a call with invalid input records the error in backend memory and
-  /// changes nothing (no cache fill, no output written, no update, step not advanced);
-  /// the first recorded error is thrown by the next synchronize(), set_weights() or load().
-  /// A forward() after a prefetch() whose batch has the prefetched sizes is taken to be
-  /// the prefetched batch (checked on the backend: different contents are a recorded error).
+  /// Nothing waits: a call with invalid input records the error in backend memory and is
+  /// skipped there (no cache fill, no output written, no update, statistics and step
+  /// unchanged) but keeps its place in the call sequence (a failed forward's backward
+  /// applies nothing; a failed backward consumes its forward; a failed prefetch replaces
+  /// the pending one). The first recorded error is thrown by the next synchronize(),
+  /// set_weights() or load(), which then do not run. A forward() after a prefetch() whose
+  /// batch has the prefetched sizes is taken to be the prefetched batch (checked on the
+  /// backend: different contents are a recorded error).
   Deferred,
 };
 

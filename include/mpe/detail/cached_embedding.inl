@@ -354,7 +354,7 @@ void MPE_CE::sort_unique(Batch& b) {
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
+void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   const index_t* gate = b.flags.data() + detail::kFlagOk;
   detail::Counters* counters = counters_.data();
   const auto row_bytes = static_cast<std::uint64_t>(Storage::data_bytes(config_.dim));
@@ -365,6 +365,8 @@ void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
   sort_unique(b);
   const index_t* count = b.flags.data() + detail::kFlagU;
   const index_t U = unique_bound(b);
+  backend_.for_each(1, detail::SetLockFloor{counters, awaiting ? awaiting->flags.data() : nullptr,
+                                            awaiting ? awaiting->id : 0, b.id});
   const auto sz = static_cast<std::size_t>(U);
   b.keys.reserve_discard(sz);
   b.order.reserve_discard(sz);
@@ -381,8 +383,8 @@ void MPE_CE::populate(Batch& b, std::uint64_t lock_floor) {
   backend_.stable_sort_by_key(b.keys.data(), b.order.data(), U);
   backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache::uses_sketch>{
                            b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
-                           cache_ref(), sketch, store_.data(), stride_, b.id, lock_floor, config_.seed,
-                           step_ptr(), b.slot_of_unique.data(), b.outcome.data()});
+                           cache_ref(), sketch, store_.data(), stride_, b.id, &counters->lock_floor,
+                           config_.seed, step_ptr(), b.slot_of_unique.data(), b.outcome.data()});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
   if constexpr (Cache::uses_sketch) {
@@ -427,8 +429,8 @@ void MPE_CE::prefetch(std::span<const std::int64_t> indices, std::span<const std
   backend_.copy(staging_.indices_copy.data(), indices.data(), indices.size_bytes());
   backend_.copy(staging_.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   staging_.id = ++populate_counter_;
-  const std::uint64_t floor = current_.awaiting_backward ? current_.id : staging_.id;
-  populate(staging_, floor);
+  // Rows of the batch awaiting backward stay locked too.
+  populate(staging_, current_.awaiting_backward ? &current_ : nullptr);
   pending_.valid = false;
   std::swap(pending_, staging_);
 }
@@ -484,7 +486,7 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
   Batch* b = &pending_;
   if (!use_pending) {
     staging_.id = ++populate_counter_;
-    populate(staging_, staging_.id);
+    populate(staging_, nullptr);
     pending_.valid = false;
     b = &staging_;
   }

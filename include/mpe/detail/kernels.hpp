@@ -185,7 +185,7 @@ struct AdmitSet {
   std::uint8_t* store;
   std::size_t stride;
   std::uint64_t batch_id;
-  std::uint64_t lock_floor;
+  const std::uint64_t* lock_floor;  // (1) slots used by batches numbered >= this are locked
   std::uint64_t seed;
   const std::uint64_t* step;  // (1) completed backward() calls
   index_t* slot_of_unique;    // (U)
@@ -200,6 +200,7 @@ struct AdmitSet {
     while (end < U && (keys[end] >> 32) == set) ++end;
     const index_t base = static_cast<index_t>(set) * cache.ways;
     const std::int32_t D = cache.dim;
+    const std::uint64_t floor = *lock_floor;
     for (index_t q = p; q < end; ++q) {
       const index_t u = order[q];
       index_t s = -1;
@@ -223,7 +224,7 @@ struct AdmitSet {
           empty = true;
           break;
         }
-        if (cache.last_use[s] >= lock_floor) continue;
+        if (cache.last_use[s] >= floor) continue;
         std::uint64_t score;
         if constexpr (UseSketch) {
           score = sketch.estimate(cache.tags[s]);
@@ -567,6 +568,7 @@ struct Counters {
   std::uint64_t step;               ///< completed backward() calls (Philox counter word)
   std::uint64_t sketch_increments;  ///< LFU increments since the last halving
   std::uint64_t halvings;           ///< halvings due after this populate
+  std::uint64_t lock_floor;         ///< the running populate's lock floor (SetLockFloor)
   OutcomeCounts tally;              ///< last reduce_to result
 };
 
@@ -605,6 +607,18 @@ struct FoldCounts {
     }
     if (kind == Fold::Populate) s.bytes_filled += t.filled * row_bytes;
     s.saturated_rows += t.saturated;
+  }
+};
+
+/// Single item before a populate: the lock floor is the number of the batch awaiting
+/// backward, unless that batch failed validation (Validation::Deferred: it locks nothing),
+/// else the populating batch's own number.
+struct SetLockFloor {
+  Counters* c;
+  const index_t* awaiting_flags;  // (kNumFlags) the batch awaiting backward, or null
+  std::uint64_t awaiting_id, own_id;
+  MPE_HOST_DEVICE void operator()(index_t) const {
+    c->lock_floor = (awaiting_flags && awaiting_flags[kFlagOk] != 0) ? awaiting_id : own_id;
   }
 };
 
