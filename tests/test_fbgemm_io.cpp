@@ -135,7 +135,9 @@ TEST_CASE("Int4Rowwise with dirty cache rows: export flushes; import of the expo
   CHECK(ckt::same_bits(table_weights(b2, 0), d.values));
 }
 
-TEST_CASE("import of hand-encoded TBE INT4 rows: exact values, cache emptied, step and optimizer kept") {
+TEST_CASE(
+    "import of hand-encoded TBE INT4 rows: exact values, only the table's lines dropped, step and optimizer "
+    "kept") {
   using E = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
   const auto c = io_config(16);
   E e(c);
@@ -143,6 +145,19 @@ TEST_CASE("import of hand-encoded TBE INT4 rows: exact values, cache emptied, st
   for (std::uint64_t k = 0; k < 4; ++k) ckt::train_step(e, k, mpe::RowwiseAdagrad{0.1f});
   const auto step = e.step();
   const auto opt_bytes = e.memory().optimizer_bytes;
+  const mpe::CacheRef cr = e.cache_ref();
+  const std::vector<std::int64_t> tags_before(cr.tags, cr.tags + cr.slots());
+  const std::vector<std::uint8_t> dirty_before(cr.dirty, cr.dirty + cr.slots());
+  const auto w0 = table_weights(e, 0);  // the other table, its cached rows in FP32
+  const std::int64_t lo = e.table_offset(1), hi = e.table_offset(2);
+  bool other_dirty = false, this_cached = false;
+  for (std::int64_t s = 0; s < cr.slots(); ++s) {
+    const auto t = tags_before[static_cast<std::size_t>(s)];
+    other_dirty |= t >= 0 && (t < lo || t >= hi) && dirty_before[static_cast<std::size_t>(s)];
+    this_cached |= t >= lo && t < hi;
+  }
+  REQUIRE(other_dirty);  // the case that matters: the other table's dirty lines must survive
+  REQUIRE(this_cached);
   // 17 rows of table 1, D = 5: f16 scale, f16 bias, 3 code bytes, padding to 8.
   std::vector<std::uint8_t> rows(17 * 8, 0);
   std::vector<float> expect;
@@ -163,8 +178,16 @@ TEST_CASE("import of hand-encoded TBE INT4 rows: exact values, cache emptied, st
   }
   mpe::io::import_table(e, 1, mpe::interop::TbeInference{8}, rows);
   CHECK(ckt::same_bits(table_weights(e, 1), expect));
-  const mpe::CacheRef cr = e.cache_ref();
-  for (std::int64_t s = 0; s < cr.slots(); ++s) CHECK(cr.tags[s] == -1);
+  for (std::int64_t s = 0; s < cr.slots(); ++s) {
+    const auto t = tags_before[static_cast<std::size_t>(s)];
+    if (t >= lo && t < hi) {
+      CHECK(cr.tags[s] == -1);  // the imported table's lines are gone
+    } else {
+      CHECK(cr.tags[s] == t);  // the others stay, dirty bits too
+      CHECK(cr.dirty[s] == dirty_before[static_cast<std::size_t>(s)]);
+    }
+  }
+  CHECK(ckt::same_bits(table_weights(e, 0), w0));
   CHECK(e.step() == step);
   CHECK(e.memory().optimizer_bytes == opt_bytes);
   ckt::train_step(e, 5, mpe::RowwiseAdagrad{0.1f});  // training continues with the same optimizer

@@ -531,6 +531,14 @@ struct CheckpointAccess {
   static std::uint8_t* store(E& e) {
     return e.store_.data();
   }
+  /// Drops the cache lines of global rows [first, first + count) without write-back; other
+  /// lines and the batches stay (as set_weights does).
+  template <class E>
+  static void drop_rows(E& e, index_t first, index_t count) {
+    const index_t slots = e.cache_slots();
+    if (slots == 0) return;
+    e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
+  }
   /// Empties every cache line (no write-back: call flush() first to keep dirty rows).
   template <class E>
   static void empty_cache(E& e) {

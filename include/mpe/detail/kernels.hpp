@@ -492,6 +492,20 @@ struct WriteRows {
   }
 };
 
+/// Drops the cache line of slot s if it holds a global row in [first, first + count),
+/// without write-back (the rows were replaced in the store).
+struct DropRows {
+  CacheRef cache;
+  index_t first, count;
+  MPE_HOST_DEVICE void operator()(index_t s) const {
+    const index_t r = cache.tags[s];
+    if (r < first || r >= first + count) return;
+    cache.tags[s] = -1;
+    cache.dirty[s] = 0;
+    cache.last_use[s] = 0;
+  }
+};
+
 /// Fills rows with uniform values in [low, high) from Philox (counter: the row, step 0,
 /// site Init, one block per 4 elements), written to `out` (count, D) in FP32.
 struct UniformRows {

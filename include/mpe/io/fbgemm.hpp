@@ -110,10 +110,10 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 /// Int4Rowwise fused 4-bit or TBE INT4, Fp16/Fp32/Bf16 plain rows). The conversion is exact
 /// (interop.hpp). Every row is validated before anything changes.
 ///
-/// Afterwards the cache is empty: flush() writes back the dirty rows of every table first,
-/// then every line is dropped (so no line holds a stale copy). A batch awaiting backward()
-/// is dropped (call forward() again). Optimizer state, step, seed and stats (apart from the
-/// flush's write-backs) are kept.
+/// As set_weights() does, the table's cache lines are dropped without write-back (their
+/// rows are replaced); other tables' lines, dirty or not, stay resident. A batch populated
+/// before the import (awaiting backward() or prefetched) stays usable: it reads and updates
+/// the imported rows in the store. Optimizer state, step, seed and stats are kept.
 ///
 /// @throws std::invalid_argument for a table outside [0, T), a wrong byte count, an invalid
 ///         layout, or a row encoding a value the store cannot hold (naming the row); the
@@ -126,10 +126,9 @@ void import_table(E& emb, std::int64_t table, const Layout& layout, std::span<co
   const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
   std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * emb.store_row_bytes());
   interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
-  emb.flush();
   const std::size_t first = static_cast<std::size_t>(emb.table_offset(table)) * emb.store_row_bytes();
   emb.backend().copy_from_host(mpe::detail::CheckpointAccess::store(emb) + first, store.data(), store.size());
-  mpe::detail::CheckpointAccess::empty_cache(emb);
+  mpe::detail::CheckpointAccess::drop_rows(emb, emb.table_offset(table), rows);
 }
 
 }  // namespace mpe::io
