@@ -191,6 +191,7 @@ bool store_and_check(const std::vector<float>& x, const mpe::num::RowRng& rng) {
     INFO("D = " << D << ", d = " << d << ", x = " << x[static_cast<std::size_t>(d)] << ", got " << g);
     REQUIRE(std::memcmp(&ref, &g, 4) == 0);
     REQUIRE(std::isfinite(g));
+    REQUIRE(std::fabs(g) <= S::limit);  // every stored row reads back inside the format's range
     REQUIRE(std::fabs(static_cast<double>(g) - xs[static_cast<std::size_t>(d)]) <=
             allowed_error<S, R>(xs, d, row.data(), D));
   }
@@ -212,9 +213,17 @@ bool store_and_check(const std::vector<float>& x, const mpe::num::RowRng& rng) {
       // smallest FP16 >= the f32 quotient (itself within 2 f32 roundings of the exact one)
       REQUIRE(qp.bias == half_round_down(mn));
       const double want = (mx - qp.bias) / qmax;
-      REQUIRE(qp.scale >= want * (1 - 2.5 * kU));
       const double below = half_round_down(std::nextafter(qp.scale, 0.0));  // next FP16 below the scale
-      REQUIRE(below < want * (1 + 2.5 * kU));
+      if (qp.scale < want * (1 - 2.5 * kU)) {
+        // the FP16 just below the rounded-up scale, taken only because the rounded-up one
+        // would read the top code back above 65504
+        const double up = -half_round_down(-std::nextafter(qp.scale, 1e9));  // next FP16 above
+        REQUIRE(up >= want * (1 - 2.5 * kU));
+        REQUIRE(qp.bias + qmax * up > 65504.0);
+        REQUIRE(qp.bias + qmax * qp.scale <= 65504.0);
+      } else {
+        REQUIRE(below < want * (1 + 2.5 * kU));
+      }
     }
     if (mn == mx) {
       REQUIRE(qp.scale == 0.0);
@@ -319,6 +328,24 @@ TEST_CASE_TEMPLATE("store: unrepresentable values are found and saturate", C, MP
       x[0] = lim;
       CHECK(S::find_unrepresentable(x.data(), D) == -1);
       CHECK_FALSE(store_and_check<S, R>(x, rng));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("store: rows reaching the format's limit read back inside it", C, MPE_ALL_COMBOS) {
+  using S = typename C::Storage;
+  using R = typename C::Rounding;
+  // Int4: bias -65504 and max 65504 give a rounded-up FP16 scale of 8736, whose top code
+  // would read back 65536; the other rows probe the same edge from other minima.
+  const float L = S::limit;
+  for (const std::vector<float>& x :
+       {std::vector<float>{-L, L, 0.0f}, std::vector<float>{0.0f, L, 1.0f, 2.0f},
+        std::vector<float>{L / 2, L}, std::vector<float>{-L, -L / 3, L / 3, L},
+        std::vector<float>{-1.0f, L, -L, 3.0f, L, 0.5f}}) {
+    for (std::uint32_t k = 0; k < 64; ++k) {
+      const mpe::num::RowRng rng{31, k, 0, mpe::num::RoundingSite::StoreUpdate};
+      INFO("row size " << x.size() << " draw " << k);
+      CHECK_FALSE(store_and_check<S, R>(x, rng));  // representable: nothing saturates
     }
   }
 }

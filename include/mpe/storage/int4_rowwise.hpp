@@ -13,7 +13,9 @@ namespace mpe {
 /// bias: ceil(D/2) + 4 bytes.
 /// Quantization: bias = min rounded down to FP16, scale = (max - bias) / 15 rounded up to
 /// FP16 (so every code lands in [0, 15] before clamping), q = clamp(Rounding((x - bias) /
-/// scale), 0, 15); x' = scale * q + bias. A constant row stores scale 0 and bias =
+/// scale), 0, 15); x' = scale * q + bias. Where bias + 15 * scale would read back above
+/// 65504, scale is the FP16 just below instead (the top codes clamp to 15; the error stays
+/// below one scale), so every stored row reads back within +-65504. A constant row stores scale 0 and bias =
 /// nearest FP16 of the value (exact to FP16 rounding). Holds finite |x| <= 65504 (scale and
 /// bias must fit FP16).
 struct Int4Rowwise {
@@ -54,6 +56,9 @@ struct Int4Rowwise {
       bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
       const float bias = num::half_to_float(bias_h);
       scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 15.0f)).bits;
+      // Keep the largest code inside the format's range (the FP16 grid below a positive
+      // half is its bit pattern minus one; 15 * scale is exact in FP32).
+      if (num::add(num::mul(num::half_to_float(scale_h), 15.0f), bias) > limit) --scale_h;
       const float inv = num::div(1.0f, num::half_to_float(scale_h));
       bool ignored = false;
       detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
