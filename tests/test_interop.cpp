@@ -394,19 +394,21 @@ TEST_CASE_TEMPLATE(
       if (f16_params) {
         with([&](std::uint8_t* p) { put16(p + qoff, 0x7c00); });      // scale +Inf
         with([&](std::uint8_t* p) { put16(p + qoff + 2, 0x7e00); });  // bias NaN
-        with([&](std::uint8_t*
-                     p) {  // bias -65504, scale 65504: the top code is far beyond FP16... fine for Int8,
-          put16(p + qoff, 0x7bff);  // beyond Int4's limit 65504
+        with([&](std::uint8_t* p) {  // bias -65504, scale 65504, every code at its top: beyond
+          put16(p + qoff, 0x7bff);   // Int4's limit 65504 (fine for Int8, whose limit is 2^126)
           put16(p + qoff + 2, 0xfbff);
+          std::uint8_t* codes = tbe ? p + 4 : p;
+          for (std::size_t i = 0; i < code_bytes<S>(D); ++i) codes[i] = 0xff;
         });
         if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) bads.pop_back();  // Int8 holds that range
       } else {
         with([&](std::uint8_t* p) { put32(p + qoff, std::numeric_limits<float>::quiet_NaN()); });
         with([&](std::uint8_t* p) { put32(p + qoff + 4, -std::numeric_limits<float>::infinity()); });
         with([&](std::uint8_t* p) { put32(p + qoff + 4, 0x1p127f); });  // beyond Int8's limit 2^126
-        with([&](std::uint8_t* p) {                                     // bias + 255 * scale overflows
+        with([&](std::uint8_t* p) {  // bias + 255 * scale overflows at the top code
           put32(p + qoff, 0x1p125f);
           put32(p + qoff + 4, 0.0f);
+          for (int i = 0; i < D; ++i) p[i] = 0xff;
         });
       }
     } else if constexpr (std::is_same_v<S, mpe::Fp32>) {
@@ -472,4 +474,31 @@ TEST_CASE("interop export: Int8 rows beyond FP16 cannot go to the TBE's f16 para
   // the fused 8-bit layout keeps f32 parameters: no limit there
   Bytes fused(2 * io::external_row_bytes<mpe::Int8Rowwise>(io::FbgemmFused{}, D));
   CHECK_NOTHROW(io::export_table<mpe::Int8Rowwise>(io::FbgemmFused{}, store, 2, D, align, fused));
+}
+
+TEST_CASE("interop import: the codes a row holds decide its range, not the header's top code") {
+  // FBGEMM's quantizers write scale 1.0 for a constant row: {65504, 65504} is bias 65504,
+  // scale 1, codes 0 — the unused top code (65519) lies beyond FP16, the row does not.
+  const int D = 2, align = 4;
+  const std::size_t sb = mpe::row_bytes<mpe::Int4Rowwise>(D, align);
+  Bytes store(sb);
+  const io::FbgemmFused fl{1};
+  const Bytes constant = {0x00, 0x00, 0x3C, 0xFF, 0x7B};  // codes, f16 scale 1.0, f16 bias 65504
+  REQUIRE(constant.size() == io::external_row_bytes<mpe::Int4Rowwise>(fl, D));
+  CHECK_NOTHROW(io::import_table<mpe::Int4Rowwise>(fl, constant, 1, D, align, store));
+  const mpe::Int4Rowwise::Reader rd(store.data(), D);
+  CHECK(rd[0] == 65504.0f);
+  CHECK(rd[1] == 65504.0f);
+  // bias -65504, scale 8736 (top code would read 65536): codes 0 and 14 read -65504 and 56800
+  const Bytes low = {0xE0, 0x44, 0x70, 0xFF, 0xFB};
+  CHECK_NOTHROW(io::import_table<mpe::Int4Rowwise>(fl, low, 1, D, align, store));
+  // the same header with code 15 present: element 1 reads 65536, beyond FP16
+  Bytes high = low;
+  high[0] = 0xF0;
+  try {
+    io::import_table<mpe::Int4Rowwise>(fl, high, 1, D, align, store);
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("row 0 holds element 1 = 65536") != std::string::npos);
+  }
 }

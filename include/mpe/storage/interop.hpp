@@ -108,15 +108,27 @@ inline constexpr bool is_quantized_v = std::is_same_v<S, Int8Rowwise> || std::is
                               std::to_string(value) + ", which " + fmt + " cannot hold");
 }
 
-/// Checks that every value of a quantized row (bias .. bias + scale * qmax) is finite and
-/// within `limit`.
-inline void check_qparams(std::int64_t row, float scale, float bias, int qmax, float limit, const char* fmt) {
-  if (!num::is_finite(scale)) bad_value(row, "scale", scale, fmt);
-  if (!num::is_finite(bias)) bad_value(row, "bias", bias, fmt);
-  const double lo = static_cast<double>(bias);
-  const double hi = lo + static_cast<double>(scale) * qmax;
-  if (std::fabs(lo) > limit) bad_value(row, "value", lo, fmt);
-  if (!(std::fabs(hi) <= limit)) bad_value(row, "value", hi, fmt);
+/// Checks a quantized row (Int8Rowwise: one code byte per element; Int4Rowwise: element 2i
+/// in the low nibble of byte i): finite scale and bias, and every element, decoded exactly
+/// as the store's Reader does (add(mul(scale, q), bias)), finite and within S::limit. The
+/// codes the row holds decide, not the header's full range: FBGEMM writes scale 1 for a
+/// constant row, whose unused top code may lie beyond the range.
+template <class S>
+void check_quantized(std::int64_t row, const std::uint8_t* codes, std::int32_t dim, float scale, float bias) {
+  if (!num::is_finite(scale)) bad_value(row, "scale", scale, S::name);
+  if (!num::is_finite(bias)) bad_value(row, "bias", bias, S::name);
+  for (std::int32_t d = 0; d < dim; ++d) {
+    unsigned q;
+    if constexpr (std::is_same_v<S, Int8Rowwise>) {
+      q = codes[d];
+    } else {
+      q = (d & 1) ? static_cast<unsigned>(codes[d >> 1] >> 4) : static_cast<unsigned>(codes[d >> 1] & 0xfu);
+    }
+    const float x = num::add(num::mul(scale, static_cast<float>(q)), bias);
+    if (!num::is_finite(x) || std::fabs(x) > S::limit) {
+      bad_value(row, ("element " + std::to_string(d) + " =").c_str(), x, S::name);
+    }
+  }
 }
 
 /// Checks the elements of a plain row (Fp32 / Fp16 / Bf16 bytes) decode to values S holds.
@@ -200,11 +212,11 @@ void check_import(const FbgemmFused& layout, const std::uint8_t* in, std::int32_
   if constexpr (std::is_same_v<S, Int8Rowwise>) {
     const std::size_t cb =
         round_up(static_cast<std::size_t>(dim), static_cast<std::size_t>(layout.code_alignment));
-    check_qparams(row, num::load_f32(in + cb), num::load_f32(in + cb + 4), 255, S::limit, S::name);
+    check_quantized<S>(row, in, dim, num::load_f32(in + cb), num::load_f32(in + cb + 4));
   } else if constexpr (std::is_same_v<S, Int4Rowwise>) {
     const std::size_t nb = codes_bytes<S>(dim);
-    check_qparams(row, num::half_to_float(num::load_u16(in + nb)),
-                  num::half_to_float(num::load_u16(in + nb + 2)), 15, S::limit, S::name);
+    check_quantized<S>(row, in, dim, num::half_to_float(num::load_u16(in + nb)),
+                       num::half_to_float(num::load_u16(in + nb + 2)));
   } else {
     check_plain<S>(row, in, dim);
   }
@@ -283,8 +295,9 @@ template <class S>
 void check_import(const TbeInference& layout, const std::uint8_t* in, std::int32_t dim, std::int64_t row) {
   if constexpr (is_quantized_v<S>) {
     const std::uint8_t* qp = layout.scale_bias_last ? in + codes_bytes<S>(dim) : in;
-    check_qparams(row, num::half_to_float(num::load_u16(qp)), num::half_to_float(num::load_u16(qp + 2)),
-                  std::is_same_v<S, Int8Rowwise> ? 255 : 15, S::limit, S::name);
+    const std::uint8_t* codes = layout.scale_bias_last ? in : in + 4;
+    check_quantized<S>(row, codes, dim, num::half_to_float(num::load_u16(qp)),
+                       num::half_to_float(num::load_u16(qp + 2)));
   } else {
     check_plain<S>(row, in, dim);
   }
