@@ -116,8 +116,8 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 /// the imported rows in the store. Optimizer state, step, seed and stats are kept.
 ///
 /// @throws std::invalid_argument for a table outside [0, T), a wrong byte count, an invalid
-///         layout, or a row encoding a value the store cannot hold (naming the row); the
-///         object is then unchanged.
+///         layout, or a row holding an element the store cannot (each element decoded as the store reads it;
+///         the message names row, element and value); the object is then unchanged.
 template <class E, class Layout>
 void import_table(E& emb, std::int64_t table, const Layout& layout, std::span<const std::uint8_t> bytes) {
   using S = typename E::storage_type;
