@@ -2,8 +2,11 @@
 // CudaBackend benchmarks at the base point (bench/RESULTS.md): forward, backward (Sgd)
 // and populate (prefetch) for Int8Rowwise and Int4Rowwise, with a 5 % Lru<32> cache and
 // store only, the store in Device, Managed and HostMapped memory. Each part is timed with
-// CUDA events on the backend's stream (manual time). Without a usable GPU the binary
-// prints "MPE_CUDA_SKIP: ..." and exits 0.
+// CUDA events on the backend's stream (manual time). `cuda/step/...` times whole pipelined
+// training steps (prefetch(k+1), forward(k), backward(k); no statistics read) with the
+// store in HBM, under Validation::Synchronous (one wait per call) and Validation::Deferred
+// (no wait): the difference is what the waits cost. Without a usable GPU the binary prints
+// "MPE_CUDA_SKIP: ..." and exits 0.
 #include <cuda_runtime.h>
 
 #include <mpe/cuda_backend.cuh>
@@ -39,10 +42,11 @@ struct DeviceBatch {
   explicit DeviceBatch(const Batch& b) : indices(b.indices), offsets(b.offsets), unique_rows(b.unique_rows) {}
 };
 
-enum Op : int { kForward = 0, kBackward = 1, kPopulate = 2 };
+enum Op : int { kForward = 0, kBackward = 1, kPopulate = 2, kStepSync = 3, kStepDeferred = 4 };
 const char* op_name_cuda(int op) {
-  return op == kForward ? "forward" : op == kBackward ? "backward" : "populate";
+  return op == kForward ? "forward" : op == kBackward ? "backward" : op == kPopulate ? "populate" : "step";
 }
+constexpr int kStepsPerIteration = 16;
 
 const char* placement_name(int p) {
   return p == static_cast<int>(Placement::Device)    ? "device"
@@ -59,7 +63,7 @@ struct CudaFixture {
   std::unique_ptr<DeviceArray<float>> output, grad;
   std::size_t next = 0;
   double setup_s = 0;
-  CudaFixture(const Params& p, Placement placement) {
+  CudaFixture(const Params& p, Placement placement, mpe::Validation validation) {
     const auto t0 = Clock::now();
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     mpe::EmbeddingConfig cfg;
@@ -67,6 +71,7 @@ struct CudaFixture {
     cfg.dim = static_cast<std::int32_t>(p.D);
     cfg.cache_rows = p.cache_rows();
     cfg.seed = 42;
+    cfg.validation = validation;
     mpe::CudaBackend backend;
     backend.stream = stream;
     backend.placement = placement;
@@ -97,20 +102,65 @@ struct CudaFixture {
   }
 };
 
-template <class S, class C, int OpV, int PlacementV>
-void bm_cuda(benchmark::State& st) {
+/// The fixture for (S, C, placement, params, validation), built once and kept while
+/// consecutive benchmarks share it.
+template <class S, class C, int PlacementV>
+CudaFixture<S, C>& fixture_for(const Params& p, mpe::Validation validation) {
   using F = CudaFixture<S, C>;
-  const Params p = Params::from(st);
   FixtureSlot& slot = fixture_slot();
-  const std::string key =
-      std::string("cuda|") + S::name + C::name + placement_name(PlacementV) + "|" + p.key();
+  const std::string key = std::string("cuda|") + S::name + C::name + placement_name(PlacementV) + "|" +
+                          p.key() + (validation == mpe::Validation::Deferred ? "|deferred" : "");
   if (slot.key != key) {
     slot.holder.reset();
     slot.key.clear();
-    slot.holder = std::make_shared<F>(p, static_cast<Placement>(PlacementV));
+    slot.holder = std::make_shared<F>(p, static_cast<Placement>(PlacementV), validation);
     slot.key = key;
   }
-  F& f = *static_cast<F*>(slot.holder.get());
+  return *static_cast<F*>(slot.holder.get());
+}
+
+/// kStepsPerIteration pipelined training steps between two events; the host never reads
+/// anything back (the statistics are not read), so under Validation::Deferred nothing waits.
+template <class S, class C, int OpV, int PlacementV>
+void bm_cuda_step(benchmark::State& st) {
+  const Params p = Params::from(st);
+  auto& f = fixture_for<S, C, PlacementV>(
+      p, OpV == kStepDeferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous);
+  auto& e = *f.emb;
+  cudaEvent_t ev[2];
+  for (auto& x : ev) cuda_ok(cudaEventCreate(&x), "cudaEventCreate");
+  double seconds = 0, indices = 0;
+  for (auto _ : st) {
+    cuda_ok(cudaEventRecord(ev[0], f.stream), "cudaEventRecord");
+    for (int s = 0; s < kStepsPerIteration; ++s) {
+      DeviceBatch& b = *f.batches[f.next];
+      f.next = (f.next + 1) % f.batches.size();
+      DeviceBatch& nb = *f.batches[f.next];
+      if (s == 0) e.prefetch(b.indices.span(), b.offsets.span());
+      e.forward(b.indices.span(), b.offsets.span(), f.output->span());
+      e.prefetch(nb.indices.span(), nb.offsets.span());
+      e.backward(f.grad->span(), mpe::Sgd{kLearningRate});
+      indices += static_cast<double>(b.indices.n);
+    }
+    cuda_ok(cudaEventRecord(ev[1], f.stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(ev[1]), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "cudaEventElapsedTime");
+    seconds += ms * 1e-3;
+    st.SetIterationTime(ms * 1e-3);
+  }
+  e.synchronize();  // valid input: nothing was recorded
+  for (auto& x : ev) cudaEventDestroy(x);
+  st.counters["steps_per_second"] =
+      benchmark::Counter(static_cast<double>(st.iterations()) * kStepsPerIteration / seconds);
+  st.counters["indices_per_second"] = benchmark::Counter(indices / seconds);
+  st.counters["setup_s"] = f.setup_s;
+}
+
+template <class S, class C, int OpV, int PlacementV>
+void bm_cuda(benchmark::State& st) {
+  const Params p = Params::from(st);
+  auto& f = fixture_for<S, C, PlacementV>(p, mpe::Validation::Synchronous);
   auto& e = *f.emb;
   cudaEvent_t ev[4];
   for (auto& x : ev) cuda_ok(cudaEventCreate(&x), "cudaEventCreate");
@@ -170,7 +220,9 @@ template <class S, class C, int OpV, int PlacementV>
 void reg_one(const std::string& prefix, const std::vector<std::int64_t>& args) {
   const std::string name = prefix + "cuda/" + op_name_cuda(OpV) + "/" + S::name + "/" + C::name +
                            std::to_string(C::ways) + "/" + placement_name(PlacementV);
-  benchmark::RegisterBenchmark(name.c_str(), bm_cuda<S, C, OpV, PlacementV>)
+  auto* fn = (OpV == kStepSync || OpV == kStepDeferred) ? bm_cuda_step<S, C, OpV, PlacementV>
+                                                        : bm_cuda<S, C, OpV, PlacementV>;
+  benchmark::RegisterBenchmark(name.c_str(), fn)
       ->ArgNames(arg_names())
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
@@ -193,6 +245,8 @@ void reg_storage(const std::string& prefix, bool smoke) {
     reg_ops<S, mpe::Lru<32>, kDev>(prefix, a);
     reg_ops<S, mpe::Lru<32>, kMan>(prefix, a);
     reg_ops<S, mpe::Lru<32>, kMap>(prefix, a);
+    reg_one<S, mpe::Lru<32>, kStepSync, kDev>(prefix + "sync/", a);
+    reg_one<S, mpe::Lru<32>, kStepDeferred, kDev>(prefix + "deferred/", a);
   }
 }
 }  // namespace
