@@ -24,16 +24,12 @@
 
 #include "reference/async_backend.hpp"
 #include "reference/embedding_bag.hpp"
+#include "reference/policy.hpp"
 #include "reference/stats_equal.hpp"
 
 namespace {
 
-template <class S, class C, class R>
-struct Policy {
-  using storage = S;
-  using cache = C;
-  using rounding = R;
-};
+using ref::Policy;
 
 const std::vector<std::int64_t> kTables{50, 9, 200};
 constexpr int kD = 6;
@@ -222,19 +218,19 @@ struct DeferredTwins {
     twin.set_weights(s.init);
     steps(3);
   }
-  template <class E>
-  void step_on(E& e, const ref::Batch& b, const std::vector<float>& g, std::vector<float>& o) {
-    e.forward(b.indices, b.offsets, o, mpe::Pooling::Sum, b.weights);
-    e.backward(g, mpe::RowwiseAdagrad{0.3f});
+  /// forward(b) on both (outputs compared), then backward(g) on both.
+  void both_step(const ref::Batch& b, const std::vector<float>& g) {
+    std::vector<float> o2(out.size());
+    victim.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);
+    twin.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
+    CHECK(ref::first_diff(out, o2) == -1);
+    victim.backward(g, mpe::RowwiseAdagrad{0.3f});
+    twin.backward(g, mpe::RowwiseAdagrad{0.3f});
   }
   void steps(int count) {
     for (int i = 0; i < count; ++i, ++k) {
-      const auto& b = s.batches[static_cast<std::size_t>(k % kSteps)];
-      const auto& g = s.grads[static_cast<std::size_t>(k % kSteps)];
-      std::vector<float> o2(out.size());
-      step_on(victim, b, g, out);
-      step_on(twin, b, g, o2);
-      CHECK(ref::first_diff(out, o2) == -1);
+      both_step(s.batches[static_cast<std::size_t>(k % kSteps)],
+                s.grads[static_cast<std::size_t>(k % kSteps)]);
     }
   }
   /// Trains both on, then compares every weight bit, the statistics and the step.
@@ -344,25 +340,16 @@ TEST_CASE_TEMPLATE("deferred errors change nothing and are thrown once by synchr
     CHECK_THROWS_AS(t.twin.backward(bad, mpe::RowwiseAdagrad{0.3f}), std::invalid_argument);
     // the twin's forward still awaits a backward, the victim's was consumed; a new
     // forward replaces both
-    t.victim.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);
-    t.twin.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
-    CHECK(ref::first_diff(out, o2) == -1);
-    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
-    t.twin.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.both_step(b, g);
     t.check_same_after();
     t.expect_reported({"backward (deferred, call 8)", "grad_output[9] = nan is not finite"});
   }
   SUBCASE("a batch of other sizes after prefetch is a new batch, as in synchronous mode") {
     const ref::Batch& other = t.s.batches[6];
     REQUIRE(other.indices.size() != b.indices.size());
-    std::vector<float> o2(out.size());
     t.victim.prefetch(b.indices, b.offsets);
     t.twin.prefetch(b.indices, b.offsets);
-    t.victim.forward(other.indices, other.offsets, out, mpe::Pooling::Sum, other.weights);
-    t.twin.forward(other.indices, other.offsets, o2, mpe::Pooling::Sum, other.weights);
-    CHECK(ref::first_diff(out, o2) == -1);
-    t.victim.backward(g, mpe::RowwiseAdagrad{0.3f});
-    t.twin.backward(g, mpe::RowwiseAdagrad{0.3f});
+    t.both_step(other, g);
     t.check_same_after();
     CHECK_NOTHROW(t.victim.synchronize());
   }

@@ -13,15 +13,11 @@
 #include <random>
 
 #include "reference/embedding_bag.hpp"
+#include "reference/policy.hpp"
 
 namespace {
 
-template <class S, class C, class R>
-struct Policy {
-  using storage = S;
-  using cache = C;
-  using rounding = R;
-};
+using ref::Policy;
 
 const std::vector<std::int64_t> kTables{23, 4, 70};
 constexpr int kD = 9;  // odd: Int4's last byte holds one element

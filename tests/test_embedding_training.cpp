@@ -22,6 +22,7 @@
 #include <random>
 
 #include "reference/embedding_bag.hpp"
+#include "reference/policy.hpp"
 
 namespace {
 
@@ -94,12 +95,7 @@ double quant_step() {
   return std::ldexp(1.0, -10);  // Fp16
 }
 
-template <class S, class C, class R>
-struct Policy {
-  using storage = S;
-  using cache = C;
-  using rounding = R;
-};
+using ref::Policy;
 
 TEST_CASE_TEMPLATE("quantized training loss follows the FP32 run within the quantization bound", P,
                    Policy<mpe::Fp16, mpe::Lru<4>, mpe::StochasticRounding>,

@@ -230,7 +230,7 @@ class CachedEmbedding {
                     index_t* global_rows, index_t* bag_of) const;
   detail::CallRecord read_record(const detail::CallRecord* rec) const;
   std::string describe(int check, index_t pos, const index_t* v) const;
-  void throw_if_failed(const char* fn, const detail::CallRecord& r) const;
+  void throw_if_failed(const char* fn, const detail::CallRecord& r, bool skip_non_finite, Batch* drop) const;
   void throw_deferred();
   void prepare_flags(Batch& b, index_t n, index_t B);
   index_t unique_bound(const Batch& b) const;

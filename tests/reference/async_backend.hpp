@@ -29,15 +29,6 @@ struct AsyncHostBackend : mpe::HostBackend {
     ++*waits;
     mpe::HostBackend::copy_to_host(dst, src, bytes);
   }
-  bool equal_bytes(const void* a, const void* b, std::size_t bytes) const {
-    ++*waits;
-    return mpe::HostBackend::equal_bytes(a, b, bytes);
-  }
-  template <class T, class F>
-  T sum(mpe::index_t n, F f) const {
-    ++*waits;
-    return mpe::HostBackend::sum<T>(n, f);
-  }
   void synchronize() const { ++*waits; }
 };
 

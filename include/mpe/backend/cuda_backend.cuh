@@ -88,20 +88,6 @@ __global__ void cuda_fill_kernel(unsigned char* dst, unsigned char value, std::s
   }
 }
 
-/// Sets *differs = 1 if any byte of a and b differs.
-template <int = 0>
-__global__ void cuda_compare_kernel(const unsigned char* a, const unsigned char* b, std::size_t bytes,
-                                    unsigned int* differs) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
-       i += stride) {
-    if (a[i] != b[i]) {
-      *differs = 1u;
-      return;
-    }
-  }
-}
-
 /// a + b for the integer aggregates summed by CudaBackend::sum.
 struct CudaPlus {
   template <class T>
@@ -122,9 +108,8 @@ struct CudaPlus {
 ///
 /// Streams and synchronization: all work is queued on `stream` (null = the legacy
 /// default stream) of `device`. Callers order their own producers and consumers of
-/// those spans on the same stream. copy_to_host, equal_bytes and sum return host values
-/// and therefore wait for the stream; CachedEmbedding calls copy_to_host once per
-/// prefetch/forward/backward for the validation verdict under Validation::Synchronous
+/// those spans on the same stream. copy_to_host and synchronize wait for the stream; CachedEmbedding calls
+/// copy_to_host once per prefetch/forward/backward for the validation verdict under Validation::Synchronous
 /// (never under Validation::Deferred), and in its synchronizing members (stats, step,
 /// get_weights, set_weights, save, load, synchronize). Every other member only queues
 /// work: batch sizes (unique rows) and statistics stay in device memory. Temporaries (sort/scan/reduce
@@ -259,20 +244,6 @@ struct CudaBackend {
         static_cast<unsigned char*>(dst), static_cast<unsigned char>(value), bytes);
     detail::cuda_check(cudaGetLastError(), "fill kernel launch");
   }
-  /// True when two backend byte ranges are equal. Waits for the stream.
-  bool equal_bytes(const void* a, const void* b, std::size_t bytes) const {
-    if (bytes == 0 || a == b) return true;
-    detail::CudaDeviceGuard guard(device);
-    Scratch flag(*this, sizeof(unsigned int));
-    detail::cuda_check(cudaMemsetAsync(flag.p, 0, sizeof(unsigned int), stream), "cudaMemsetAsync");
-    detail::cuda_compare_kernel<><<<blocks_for(static_cast<index_t>(bytes)), kBlock, 0, stream>>>(
-        static_cast<const unsigned char*>(a), static_cast<const unsigned char*>(b), bytes,
-        static_cast<unsigned int*>(flag.p));
-    detail::cuda_check(cudaGetLastError(), "compare kernel launch");
-    unsigned int differs = 0;
-    copy_to_host(&differs, flag.p, sizeof differs);
-    return differs == 0;
-  }
   /// Waits for every operation queued on the stream.
   void synchronize() const {
     detail::CudaDeviceGuard guard(device);
@@ -344,17 +315,6 @@ struct CudaBackend {
     detail::cuda_check(cub::DeviceReduce::TransformReduce(temp.p, temp_bytes, first, out, n,
                                                           detail::CudaPlus{}, f, T{}, stream),
                        "cub::DeviceReduce::TransformReduce");
-  }
-
-  /// The same sum returned on the host. Waits for the stream.
-  template <class T, class F>
-  T sum(index_t n, F f) const {
-    if (n <= 0) return T{};
-    Scratch result(*this, sizeof(T));
-    reduce_to(n, f, static_cast<T*>(result.p));
-    T out{};
-    copy_to_host(&out, result.p, sizeof(T));
-    return out;
   }
 
  private:

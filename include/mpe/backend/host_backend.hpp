@@ -68,10 +68,6 @@ struct HostBackend {
   void fill_bytes(void* dst, int value, std::size_t bytes) const {
     if (bytes) std::memset(dst, value, bytes);
   }
-  /// True when two byte ranges in backend memory are equal.
-  bool equal_bytes(const void* a, const void* b, std::size_t bytes) const {
-    return bytes == 0 || std::memcmp(a, b, bytes) == 0;
-  }
   /// Waits for queued work (no-op: host calls are synchronous).
   void synchronize() const {}
 
@@ -101,23 +97,19 @@ struct HostBackend {
     run([&](auto&& policy) { thrust::exclusive_scan(policy, in, in + n, out, T{0}); });
   }
 
-  /// Sum of f(i) over [0, n) for an integer (or integer-aggregate) type T: exact, so
-  /// independent of the order Thrust picks.
-  template <class T, class F>
-  T sum(index_t n, F f) const {
-    if (n <= 0) return T{};
-    T result{};
-    run([&](auto&& policy) {
-      result = thrust::transform_reduce(policy, thrust::counting_iterator<index_t>(0),
-                                        thrust::counting_iterator<index_t>(n), f, T{}, thrust::plus<T>());
-    });
-    return result;
-  }
-
-  /// *out = the sum of f(i) over [0, n), written to backend memory (as `sum`).
+  /// *out = the sum of f(i) over [0, n) (T{} for n <= 0), written to backend memory, for
+  /// an integer (or integer-aggregate) type T: exact, so independent of the order Thrust
+  /// picks.
   template <class T, class F>
   void reduce_to(index_t n, F f, T* out) const {
-    *out = sum<T>(n, f);
+    T result{};
+    if (n > 0) {
+      run([&](auto&& policy) {
+        result = thrust::transform_reduce(policy, thrust::counting_iterator<index_t>(0),
+                                          thrust::counting_iterator<index_t>(n), f, T{}, thrust::plus<T>());
+      });
+    }
+    *out = result;
   }
 
  private:

@@ -34,6 +34,12 @@ struct CacheRef {
     }
     return -1;
   }
+  /// Empties a slot without write-back (its row is then read from the store).
+  MPE_HOST_DEVICE void drop(std::int64_t slot) const {
+    tags[slot] = -1;
+    dirty[slot] = 0;
+    last_use[slot] = 0;
+  }
   /// FP32 row of a slot: D floats.
   MPE_HOST_DEVICE float* row(std::int64_t slot) const { return rows + slot * dim; }
 };

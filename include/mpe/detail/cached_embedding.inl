@@ -275,9 +275,12 @@ std::string MPE_CE::describe(int check, index_t pos, const index_t* v) const {
 }
 
 MPE_CE_TEMPLATE
-void MPE_CE::throw_if_failed(const char* fn, const detail::CallRecord& r) const {
-  const int c = detail::first_failure(r, skip_non_finite());
-  if (c >= 0) detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
+void MPE_CE::throw_if_failed(const char* fn, const detail::CallRecord& r, bool skip_non_finite,
+                             Batch* drop) const {
+  const int c = detail::first_failure(r, skip_non_finite);
+  if (c < 0) return;
+  if (drop) drop->valid = false;  // the batch this call was preparing
+  detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
 }
 
 MPE_CE_TEMPLATE
@@ -417,13 +420,7 @@ void MPE_CE::prefetch(std::span<const std::int64_t> indices, std::span<const std
                                            B, indices.data(), nullptr, false, staging_.flags.data(), true,
                                            deferred() ? deferred_.data() : nullptr, detail::kCallPrefetch,
                                            static_cast<index_t>(call_seq_)});
-  if (!deferred()) {
-    const detail::CallRecord r = read_record(rec);
-    if (const int c = detail::first_failure(r, false); c >= 0) {
-      staging_.valid = false;
-      detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
-    }
-  }
+  if (!deferred()) throw_if_failed(fn, read_record(rec), false, &staging_);
   staging_.indices_copy.reserve_discard(indices.size());
   staging_.offsets_copy.reserve_discard(offsets.size());
   backend_.copy(staging_.indices_copy.data(), indices.data(), indices.size_bytes());
@@ -474,10 +471,7 @@ void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std:
   bool use_pending = deferred() && sizes_equal;
   if (!deferred()) {
     const detail::CallRecord r = read_record(rec);  // the one wait of this call
-    if (detail::first_failure(r, skip_non_finite()) >= 0) {
-      staging_.valid = false;
-      throw_if_failed(fn, r);
-    }
+    throw_if_failed(fn, r, skip_non_finite(), &staging_);
     use_pending = sizes_equal && r.differs == detail::kNoError;
     if (use_pending && r.pos[detail::kWeights] != detail::kNoError) {  // NonFinite::Skip
       backend_.for_each(1, detail::SetIndex{pending_.flags.data() + detail::kFlagSkip, 1});
@@ -527,9 +521,7 @@ void MPE_CE::forward_inference(std::span<const std::int64_t> indices, std::span<
   queue_checks(record.data(), indices, offsets, per_sample_weights, B, global_rows.data(), bag_of.data());
   backend_.for_each(1, detail::SealForward{record.data(), offsets.data(), bags, n, B, indices.data(), w,
                                            false, nullptr, true, nullptr, detail::kCallForward, 0});
-  const detail::CallRecord r = read_record(record.data());
-  if (const int c = detail::first_failure(r, false); c >= 0)
-    detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
+  throw_if_failed(fn, read_record(record.data()), false, nullptr);
   backend_.for_each(
       bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr, w, cache_ref(),
                                       num_sets_ > 0, store_.data(), stride_, B, num_tables(), config_.dim,
@@ -569,7 +561,7 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
   bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
   if (!deferred()) {
     const detail::CallRecord r = read_record(rec);  // the one wait of this call
-    throw_if_failed(fn, r);
+    throw_if_failed(fn, r, skip_non_finite(), nullptr);
     apply = r.apply != 0;
   } else if constexpr (!Backend::asynchronous) {
     apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;

@@ -483,12 +483,7 @@ struct WriteRows {
     const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step), site};
     Storage::template store<Rounding>(src + i * cache.dim, cache.dim,
                                       store + static_cast<std::size_t>(r) * stride, rng);
-    const index_t s = cache.find(r);
-    if (s >= 0) {
-      cache.tags[s] = -1;
-      cache.dirty[s] = 0;
-      cache.last_use[s] = 0;
-    }
+    if (const index_t s = cache.find(r); s >= 0) cache.drop(s);
   }
 };
 
@@ -499,10 +494,7 @@ struct DropRows {
   index_t first, count;
   MPE_HOST_DEVICE void operator()(index_t s) const {
     const index_t r = cache.tags[s];
-    if (r < first || r >= first + count) return;
-    cache.tags[s] = -1;
-    cache.dirty[s] = 0;
-    cache.last_use[s] = 0;
+    if (r >= first && r < first + count) cache.drop(s);
   }
 };
 
