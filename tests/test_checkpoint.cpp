@@ -62,6 +62,7 @@ struct Parsed {
   std::int64_t sets = 0, slots = 0, width = 0;
   std::vector<std::uint64_t> stats;
   std::size_t header_bytes = 0;
+  std::uint32_t version = 0;
   std::vector<std::string> names;
   std::vector<std::size_t> payload_at, payload_len;
 };
@@ -81,7 +82,9 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   Le in{b};
   REQUIRE(std::string(b.begin(), b.begin() + 8) == "MPECKPT1");
   in.p = 8;
-  CHECK(in.get<std::uint32_t>() == 1u);
+  r.version = in.get<std::uint32_t>();
+  CHECK((r.version == 1u || r.version == 2u));
+  const int n_sections = r.version == 1u ? 7 : 8;
   r.header_bytes = in.get<std::uint32_t>();
   r.storage = in.str();
   r.cache = in.str();
@@ -103,10 +106,10 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   r.state_floats = in.get<std::uint32_t>();
   r.n_stats = in.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < r.n_stats; ++i) r.stats.push_back(in.get<std::uint64_t>());
-  CHECK(in.get<std::uint32_t>() == 7u);
+  CHECK(in.get<std::uint32_t>() == static_cast<std::uint32_t>(n_sections));
   CHECK(in.p + 4 == r.header_bytes);
   CHECK(in.get<std::uint32_t>() == crc_ref(b.data(), r.header_bytes - 4));
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < n_sections; ++i) {
     r.names.push_back(in.str());
     const auto len = static_cast<std::size_t>(in.get<std::uint64_t>());
     r.payload_at.push_back(in.p);
@@ -129,7 +132,7 @@ void restamp(std::vector<std::uint8_t>& b, const Parsed& r) {
     for (int i = 0; i < 4; ++i) b[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
   };
   put32(r.header_bytes - 4, crc_ref(b.data(), r.header_bytes - 4));
-  for (int i = 0; i < 7; ++i) {
+  for (std::size_t i = 0; i < r.names.size(); ++i) {
     put32(r.payload_at[static_cast<std::size_t>(i)] + r.payload_len[static_cast<std::size_t>(i)],
           crc_ref(b.data() + r.payload_at[static_cast<std::size_t>(i)],
                   r.payload_len[static_cast<std::size_t>(i)]));
@@ -196,9 +199,10 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.stats[0] == s.lookups);
   CHECK(r.stats[2] == s.hits);
   CHECK(r.stats[11] == s.skipped_steps);
-  CHECK(r.names ==
-        std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer"});
-  CHECK(r.payload_len == std::vector<std::size_t>{12 * 8, 4 * 3 * 4, 4 * 8, 4 * 8, 4, 4 * 16 * 4, 12 * 4});
+  CHECK(r.version == 2u);
+  CHECK(r.names == std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "sketch",
+                                            "optimizer", "pending_batch"});
+  CHECK(r.payload_len == std::vector<std::size_t>{12 * 8, 4 * 3 * 4, 4 * 8, 4 * 8, 4, 4 * 16 * 4, 12 * 4, 0});
   // The store section holds the rows as Int4Rowwise bytes: decode row 0 by hand.
   std::vector<float> w(12 * 3);
   e.get_weights(w);

@@ -253,7 +253,7 @@ struct DeferredTwins {
     // deferred call consumes a batch number, which shifts later scores without changing
     // their order (the decisions above show it).
     using A = mpe::detail::CheckpointAccess;
-    A::Section sv[mpe::io::checkpoint::kNumSections], st[mpe::io::checkpoint::kNumSections];
+    A::Section sv[mpe::io::checkpoint::kNumBufferSections], st[mpe::io::checkpoint::kNumBufferSections];
     A::sections(victim, sv);
     A::sections(twin, st);
     for (int i : {0, 1, 2, 4, 5, 6}) {

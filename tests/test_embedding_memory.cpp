@@ -217,39 +217,28 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
     CHECK(pooled[e] == out[D + e] + out[e]);  // index order: row r0 + 1 first
   }
 
-  // UpdateRows on row r0 + 1 with row-wise Adagrad state addressed at r0 + 1
+  // AccumulateRows + ApplyRows (backward's two passes) on row r0 + 1 with row-wise Adagrad
+  // state addressed at r0 + 1
   std::vector<float> state_real(1, 0.0f);
   float* state = shifted(state_real.data(), static_cast<std::uint64_t>(r0 + 1) * sizeof(float));
   const std::vector<std::int64_t> uniq{r0 + 1}, seg{0, 1}, sorted_pos{0}, bag_of{0};
   const std::vector<float> coef{1.0f};
   const std::vector<float> go(D, 1.0f);
-  std::vector<float> grad(D);
+  std::vector<float> grad(D), update(2);
   std::vector<std::uint8_t> outcome(1);
   const std::uint64_t step = 0;
   const std::int64_t one = 1;  // unique rows
-  const mpe::detail::UpdateRows<S, mpe::NearestRounding, mpe::OptimizerRule<mpe::RowwiseAdagrad>,
-                                mpe::RowwiseAdagrad>
-      up{uniq.data(),
-         seg.data(),
-         sorted_pos.data(),
-         bag_of.data(),
-         coef.data(),
-         go.data(),
-         nullptr,
-         no_cache,
-         store,
-         stride,
-         1,
-         1,
-         D,
-         {1.0f, 0.0f},
-         state,
-         grad.data(),
-         0,
-         &step,
-         outcome.data(),
-         &one,
-         nullptr};
+  mpe::detail::CallRecord rec;
+  mpe::detail::reset_record(&rec);
+  using Rule = mpe::OptimizerRule<mpe::RowwiseAdagrad>;
+  const mpe::detail::AccumulateRows<Rule, mpe::RowwiseAdagrad> acc{
+      uniq.data(),  seg.data(), sorted_pos.data(), bag_of.data(), coef.data(), go.data(), 1,      1, D,
+      {1.0f, 0.0f}, state,      grad.data(),       update.data(), &rec,        &one,      nullptr};
+  acc(0);
+  CHECK(rec.pos[mpe::detail::kOverflow] == mpe::detail::kNoError);
+  const mpe::detail::ApplyRows<S, mpe::NearestRounding, Rule> up{
+      uniq.data(), nullptr,       no_cache, store, stride,         D,    state,
+      grad.data(), update.data(), 0,        &step, outcome.data(), &one, nullptr};
   up(0);
   CHECK(state_real[0] == 1.0f);  // G += mean(1^2) = 1, landed in the real slot
   rd(1);

@@ -449,3 +449,38 @@ TEST_CASE("set_weights and get_weights reject values and ranges, changing nothin
     t.check_unchanged();
   }
 }
+
+TEST_CASE("issue case: every enum argument and field outside its values is rejected") {
+  auto bad = [](auto edit, std::initializer_list<std::string> parts) {
+    mpe::EmbeddingConfig c = config();
+    edit(c);
+    expect_throw<std::invalid_argument>([&] { E e(c); }, parts);
+  };
+  bad([](auto& c) { c.non_finite = static_cast<mpe::NonFinite>(9); },
+      {"config.non_finite = 9 is not a NonFinite value"});
+  bad([](auto& c) { c.non_finite = static_cast<mpe::NonFinite>(-1); }, {"config.non_finite = -1"});
+  bad([](auto& c) { c.validation = static_cast<mpe::Validation>(2); }, {"config.validation = 2"});
+  // forward / forward_inference with a Pooling that is not Sum or Mean: rejected before any
+  // populate, so cache and stats are unchanged (check_unchanged).
+  for (int p : {2, 7, -1}) {
+    Twins t;
+    std::vector<float> out(out_size(2));
+    const auto pooling = static_cast<mpe::Pooling>(p);
+    const std::string part = "pooling = " + std::to_string(p) + " is not a Pooling value";
+    expect_throw<std::invalid_argument>([&] { t.victim.forward(kIdx, kOff, out, pooling); },
+                                        {"forward", part});
+    expect_throw<std::invalid_argument>([&] { t.victim.forward_inference(kIdx, kOff, out, pooling); },
+                                        {"forward_inference", part});
+    t.check_unchanged();
+  }
+}
+
+TEST_CASE("issue case: table_offset outside [0, T] throws std::invalid_argument naming t") {
+  E e(config());
+  CHECK(e.table_offset(0) == 0);
+  CHECK(e.table_offset(3) == 36);  // T: the total row count
+  for (std::int64_t t : {5, 4, -1}) {
+    expect_throw<std::invalid_argument, true>([&] { (void)e.table_offset(t); },
+                                              {"table_offset", "t = " + std::to_string(t), "[0, 3]"});
+  }
+}

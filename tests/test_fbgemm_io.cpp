@@ -239,3 +239,61 @@ TEST_CASE("bad import input throws std::invalid_argument and changes nothing") {
   CHECK_THROWS_AS(mpe::io::import_table(e, 1, mpe::interop::FbgemmFused{}, rows), std::invalid_argument);
   CHECK(ckt::snapshot(e) == before);
 }
+
+TEST_CASE("issue case: the TBE/TorchRec INT8 export never decodes above the FP16 maximum") {
+  mpe::EmbeddingConfig c;
+  c.table_rows = {1};
+  c.dim = 8;
+  mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding> e(c);
+  const std::vector<float> row = {-65504, 65504, 0, 1, -1, 30000, -30000, 65000};
+  e.set_weights(row);
+  std::vector<float> stored(8);
+  e.get_weights(stored);
+  const auto tbe = mpe::io::export_table(e, 0, mpe::interop::TbeInference{16});
+  const Decoded d = decode(tbe, 1, 8, 8, true, 16);
+  const float scale = d.scales[0], bias = f16_at(tbe.data() + 2);
+  CHECK(bias + 255.0f * scale <= 65504.0f);  // even the top code reads back within FP16
+  for (int i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    CHECK(d.values[static_cast<std::size_t>(i)] <= 65504.0f);
+    CHECK(d.values[static_cast<std::size_t>(i)] >= -65504.0f);
+    // within one (stepped-down) scale of mpe's value: the top values clamp to code 255
+    CHECK(std::fabs(d.values[static_cast<std::size_t>(i)] - stored[static_cast<std::size_t>(i)]) <= scale);
+  }
+  // Without the step-down the scale would be 514 and code 255 would read 65566.
+  CHECK(scale < 514.0f);
+}
+
+TEST_CASE("issue case: FBGEMM's own INT4 rows near the FP16 maximum import saturated and counted") {
+  // FloatToFusedNBitRowwiseQuantizedSBHalf of [0, 65504, 0, 0] (D = 4): scale 4368 (f16
+  // 0x6C44), bias 0, codes {0, 15, 0, 0}; code 15 decodes to 65520, beyond FP16.
+  const std::vector<std::uint8_t> fbgemm = {0xF0, 0x00, 0x44, 0x6C, 0x00, 0x00};
+  REQUIRE(f16_at(fbgemm.data() + 2) == 4368.0f);
+  mpe::EmbeddingConfig c;
+  c.table_rows = {2, 1};
+  c.dim = 4;
+  c.cache_rows = 4;
+  mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding> e(c);
+  std::vector<std::uint8_t> two_rows = fbgemm;
+  const std::vector<std::uint8_t> plain = {0x21, 0x43, 0x00,
+                                           0x3C, 0x00, 0x00};  // codes 1..4, scale 1, bias 0
+  two_rows.insert(two_rows.end(), plain.begin(), plain.end());
+  CHECK(mpe::io::import_table(e, 0, mpe::interop::FbgemmFused{}, two_rows) == 1);
+  CHECK(e.stats().saturated_rows == 1);
+  std::vector<float> w(8);
+  e.get_weights(w);
+  // Re-quantized from [0, 65504, 0, 0] by Int4Rowwise (round to nearest): the rounded-up
+  // scale 4368 would read 65520, so the FP16 just below, 4364, is taken: 15 * 4364 = 65460.
+  CHECK(w == std::vector<float>{0, 65460, 0, 0, 1, 2, 3, 4});
+  CHECK_NOTHROW(e.set_weights(w));  // what it reads back round-trips
+  e.get_weights(w);
+  // A row beyond the range by more than one step is still refused, changing nothing.
+  const std::vector<std::uint8_t> far = {0xF0, 0x00, 0x00, 0x78, 0x00, 0x00};  // scale 32768: 491520
+  std::vector<std::uint8_t> bad = far;
+  bad.insert(bad.end(), plain.begin(), plain.end());
+  CHECK_THROWS_AS(mpe::io::import_table(e, 0, mpe::interop::FbgemmFused{}, bad), std::invalid_argument);
+  std::vector<float> after(8);
+  e.get_weights(after);
+  CHECK(after == w);
+  CHECK(e.stats().saturated_rows == 1);
+}

@@ -492,13 +492,25 @@ TEST_CASE("interop import: the codes a row holds decide its range, not the heade
   // bias -65504, scale 8736 (top code would read 65536): codes 0 and 14 read -65504 and 56800
   const Bytes low = {0xE0, 0x44, 0x70, 0xFF, 0xFB};
   CHECK_NOTHROW(io::import_table<mpe::Int4Rowwise>(fl, low, 1, D, align, store));
-  // the same header with code 15 present: element 1 reads 65536, beyond FP16
+  // the same header with code 15 present: element 1 reads 65536, beyond FP16 by 32, less
+  // than one step (scale 8736): the row is imported saturated (re-quantized from
+  // [-65504, 65504]) and counted
   Bytes high = low;
   high[0] = 0xF0;
+  CHECK(io::import_table<mpe::Int4Rowwise>(fl, high, 1, D, align, store) == 1);
+  const mpe::Int4Rowwise::Reader sat(store.data(), D);
+  CHECK(sat[0] == -65504.0f);
+  CHECK(sat[1] <= 65504.0f);
+  CHECK(sat[1] >= 65504.0f - 8736.0f);
+  CHECK(io::import_row<mpe::Int4Rowwise>(fl, high, D, align, store));
+  // beyond by more than one step: refused, naming row, element and value
+  Bytes far = high;
+  far[1] = 0xFF;
+  far[2] = 0x7B;  // scale 65504: element 1 reads 917056
   try {
-    io::import_table<mpe::Int4Rowwise>(fl, high, 1, D, align, store);
+    io::import_table<mpe::Int4Rowwise>(fl, far, 1, D, align, store);
     FAIL("expected std::invalid_argument");
   } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("row 0 holds element 1 = 65536") != std::string::npos);
+    CHECK(std::string(e.what()).find("row 0 holds element 1 = 917056") != std::string::npos);
   }
 }

@@ -88,3 +88,106 @@ TEST_CASE("optimizer parameters that cannot be used are named with their value")
   e.get_weights(after);
   CHECK(after[2] == before[2] - 0.5f);
 }
+
+namespace {
+
+// The issue's case: Fp32 weights 0.5, D = 2; row 1 in two bags, row 4 in a third; every
+// output gradient `g`. Returns the error message of backward ("" when it did not throw).
+struct OverflowRun {
+  std::vector<float> before, after;
+  mpe::CacheStats stats;
+  std::uint64_t step = 0;
+  std::size_t optimizer_bytes = 0;
+  std::string error;
+};
+
+template <class Opt>
+OverflowRun overflow_run(std::int64_t cache_rows, mpe::NonFinite nf, mpe::Validation v, float g,
+                         const Opt& opt) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {8};
+  cfg.dim = 2;
+  cfg.cache_rows = cache_rows;
+  cfg.non_finite = nf;
+  cfg.validation = v;
+  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding> e(cfg);
+  OverflowRun r;
+  r.before.assign(16, 0.5f);
+  e.set_weights(r.before);
+  const std::vector<std::int64_t> idx = {1, 1, 4}, off = {0, 1, 2, 3};
+  std::vector<float> out(6), grad(6, g);
+  e.forward(idx, off, out);
+  try {
+    e.backward(grad, opt);
+    e.synchronize();  // Validation::Deferred reports here
+  } catch (const std::invalid_argument& ex) {
+    r.error = ex.what();
+  }
+  r.after.assign(16, 0.0f);
+  e.get_weights(r.after);
+  r.stats = e.stats();
+  r.step = e.step();
+  r.optimizer_bytes = e.memory().optimizer_bytes;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("issue case: a gradient that overflows inside the step never turns a row into zeros") {
+  for (std::int64_t cache_rows : {0, 4}) {
+    for (mpe::Validation v : {mpe::Validation::Synchronous, mpe::Validation::Deferred}) {
+      CAPTURE(cache_rows);
+      CAPTURE(static_cast<int>(v));
+      // Row 1's gradient is 3e38 + 3e38 = inf (float overflow of finite inputs).
+      const OverflowRun t =
+          overflow_run(cache_rows, mpe::NonFinite::Throw, v, 3e38f, mpe::RowwiseAdagrad{0.01f});
+      CHECK(t.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") != std::string::npos);
+      CHECK(t.error.find("is inf although grad_output is finite") != std::string::npos);
+      CHECK(t.after == t.before);  // no row changed, row 4 (finite) neither
+      CHECK(t.step == 0);
+      CHECK(t.stats.saturated_rows == 0);
+      CHECK(t.optimizer_bytes == 0);  // the first step never ran: no state yet
+      const OverflowRun s =
+          overflow_run(cache_rows, mpe::NonFinite::Skip, v, 3e38f, mpe::RowwiseAdagrad{0.01f});
+      CHECK(s.error.empty());
+      CHECK(s.after == s.before);
+      CHECK(s.stats.skipped_steps == 1);
+      CHECK(s.step == 0);
+      // SGD: the same overflow of the summed gradient is refused the same way.
+      const OverflowRun sgd = overflow_run(cache_rows, mpe::NonFinite::Throw, v, 3e38f, mpe::Sgd{0.01f});
+      CHECK(sgd.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") !=
+            std::string::npos);
+      CHECK(sgd.after == sgd.before);
+      // Row-wise Adagrad: a finite gradient whose square overflows makes the state inf.
+      const OverflowRun sq =
+          overflow_run(cache_rows, mpe::NonFinite::Throw, v, 1e20f, mpe::RowwiseAdagrad{0.01f});
+      CHECK(sq.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") != std::string::npos);
+      CHECK(sq.after == sq.before);
+      // A gradient that does not overflow trains as before (row 1: 0.5 - 0.01 * 2 = 0.48).
+      const OverflowRun ok = overflow_run(cache_rows, mpe::NonFinite::Throw, v, 1.0f, mpe::Sgd{0.01f});
+      CHECK(ok.error.empty());
+      CHECK(ok.after[2] == 0.5f - 0.01f * 2.0f);
+      CHECK(ok.after[8] == 0.5f - 0.01f);
+      CHECK(ok.step == 1);
+    }
+  }
+}
+
+TEST_CASE("a refused overflowing step leaves the forward awaiting backward; a finite gradient then trains") {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {8};
+  cfg.dim = 2;
+  cfg.cache_rows = 4;
+  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding> e(cfg);
+  std::vector<float> w(16, 0.5f);
+  e.set_weights(w);
+  const std::vector<std::int64_t> idx = {1, 1, 4}, off = {0, 1, 2, 3};
+  std::vector<float> out(6), big(6, 3e38f), one(6, 1.0f);
+  e.forward(idx, off, out);
+  CHECK_THROWS_AS(e.backward(big, mpe::RowwiseAdagrad{0.01f}), std::invalid_argument);
+  e.backward(one, mpe::RowwiseAdagrad{0.01f});
+  e.get_weights(w);
+  // G = mean(2^2) = 4 for row 1: w = 0.5 - 0.01 / (2 + 1e-8) * 2.
+  CHECK(w[2] == 0.5f - 0.01f / (2.0f + 1e-8f) * 2.0f);
+  CHECK(e.step() == 1);
+}

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "mpe/backend/buffer.hpp"
@@ -186,9 +188,14 @@ class CachedEmbedding {
   /// Completed backward() calls (the `step` of the rounding counter). Reads backend
   /// memory (waits for queued work).
   std::uint64_t step() const { return read_counters().step; }
-  /// First global row of table t (t in [0, T]).
+  /// First global row of table t (t in [0, T]; t = T gives total_rows()). Throws
+  /// std::invalid_argument naming t for any other value.
   std::int64_t table_offset(std::int64_t t) const {
-    return table_offsets_host_.at(static_cast<std::size_t>(t));
+    if (t < 0 || t > num_tables()) {
+      throw std::invalid_argument("mpe::CachedEmbedding::table_offset: t = " + std::to_string(t) +
+                                  " is outside [0, T] = [0, " + std::to_string(num_tables()) + "]");
+    }
+    return table_offsets_host_[static_cast<std::size_t>(t)];
   }
   /// View of the cache in backend memory (valid until the object is moved or destroyed).
   CacheRef cache_ref() const;
@@ -215,7 +222,7 @@ class CachedEmbedding {
     detail::Buffer<std::uint64_t, Backend> keys;
     detail::Buffer<std::uint32_t, Backend> estimates;
     detail::Buffer<std::uint8_t, Backend> outcome;
-    detail::Buffer<float, Backend> coef, grad;
+    detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
     void set_backend(const Backend& b);
     std::size_t bytes() const;
   };
@@ -237,6 +244,7 @@ class CachedEmbedding {
   void sort_unique(Batch& b);
   void populate(Batch& b, const Batch* awaiting_backward);
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
   index_t read_scalar(const index_t* p) const;
   detail::Counters read_counters() const;
   const std::uint64_t* step_ptr() const { return &counters_.data()->step; }

@@ -3,11 +3,20 @@
 // load_bytes, which load() runs on the file's bytes). Each input is loaded twice into each
 // of two embeddings: as given (exercises the framing and checksum checks) and with every
 // checksum recomputed by an independent walk of the documented layout (so mutations reach
-// the header-field and cache-metadata checks behind the checksums). A load may only fail
-// with mpe::checkpoint_error; a successful load is followed by a training step and a read
-// of every weight, so a state that passed verification but is unsafe shows up under ASan.
+// the header-field, cache-metadata and value checks behind the checksums). A custom mutator
+// (value mode) half of the time writes a value the state cannot hold (NaN, +-inf, -1,
+// 3e38, 65520, ...) at an aligned offset of a random section and re-signs the checksums, so
+// the value checks of every section are fuzzed, not only the CRCs. A load may only fail with
+// mpe::checkpoint_error; a successful load is followed by a forward of the pending batch
+// (when the file has one), a training step and a read of every weight, so a state that
+// passed verification but is unsafe shows up under ASan/UBSan; every weight read must be
+// finite.
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -30,8 +39,10 @@ bool restamp(std::vector<std::uint8_t>& b) {
   const std::size_t H = get32(b.data() + 12);
   if (H < 20 || H > b.size()) return false;
   put32(b.data() + H - 4, crc32c(b.data(), H - 4));
+  const std::uint32_t n_sections = get32(b.data() + H - 8);
+  if (n_sections > 8) return false;
   std::size_t p = H;
-  for (int i = 0; i < 7; ++i) {
+  for (std::uint32_t i = 0; i < n_sections; ++i) {
     if (b.size() - p < 2) return false;
     std::uint16_t n;
     std::memcpy(&n, b.data() + p, 2);
@@ -49,6 +60,31 @@ bool restamp(std::vector<std::uint8_t>& b) {
   return true;
 }
 
+/// Payload offsets of the sections of a checkpoint whose layout walks (empty otherwise).
+std::vector<std::pair<std::size_t, std::size_t>> section_spans(const std::vector<std::uint8_t>& b) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  if (b.size() < 24) return out;
+  const std::size_t H = get32(b.data() + 12);
+  if (H < 24 || H > b.size()) return out;
+  const std::uint32_t n_sections = get32(b.data() + H - 8);
+  std::size_t p = H;
+  for (std::uint32_t i = 0; i < n_sections && i < 8; ++i) {
+    if (b.size() - p < 2) return {};
+    std::uint16_t n;
+    std::memcpy(&n, b.data() + p, 2);
+    p += 2;
+    if (b.size() - p < n + 8u) return {};
+    p += n;
+    std::uint64_t len;
+    std::memcpy(&len, b.data() + p, 8);
+    p += 8;
+    if (len > b.size() - p) return {};
+    out.emplace_back(p, static_cast<std::size_t>(len));
+    p += static_cast<std::size_t>(len) + 4;
+  }
+  return out;
+}
+
 template <class E>
 void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
   E e(mpe_fuzz::config(cache), mpe::HostBackend{1});
@@ -59,6 +95,27 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
   }
   std::vector<float> w(static_cast<std::size_t>(e.total_rows() * e.dim()));
   e.get_weights(w);
+  for (float x : w) {
+    if (!std::isfinite(x)) std::abort();  // verification let a non-finite value through
+  }
+  // A restored pending batch must be usable by the forward that consumes it.
+  const std::vector<std::uint8_t> pending = mpe::detail::CheckpointAccess::pending_batch(e);
+  if (!pending.empty()) {
+    std::int64_t n, B;
+    std::memcpy(&n, pending.data(), 8);
+    std::memcpy(&B, pending.data() + 8, 8);
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(n)), off(static_cast<std::size_t>(B * e.num_tables() + 1));
+    std::memcpy(idx.data(), pending.data() + 16, idx.size() * 8);
+    std::memcpy(off.data(), pending.data() + 16 + idx.size() * 8, off.size() * 8);
+    std::vector<float> out(static_cast<std::size_t>(B * e.num_tables() * e.dim()));
+    e.forward(idx, off, out);
+    std::vector<float> grad(out.size(), 0.01f);
+    try {
+      e.backward(grad, mpe::RowwiseAdagrad{0.3f});
+    } catch (const std::logic_error&) {
+      // a loaded optimizer kind other than RowwiseAdagrad
+    }
+  }
   try {
     mpe_fuzz::step(e, 1);
   } catch (const std::logic_error&) {
@@ -68,6 +125,42 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
 }
 
 }  // namespace
+
+// Value mode: write a value the state cannot hold at an aligned offset of a random
+// section, then re-sign; otherwise libFuzzer's own byte mutations.
+extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
+extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size, std::size_t max_size,
+                                               unsigned int seed) {
+  std::minstd_rand rng(seed);
+  std::vector<std::uint8_t> b(data, data + size);
+  const auto spans = section_spans(b);
+  if (spans.empty() || rng() % 2 == 0) return LLVMFuzzerMutate(data, size, max_size);
+  const auto [at, len] = spans[rng() % spans.size()];
+  if (len < 4) return LLVMFuzzerMutate(data, size, max_size);
+  static const float kFloats[] = {std::numeric_limits<float>::quiet_NaN(),
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(),
+                                  -1.0f,
+                                  3e38f,
+                                  65520.0f,
+                                  -65536.0f,
+                                  0x1p127f,
+                                  1e-45f};
+  static const std::int64_t kInts[] = {-1, -2, 0, 1, 7, 1 << 20, INT64_MAX, INT64_MIN};
+  const std::size_t pos = at + (rng() % (len / 4)) * 4;
+  if (rng() % 2 == 0) {
+    const float v = kFloats[rng() % (sizeof kFloats / sizeof kFloats[0])];
+    std::memcpy(b.data() + pos, &v, 4);
+  } else if (pos + 8 <= at + len) {
+    const std::int64_t v = kInts[rng() % (sizeof kInts / sizeof kInts[0])];
+    std::memcpy(b.data() + pos, &v, 8);
+  } else {
+    b[pos] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+  }
+  restamp(b);
+  std::memcpy(data, b.data(), b.size());
+  return b.size();
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::uint8_t> bytes(data, data + size);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writes the checkpoint fuzzer's seed corpus: valid checkpoints of both fuzzed embeddings
-// after 0, 1, 3 and 7 training steps. Usage: fuzz_checkpoint_seeds <dir>
+// after 0, 1, 3 and 7 training steps, and after 7 steps with a prefetch pending. Usage: fuzz_checkpoint_seeds <dir>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -27,5 +27,12 @@ int main(int argc, char** argv) {
     a.save(dir / ("lfu4_step" + std::to_string(target) + ".ckpt"));
     b.save(dir / ("nocache8_step" + std::to_string(target) + ".ckpt"));
   }
+  // With a prefetch pending (the pending_batch section non-empty).
+  const std::int64_t idx[] = {1, 4, 0, 2, 2};
+  const std::int64_t off[] = {0, 2, 3, 4, 5};
+  a.prefetch(idx, off);
+  b.prefetch(idx, off);
+  a.save(dir / "lfu4_pending.ckpt");
+  b.save(dir / "nocache8_pending.ckpt");
   return 0;
 }

@@ -144,8 +144,15 @@ struct CudaBackend {
   static constexpr int kBlock = 256;
 
   /// Allocates `bytes` for `purpose`: the store per `placement`, anything else in device
-  /// memory. The pointer is device-accessible. Throws std::runtime_error.
+  /// memory. The pointer is device-accessible. Throws std::runtime_error for a failing
+  /// CUDA call, std::invalid_argument for a `placement` that is not a Placement value.
   void* allocate(std::size_t bytes, MemoryPurpose purpose = MemoryPurpose::Workspace) const {
+    if (placement != Placement::Device && placement != Placement::Managed &&
+        placement != Placement::HostMapped) {
+      throw std::invalid_argument(
+          "mpe::CudaBackend: placement = " + std::to_string(static_cast<int>(placement)) +
+          " is not a Placement value (Device = 0, Managed = 1, HostMapped = 2)");
+    }
     detail::CudaDeviceGuard guard(device);
     if (bytes == 0) bytes = 1;
     void* p = nullptr;

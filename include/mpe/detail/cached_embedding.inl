@@ -32,6 +32,7 @@ void MPE_CE::Batch::set_backend(const Backend& b) {
   outcome.set_backend(b);
   coef.set_backend(b);
   grad.set_backend(b);
+  update.set_backend(b);
 }
 
 MPE_CE_TEMPLATE
@@ -41,7 +42,8 @@ std::size_t MPE_CE::Batch::bytes() const {
                         &seg_start, &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
     s += p->bytes();
   }
-  return s + keys.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() + grad.bytes();
+  return s + keys.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() + grad.bytes() +
+         update.bytes();
 }
 
 MPE_CE_TEMPLATE
@@ -62,6 +64,10 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   if (a < 1 || a > 4096 || (a & (a - 1)) != 0) {
     detail::invalid(fn,
                     "config.row_alignment = " + std::to_string(a) + "; must be a power of two in [1, 4096]");
+  }
+  if (config.non_finite != NonFinite::Throw && config.non_finite != NonFinite::Skip) {
+    detail::invalid(fn, "config.non_finite = " + std::to_string(static_cast<int>(config.non_finite)) +
+                            " is not a NonFinite value (Throw = 0, Skip = 1)");
   }
   if (config.validation != Validation::Synchronous && config.validation != Validation::Deferred) {
     detail::invalid(fn, "config.validation = " + std::to_string(static_cast<int>(config.validation)) +
@@ -212,6 +218,10 @@ index_t MPE_CE::check_shapes(const char* fn, std::span<const std::int64_t> indic
     detail::invalid(fn, "offsets.size() = " + std::to_string(offsets.size()) +
                             "; must be T*B + 1 with T = " + std::to_string(T));
   }
+  if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
+    detail::invalid(fn, "pooling = " + std::to_string(static_cast<int>(pooling)) +
+                            " is not a Pooling value (Sum = 0, Mean = 1)");
+  }
   const index_t B = static_cast<index_t>(offsets.size() - 1) / T;
   if (output_size != kSkipOutputCheck) check_output_size(fn, output_size, B);
   if (!weights.empty()) {
@@ -269,6 +279,11 @@ std::string MPE_CE::describe(int check, index_t pos, const index_t* v) const {
              "forward() with the prefetched sizes must pass the prefetched batch";
     case kGrad:
       return "grad_output[" + s(pos) + "] = " + f(v[0]) + " is not finite";
+    case kOverflow:
+      return "row " + s(v[0]) + " (its gradient summed over " + s(v[1]) +
+             " occurrence(s)) overflows in this step: its summed gradient or optimizer update is " + f(v[2]) +
+             " although grad_output is finite; nothing was updated (scale the loss down, or use "
+             "NonFinite::Skip to skip such steps)";
     default:
       return "unknown check " + s(check);
   }
@@ -432,6 +447,38 @@ void MPE_CE::prefetch(std::span<const std::int64_t> indices, std::span<const std
   std::swap(pending_, staging_);
 }
 
+// load(): rebuilds the pending prefetch's batch (host spans, verified by load) as the
+// prefetch left it, without a populate: its cache fills, hits and counters are already in
+// the loaded state. Its slot assignment is looked up (LookupSlots explains why that equals
+// what the populate decided).
+MPE_CE_TEMPLATE
+void MPE_CE::restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
+  Batch& p = pending_;
+  const auto n = static_cast<index_t>(indices.size());
+  const index_t B = static_cast<index_t>(offsets.size() - 1) / num_tables();
+  p.indices_copy.reserve_discard(indices.size());
+  p.offsets_copy.reserve_discard(offsets.size());
+  backend_.copy_from_host(p.indices_copy.data(), indices.data(), indices.size_bytes());
+  backend_.copy_from_host(p.offsets_copy.data(), offsets.data(), offsets.size_bytes());
+  const std::span<const std::int64_t> idx(p.indices_copy.data(), indices.size());
+  const std::span<const std::int64_t> off(p.offsets_copy.data(), offsets.size());
+  prepare_flags(p, n, B);
+  detail::CallRecord* rec = record_.data();
+  backend_.for_each(1, detail::ResetRecord{rec});
+  queue_checks(rec, idx, off, {}, B, p.global_rows.data(), p.bag_of.data());
+  backend_.for_each(
+      1, detail::SealForward{rec, off.data(), static_cast<index_t>(off.size()) - 1, n, B, idx.data(), nullptr,
+                             false, p.flags.data(), true, nullptr, detail::kCallPrefetch, 0});
+  p.id = populate_counter_;  // no populate has run since the prefetch's
+  if (num_sets_ > 0) {
+    sort_unique(p);
+    const index_t U = unique_bound(p);
+    p.slot_of_unique.reserve_discard(static_cast<std::size_t>(U));
+    backend_.for_each(U, detail::LookupSlots{p.uniq.data(), cache_ref(), p.slot_of_unique.data(),
+                                             p.flags.data() + detail::kFlagU});
+  }
+}
+
 MPE_CE_TEMPLATE
 void MPE_CE::forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                      std::span<float> output, Pooling pooling, std::span<const float> per_sample_weights) {
@@ -554,8 +601,23 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
   backend_.for_each(1, detail::ResetRecord{rec});
   backend_.for_each(static_cast<index_t>(grad_output.size()),
                     detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+  // First pass: every row's summed gradient, multiplier and new optimizer state into
+  // workspace, checked for overflow before anything is written (one verdict per call).
+  if (!b.sorted) sort_unique(b);
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  constexpr int kUpdateFloats = 1 + Rule::state_floats;
+  b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
+  b.update.reserve_discard(static_cast<std::size_t>(U) * kUpdateFloats);
+  b.outcome.reserve_discard(static_cast<std::size_t>(U));
+  backend_.for_each(U, detail::AccumulateRows<Rule, Optimizer>{
+                           b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+                           b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
+                           optimizer, opt_kind_ != 0 ? opt_state_.data() : nullptr, b.grad.data(),
+                           b.update.data(), rec, count, b.flags.data() + detail::kFlagOk});
   backend_.for_each(
-      1, detail::SealBackward{rec, grad_output.data(), skip_non_finite(), b.flags.data(),
+      1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
+                              b.update.data(), config_.dim, kUpdateFloats, skip_non_finite(), b.flags.data(),
                               &counters->stats.skipped_steps, deferred() ? deferred_.data() : nullptr,
                               static_cast<index_t>(call_seq_)});
   bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
@@ -570,42 +632,19 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     b.awaiting_backward = false;
     return;
   }
-  if (opt_kind_ == 0) {
+  if (opt_kind_ == 0) {  // the first applied step allocates the state (zeros)
     if constexpr (Rule::state_floats > 0) {
       opt_state_.reset(static_cast<std::size_t>(total_rows_) * Rule::state_floats);
       backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
     }
     opt_kind_ = Rule::kind;
   }
-  if (!b.sorted) sort_unique(b);
-  const index_t U = unique_bound(b);
-  const index_t* count = b.flags.data() + detail::kFlagU;
   const index_t* gate = b.flags.data() + detail::kFlagApply;
-  b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
-  b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  const bool cached = num_sets_ > 0;
-  backend_.for_each(U, detail::UpdateRows<Storage, Rounding, Rule, Optimizer>{
-                           b.uniq.data(),
-                           b.seg_start.data(),
-                           b.sorted_pos.data(),
-                           b.bag_of.data(),
-                           b.has_coef ? b.coef.data() : nullptr,
-                           grad_output.data(),
-                           cached ? b.slot_of_unique.data() : nullptr,
-                           cache_ref(),
-                           store_.data(),
-                           stride_,
-                           b.B,
-                           T,
-                           config_.dim,
-                           optimizer,
-                           Rule::state_floats > 0 ? opt_state_.data() : nullptr,
-                           b.grad.data(),
-                           config_.seed,
-                           step_ptr(),
-                           b.outcome.data(),
-                           count,
-                           gate});
+  backend_.for_each(
+      U, detail::ApplyRows<Storage, Rounding, Rule>{
+             b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
+             stride_, config_.dim, Rule::state_floats > 0 ? opt_state_.data() : nullptr, b.grad.data(),
+             b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
   b.awaiting_backward = false;

@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -230,6 +232,13 @@ inline CacheStats stats_from_array(const std::uint64_t* a) {
 
 }  // namespace ckpt
 
+/// Single item: *p += v.
+struct AddCount {
+  std::uint64_t* p;
+  std::uint64_t v;
+  MPE_HOST_DEVICE void operator()(index_t) const { *p += v; }
+};
+
 /// Friend of CachedEmbedding: the checkpoint writer and reader, and the store access
 /// that the FBGEMM/TorchRec importers and exporters (mpe/io/fbgemm.hpp) need.
 struct CheckpointAccess {
@@ -281,7 +290,7 @@ struct CheckpointAccess {
   }
 
   template <class E>
-  static void sections(const E& e, Section (&s)[io::checkpoint::kNumSections]) {
+  static void sections(const E& e, Section (&s)[io::checkpoint::kNumBufferSections]) {
     s[0] = {e.store_.data(), e.store_.bytes()};
     s[1] = {e.cache_rows_.data(), e.cache_rows_.bytes()};
     s[2] = {e.tags_.data(), e.tags_.bytes()};
@@ -291,13 +300,33 @@ struct CheckpointAccess {
     s[6] = {e.opt_state_.data(), e.opt_state_.bytes()};
   }
 
+  /// Payload of the `pending_batch` section (host bytes): `i64 n, i64 B, i64 indices[n],
+  /// i64 offsets[T*B + 1]` of a valid pending prefetch, or empty. Synchronizes.
+  template <class E>
+  static std::vector<std::uint8_t> pending_batch(const E& e) {
+    const auto& p = e.pending_;
+    if (!p.valid || e.read_scalar(p.flags.data() + kFlagOk) == 0) return {};
+    const auto n = static_cast<std::size_t>(p.n);
+    const std::size_t m = static_cast<std::size_t>(p.B * e.num_tables()) + 1;
+    std::vector<std::uint8_t> v(16 + 8 * (n + m));
+    const std::int64_t head[2] = {p.n, p.B};
+    std::memcpy(v.data(), head, 16);
+    e.backend_.copy_to_host(v.data() + 16, p.indices_copy.data(), 8 * n);
+    e.backend_.copy_to_host(v.data() + 16 + 8 * n, p.offsets_copy.data(), 8 * m);
+    return v;
+  }
+
   template <class E>
   static void save(const E& e, const std::filesystem::path& path) {
     namespace fmt = io::checkpoint;
     using Backend = typename E::backend_type;
     const ckpt::Bytes head = header(e);
+    Section buffers[fmt::kNumBufferSections];
+    sections(e, buffers);
     Section sec[fmt::kNumSections];
-    sections(e, sec);
+    std::copy(std::begin(buffers), std::end(buffers), sec);
+    const std::vector<std::uint8_t> pending = pending_batch(e);
+    sec[fmt::kNumBufferSections] = {pending.data(), pending.size()};
     ckpt::AtomicWriter w(path);
     w.write(head.v.data(), head.v.size());
     std::vector<std::uint8_t> staging;
@@ -307,7 +336,7 @@ struct CheckpointAccess {
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
-      if constexpr (!Backend::device_spans) {
+      if (!Backend::device_spans || i >= fmt::kNumBufferSections) {  // host memory
         w.write(sec[i].data, sec[i].bytes);
         crc = fmt::crc32c(sec[i].data, sec[i].bytes);
       } else {
@@ -348,10 +377,11 @@ struct CheckpointAccess {
     const auto* magic = c.take(8, "magic");
     if (std::memcmp(magic, fmt::kMagic, 8) != 0) c.fail("not an mpe checkpoint (bad magic)");
     const auto version = c.get<std::uint32_t>("version");
-    if (version != fmt::kVersion) {
-      c.fail("format version " + std::to_string(version) + " in file; this build reads version " +
-             std::to_string(fmt::kVersion));
+    if (version < fmt::kMinVersion || version > fmt::kVersion) {
+      c.fail("format version " + std::to_string(version) + " in file; this build reads versions " +
+             std::to_string(fmt::kMinVersion) + " to " + std::to_string(fmt::kVersion));
     }
+    const std::uint32_t n_sections = version == 1 ? fmt::kNumBufferSections : fmt::kNumSections;
     const auto H = c.get<std::uint32_t>("header_bytes");
     if (H < 24 || H > (1u << 24)) c.fail("header_bytes = " + std::to_string(H) + " is implausible");
     if (H > n) c.fail("truncated at byte " + std::to_string(n) + ": the header needs " + std::to_string(H));
@@ -398,10 +428,18 @@ struct CheckpointAccess {
     const auto sketch_increments = c.get<std::uint64_t>("sketch_increments");
     const auto opt_kind = c.get<std::uint32_t>("optimizer_kind");
     const auto state_floats = c.get<std::uint32_t>("optimizer_state_floats");
-    if (opt_kind > 255) c.fail("optimizer_kind = " + std::to_string(opt_kind) + " is not a known kind");
-    if (state_floats > 64 || (opt_kind == 0 && state_floats != 0)) {
+    // The kind must be one this build knows, with that kind's state size.
+    std::uint32_t kind_state_floats = 0;
+    const char* kind_name = "none";
+    if (opt_kind != 0 && !KnownOptimizers::visit(static_cast<int>(opt_kind), [&]<class Rule>() {
+          kind_state_floats = Rule::state_floats;
+          kind_name = Rule::name;
+        })) {
+      c.fail("optimizer_kind = " + std::to_string(opt_kind) + " is not a known optimizer kind");
+    }
+    if (state_floats != kind_state_floats) {
       c.fail("optimizer_state_floats = " + std::to_string(state_floats) + " is invalid for optimizer_kind " +
-             std::to_string(opt_kind));
+             std::to_string(opt_kind) + " (" + kind_name + ": " + std::to_string(kind_state_floats) + ")");
     }
     const auto n_stats = c.get<std::uint32_t>("n_stats");
     if (n_stats > fmt::kNumStats) {
@@ -409,25 +447,31 @@ struct CheckpointAccess {
     }
     std::uint64_t st[fmt::kNumStats] = {};
     for (std::uint32_t i = 0; i < n_stats; ++i) st[i] = c.get<std::uint64_t>("stats");
-    expect_eq("n_sections", c.get<std::uint32_t>("n_sections"), fmt::kNumSections);
+    expect_eq("n_sections", c.get<std::uint32_t>("n_sections"), n_sections);
     if (c.pos != c.end) c.fail(std::to_string(c.end - c.pos) + " unexpected bytes at the end of the header");
     // ---- sections ----
     c.end = n;
     c.pos = H;
-    Section here[fmt::kNumSections];
+    Section here[fmt::kNumBufferSections];
     sections(e, here);
     const auto rows = static_cast<std::uint64_t>(e.total_rows_);
     if (state_floats > 0 && rows > UINT64_MAX / (4u * state_floats)) c.fail("optimizer state size overflows");
     const std::uint64_t opt_bytes = rows * state_floats * 4u;
-    const std::uint8_t* payload[fmt::kNumSections];
-    for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
+    const std::uint8_t* payload[fmt::kNumSections] = {};
+    std::uint64_t pending_len = 0;
+    for (std::uint32_t i = 0; i < n_sections; ++i) {
       const std::string want = fmt::kSectionNames[i];
       const std::string name = c.str("section name");
       if (name != want) {
         c.fail("section " + std::to_string(i) + " is " + quote(name) + ", expected " + quote(want));
       }
       const auto len = c.get<std::uint64_t>("section length");
-      const std::uint64_t expect = i == 6 ? opt_bytes : here[i].bytes;
+      if (i == fmt::kNumBufferSections) {  // pending_batch: empty or a batch (checked below)
+        if (len > n)
+          c.fail("section " + quote(want) + " is " + std::to_string(len) + " bytes, longer than the file");
+        pending_len = len;
+      }
+      const std::uint64_t expect = i == 6 ? opt_bytes : i == fmt::kNumBufferSections ? len : here[i].bytes;
       if (len != expect) {
         c.fail("section " + quote(want) + " is " + std::to_string(len) + " bytes, expected " +
                std::to_string(expect));
@@ -493,6 +537,12 @@ struct CheckpointAccess {
       c.fail("sketch_increments = " + std::to_string(sketch_increments) + " must be below " +
              std::to_string(period));
     }
+    // ---- values: every one must be one the state can hold (checksums alone do not say) ----
+    check_values(e, c, payload, state_floats, opt_kind);
+    std::vector<std::int64_t> pending_indices, pending_offsets;
+    if (pending_len > 0) {
+      check_pending(e, c, payload[fmt::kNumBufferSections], pending_len, pending_indices, pending_offsets);
+    }
     // ---- commit: allocation first (a failure leaves e unchanged), then copies ----
     using Backend = typename E::backend_type;
     detail::Buffer<float, Backend> opt;
@@ -500,14 +550,14 @@ struct CheckpointAccess {
     opt.set_purpose(MemoryPurpose::Optimizer);
     const bool new_opt = opt_bytes != e.opt_state_.bytes();
     if (new_opt) opt.reset(static_cast<std::size_t>(opt_bytes / 4));
-    void* dst[fmt::kNumSections] = {e.store_.data(),
-                                    e.cache_rows_.data(),
-                                    e.tags_.data(),
-                                    e.last_use_.data(),
-                                    e.dirty_.data(),
-                                    e.sketch_.data(),
-                                    new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
-    for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
+    void* dst[fmt::kNumBufferSections] = {e.store_.data(),
+                                          e.cache_rows_.data(),
+                                          e.tags_.data(),
+                                          e.last_use_.data(),
+                                          e.dirty_.data(),
+                                          e.sketch_.data(),
+                                          new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
+    for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
       e.backend_.copy_from_host(dst[i], payload[i], bytes);
     }
@@ -524,6 +574,101 @@ struct CheckpointAccess {
       b->valid = false;
       b->awaiting_backward = false;
     }
+    if (!pending_offsets.empty()) e.restore_pending(pending_indices, pending_offsets);
+  }
+
+  /// load(): every store row decodes to finite values within Storage::limit, every
+  /// occupied cache row is finite and within it, and every optimizer state value is in its
+  /// kind's domain. Throws checkpoint_error naming section, row (or slot) and value.
+  template <class E>
+  static void check_values(const E& e, ckpt::Cursor& c, const std::uint8_t* const* payload,
+                           std::uint32_t state_floats, std::uint32_t opt_kind) {
+    using S = typename E::storage_type;
+    const std::int32_t D = e.config_.dim;
+    const auto holds = [](float x) { return num::is_finite(x) && x <= S::limit && x >= -S::limit; };
+    const std::string range =
+        std::string(S::name) + " holds finite values within +-" + format_float(S::limit);
+    for (index_t r = 0; r < e.total_rows_; ++r) {
+      const typename S::Reader rd(payload[0] + static_cast<std::size_t>(r) * e.stride_, D);
+      for (std::int32_t d = 0; d < D; ++d) {
+        if (const float x = rd[d]; !holds(x)) {
+          c.fail("section 'store': row " + std::to_string(r) + " element " + std::to_string(d) +
+                 " decodes to " + format_float(x) + "; " + range);
+        }
+      }
+    }
+    for (index_t s = 0; s < e.cache_slots(); ++s) {
+      index_t tag;
+      std::memcpy(&tag, payload[2] + s * 8, 8);
+      if (tag < 0) continue;  // an empty slot's row is never read
+      for (std::int32_t d = 0; d < D; ++d) {
+        float x;
+        std::memcpy(&x, payload[1] + (static_cast<std::size_t>(s) * D + d) * 4, 4);
+        if (!holds(x)) {
+          c.fail("section 'cache_rows': slot " + std::to_string(s) + " (row " + std::to_string(tag) +
+                 ") element " + std::to_string(d) + " = " + format_float(x) + "; cached rows of " + range);
+        }
+      }
+    }
+    if (state_floats == 0) return;
+    KnownOptimizers::visit(static_cast<int>(opt_kind), [&]<class Rule>() {
+      for (index_t r = 0; r < e.total_rows_; ++r) {
+        float st[Rule::state_floats > 0 ? Rule::state_floats : 1];
+        std::memcpy(st, payload[6] + static_cast<std::size_t>(r) * Rule::state_floats * 4, sizeof st);
+        if (!Rule::state_ok(st)) {
+          std::string v;
+          for (int k = 0; k < Rule::state_floats; ++k) v += (k ? ", " : "") + format_float(st[k]);
+          c.fail("section 'optimizer': row " + std::to_string(r) + " holds " + Rule::name + " state [" + v +
+                 "]; it must be " + Rule::state_domain);
+        }
+      }
+    });
+  }
+
+  /// load(): the pending_batch payload is one batch of valid CSR input for e's tables;
+  /// returns its indices and offsets.
+  template <class E>
+  static void check_pending(const E& e, ckpt::Cursor& c, const std::uint8_t* p, std::uint64_t len,
+                            std::vector<std::int64_t>& indices, std::vector<std::int64_t>& offsets) {
+    const std::string sec = "section 'pending_batch': ";
+    if (len < 16 || (len - 16) % 8 != 0) c.fail(sec + "length " + std::to_string(len) + " is not 16 + 8k");
+    std::int64_t n, B;
+    std::memcpy(&n, p, 8);
+    std::memcpy(&B, p + 8, 8);
+    const std::uint64_t words = (len - 16) / 8;  // n + T*B + 1
+    const auto T = static_cast<std::uint64_t>(e.num_tables());
+    if (n < 0 || B < 0 || static_cast<std::uint64_t>(n) >= words ||
+        static_cast<std::uint64_t>(B) > words / T ||
+        (words - static_cast<std::uint64_t>(n) - 1) != T * static_cast<std::uint64_t>(B)) {
+      c.fail(sec + "n = " + std::to_string(n) + ", B = " + std::to_string(B) + " do not match its " +
+             std::to_string(words) + " entries (n + T*B + 1 with T = " + std::to_string(T) + ")");
+    }
+    indices.resize(static_cast<std::size_t>(n));
+    offsets.resize(static_cast<std::size_t>(words) - indices.size());
+    std::memcpy(indices.data(), p + 16, indices.size() * 8);
+    std::memcpy(offsets.data(), p + 16 + indices.size() * 8, offsets.size() * 8);
+    if (offsets.front() != 0) c.fail(sec + "offsets[0] = " + std::to_string(offsets.front()) + "; must be 0");
+    if (offsets.back() != n) {
+      c.fail(sec + "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(offsets.back()) +
+             "; must equal n = " + std::to_string(n));
+    }
+    for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {
+      if (offsets[j] > offsets[j + 1]) {
+        c.fail(sec + "offsets[" + std::to_string(j + 1) + "] = " + std::to_string(offsets[j + 1]) +
+               " < offsets[" + std::to_string(j) + "] = " + std::to_string(offsets[j]));
+      }
+    }
+    for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {  // offsets are valid: every bag lies in [0, n)
+      const std::size_t t = j / static_cast<std::size_t>(B);
+      const std::int64_t rows = e.config_.table_rows[t];
+      for (std::int64_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+        const std::int64_t x = indices[static_cast<std::size_t>(i)];
+        if (x < 0 || x >= rows) {
+          c.fail(sec + "indices[" + std::to_string(i) + "] = " + std::to_string(x) + " is outside table " +
+                 std::to_string(t) + " (" + std::to_string(rows) + " rows)");
+        }
+      }
+    }
   }
 
   // ---- store access for mpe/io/fbgemm.hpp ----
@@ -538,6 +683,13 @@ struct CheckpointAccess {
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
     e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
+  }
+  /// Adds `rows` to stats().saturated_rows (queued on the backend).
+  template <class E>
+  static void count_saturated(E& e, std::int64_t rows) {
+    if (rows > 0)
+      e.backend_.for_each(
+          1, AddCount{&e.counters_.data()->stats.saturated_rows, static_cast<std::uint64_t>(rows)});
   }
   /// Empties every cache line (no write-back: call flush() first to keep dirty rows).
   template <class E>

@@ -369,34 +369,33 @@ struct Coefficients {
   }
 };
 
-/// Backward for unique row u: g = sum over its occurrences in position order of
-/// coef * grad_output[bag]; then the optimizer: w -= m * g on the cache row (marked
-/// dirty) or on the store row (dequantize, update, quantize with Rounding at site
-/// StoreUpdate).
-template <class Storage, class Rounding, class Rule, class Opt>
-struct UpdateRows {
+/// Backward, first pass, for unique row u: g = sum over its occurrences in position order
+/// of coef * grad_output[bag] into `grad`; then the optimizer's multiplier m and new state
+/// from a copy of the row's state into `update` (m, state...). Changes no state of the
+/// object: a row whose g, m or new state is not finite (float overflow of finite inputs)
+/// records its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be
+/// refused or skipped before anything is written. Does nothing when grad_output itself
+/// failed its check (rec->pos[kGrad]) or the batch failed validation.
+template <class Rule, class Opt>
+struct AccumulateRows {
   const index_t* uniq;
-  const index_t* seg_start;       // (U + 1)
-  const index_t* sorted_pos;      // (n)
-  const index_t* bag_of;          // (n)
-  const float* coef;              // (n), or null for plain sum pooling (coefficient 1)
-  const float* grad_output;       // (B, T*D)
-  const index_t* slot_of_unique;  // (U) or null
-  CacheRef cache;
-  std::uint8_t* store;
-  std::size_t stride;
+  const index_t* seg_start;   // (U + 1)
+  const index_t* sorted_pos;  // (n)
+  const index_t* bag_of;      // (n)
+  const float* coef;          // (n), or null for plain sum pooling (coefficient 1)
+  const float* grad_output;   // (B, T*D)
   index_t B, T;
   std::int32_t D;
   Opt opt;
-  float* opt_state;  // (rows * Rule::state_floats) or null
-  float* grad;       // (U, D) workspace
-  std::uint64_t seed;
-  const std::uint64_t* step;  // (1) completed backward() calls
-  std::uint8_t* outcome;      // (U)
-  const index_t* count;       // (1) U; items u >= U do nothing
-  const index_t* gate;        // apply flag of the batch, or null
+  const float* opt_state;  // (rows * Rule::state_floats), or null before the first step: zeros
+  float* grad;             // (U, D) workspace
+  float* update;           // (U, 1 + Rule::state_floats) workspace
+  CallRecord* rec;
+  const index_t* count;  // (1) U; items u >= U do nothing
+  const index_t* gate;   // ok flag of the batch, or null
+  static constexpr int kUpdateFloats = 1 + Rule::state_floats;
   MPE_HOST_DEVICE void operator()(index_t u) const {
-    if (u >= *count || !open(gate)) return;
+    if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
     float* g = grad + u * D;
     for (index_t k = seg_start[u]; k < seg_start[u + 1]; ++k) {
@@ -418,14 +417,53 @@ struct UpdateRows {
         for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
       }
     }
-    const float m = Rule::multiplier(opt, opt_state ? opt_state + r * Rule::state_floats : nullptr, g, D);
+    float* up = update + u * kUpdateFloats;
+    float* st = up + 1;
+    for (int k = 0; k < Rule::state_floats; ++k)
+      st[k] = opt_state ? opt_state[r * Rule::state_floats + k] : 0.0f;
+    up[0] = Rule::multiplier(opt, Rule::state_floats > 0 ? st : nullptr, g, D);
+    bool finite = true;
+    for (std::int32_t d = 0; d < D; ++d) finite = finite && num::is_finite(g[d]);
+    for (int k = 0; k < kUpdateFloats; ++k) finite = finite && num::is_finite(up[k]);
+    if (!finite) atomic_min(&rec->pos[kOverflow], u);
+  }
+};
+
+/// Backward, second pass, for unique row u (after the verdict; gated on the batch's apply
+/// flag): stores the new optimizer state and applies w -= m * g on the cache row (marked
+/// dirty) or on the store row (dequantize, update, quantize with Rounding at site
+/// StoreUpdate). g and m come from AccumulateRows.
+template <class Storage, class Rounding, class Rule>
+struct ApplyRows {
+  const index_t* uniq;
+  const index_t* slot_of_unique;  // (U) or null
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  std::int32_t D;
+  float* opt_state;     // (rows * Rule::state_floats) or null
+  float* grad;          // (U, D) summed gradients (the store path reuses it as scratch)
+  const float* update;  // (U, 1 + Rule::state_floats)
+  std::uint64_t seed;
+  const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint8_t* outcome;      // (U)
+  const index_t* count;       // (1) U; items u >= U do nothing
+  const index_t* gate;        // apply flag of the batch, or null
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count || !open(gate)) return;
+    const index_t r = uniq[u];
+    float* g = grad + u * D;
+    const float* up = update + u * (1 + Rule::state_floats);
+    for (int k = 0; k < Rule::state_floats; ++k) opt_state[r * Rule::state_floats + k] = up[1 + k];
+    const float m = up[0];
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
     // A row uncached at forward (conflict or LFU rejection) may have been filled since
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     if (s >= 0) {
       // The cached FP32 row keeps to the store format's range (as a store update does),
-      // so it never overflows to inf and always round-trips through set_weights.
+      // so it never overflows to inf and always round-trips through set_weights. m and g
+      // are finite here (AccumulateRows), so an overflow is +-inf (clamped), never NaN.
       float* w = cache.row(s);
       bool sat = false;
       for (std::int32_t d = 0; d < D; ++d) {
@@ -441,6 +479,21 @@ struct UpdateRows {
                             num::RoundingSite::StoreUpdate};
       outcome[u] = Storage::template store<Rounding>(g, D, row, rng) ? kSaturated : 0;
     }
+  }
+};
+
+/// Cache slot of each unique row of a batch, looked up in its set (-1: not resident).
+/// Rebuilds a prefetched batch's slot assignment after load(): between a populate and the
+/// next one, lines are only ever dropped, so the lookup equals what the populate decided
+/// for every row still resident (and a dropped row is read from the store either way).
+struct LookupSlots {
+  const index_t* uniq;
+  CacheRef cache;
+  index_t* slot_of_unique;  // (U)
+  const index_t* count;     // (1) U
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count) return;
+    slot_of_unique[u] = cache.find(uniq[u]);
   }
 };
 

@@ -28,6 +28,9 @@ enum Check : std::int32_t {
   kIndex,         ///< index outside its table               v = {index, bag, table}
   kMismatch,      ///< forward() batch != pending prefetch   pos < n: indices, else offsets - n; v = {n}
   kGrad,          ///< non-finite grad_output element        v = {float bits}
+  kOverflow,      ///< backward: a row's summed gradient or optimizer update is non-finite although
+                  ///< grad_output is finite (float overflow); pos = unique index
+                  ///< v = {global row, occurrences, float bits of the first non-finite value}
   kNumChecks
 };
 
@@ -205,13 +208,19 @@ struct SealForward {
   }
 };
 
-/// Single item, after backward()'s gradient check: the update runs (flags[kFlagApply] = 1)
-/// when the batch passed validation, has no skip flag and the gradient is finite. A skip
-/// (non-finite input under NonFinite::Skip) adds one to *skipped_steps; a non-finite
-/// gradient otherwise is an error (filed in deferred mode).
+/// Single item, after backward()'s checks (grad_output finite, and every row's summed
+/// gradient and optimizer update finite): the update runs (flags[kFlagApply] = 1) when the
+/// batch passed validation, has no skip flag and both checks passed. A skip (non-finite
+/// input or overflow under NonFinite::Skip) adds one to *skipped_steps; a failure otherwise
+/// is an error (filed in deferred mode).
 struct SealBackward {
   CallRecord* rec;
-  const float* grad;  // (B, T*D)
+  const float* grad;         // (B, T*D)
+  const index_t* uniq;       // (U) the batch's unique rows
+  const index_t* seg_start;  // (U + 1)
+  const float* row_grad;     // (U, D) summed gradients (AccumulateRows)
+  const float* row_update;   // (U, 1 + state floats) multiplier and new state
+  std::int32_t D, update_floats;
   bool skip_non_finite;
   index_t* flags;  // (kNumFlags) the batch
   std::uint64_t* skipped_steps;
@@ -221,20 +230,39 @@ struct SealBackward {
     CallRecord& r = *rec;
     const index_t i = r.pos[kGrad];
     if (i != kNoError) r.v[kGrad][0] = num::float_bits(grad[i]);
+    if (const index_t u = r.pos[kOverflow]; u != kNoError) {
+      r.v[kOverflow][0] = uniq[u];
+      r.v[kOverflow][1] = seg_start[u + 1] - seg_start[u];
+      float bad = 0.0f;
+      bool found = false;
+      for (std::int32_t d = 0; d < D && !found; ++d) {
+        found = !num::is_finite(row_grad[u * D + d]);
+        if (found) bad = row_grad[u * D + d];
+      }
+      for (std::int32_t k = 0; k < update_floats && !found; ++k) {
+        found = !num::is_finite(row_update[u * update_floats + k]);
+        if (found) bad = row_update[u * update_floats + k];
+      }
+      r.v[kOverflow][2] = num::float_bits(bad);
+    }
+    const bool failed = i != kNoError || r.pos[kOverflow] != kNoError;
     const bool ok = flags[kFlagOk] != 0;
-    const bool skip = flags[kFlagSkip] != 0 || (i != kNoError && skip_non_finite);
-    const bool error = i != kNoError && !skip_non_finite;
+    const bool skip = flags[kFlagSkip] != 0 || (failed && skip_non_finite);
+    const bool error = failed && !skip_non_finite;
     flags[kFlagApply] = ok && !skip && !error ? 1 : 0;
     r.apply = flags[kFlagApply];
     if (ok && skip && !error) *skipped_steps += 1;
-    if (deferred && ok && error) file_deferred(r, kGrad, kCallBackward, seq, deferred);
+    if (deferred && ok && error) {
+      file_deferred(r, i != kNoError ? kGrad : kOverflow, kCallBackward, seq, deferred);
+    }
   }
 };
 
 /// First failing check of a record read back to the host, or -1.
 inline int first_failure(const CallRecord& r, bool skip_non_finite) {
   for (int c = 0; c < kNumChecks; ++c) {
-    if (r.pos[c] != kNoError && !(skip_non_finite && (c == kWeights || c == kGrad))) return c;
+    if (r.pos[c] != kNoError && !(skip_non_finite && (c == kWeights || c == kGrad || c == kOverflow)))
+      return c;
   }
   return -1;
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file checkpoint_format.hpp
 /// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
-/// version 1), and the CRC-32C that protects it.
+/// version 2; version 1 files still load), and the CRC-32C that protects it.
 ///
 /// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
 /// (the format is only read and written on little-endian hosts; a static_assert says so).
@@ -12,7 +12,7 @@
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
-/// | 8  | `u32 version` | 1 |
+/// | 8  | `u32 version` | 2 (1: the same without the `pending_batch` section) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
 /// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"` |
@@ -30,11 +30,11 @@
 /// |    | `u32 optimizer_kind` | 0 none yet, 1 `sgd`, 2 `rowwise_adagrad` (`OptimizerRule::kind`) |
 /// |    | `u32 optimizer_state_floats` | FP32 state values per table row (Sgd 0, RowwiseAdagrad 1) |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
-/// |    | `u32 n_sections` | 7 |
+/// |    | `u32 n_sections` | 8 (version 1: 7) |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
 ///
-/// **Sections**, exactly these seven in this order, each `str name`, `u64 length` (bytes),
-/// the payload, then `u32 crc` = CRC-32C of the payload:
+/// **Sections**, exactly these eight in this order (version 1: the first seven), each
+/// `str name`, `u64 length` (bytes), the payload, then `u32 crc` = CRC-32C of the payload:
 ///
 /// | name | payload | length |
 /// |---|---|---|
@@ -43,15 +43,28 @@
 /// per slot, -1 = empty | slots * 8 | | `last_use` | u64 LRU score per slot (populate counter of its last
 /// batch) | slots * 8 | | `dirty` | u8 per slot, 0 or 1 | slots | | `sketch` | u32 counters (4,
 /// sketch_width), LFU only | 4 * sketch_width * 4 | | `optimizer` | FP32 state (rows, optimizer_state_floats)
-/// | rows * state_floats * 4 |
+/// | rows * state_floats * 4 | | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64
+/// n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B
+/// + 1) |
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
 /// may follow.
 ///
-/// What is not saved: a batch awaiting backward() and a pending prefetch (their
-/// per-call workspace). Save between training steps; after load() the next call must be
-/// forward() (a batch that was awaiting backward() at save time is dropped).
+/// What is saved of the pipeline: the batch of a pending prefetch() (its cache fills, hits
+/// and counters are already in the state), so that the first forward() after load() with
+/// that batch consumes it exactly as the uninterrupted run would (no second populate). A
+/// batch awaiting backward() is not saved (save between training steps; after load() a
+/// backward() without a new forward() throws std::logic_error). Under
+/// Validation::Deferred a prefetched batch that failed its validation is not saved either.
+///
+/// What load() verifies beyond the framing and checksums (a file whose checksums are valid
+/// may still hold values the state cannot): every store row decodes (as the store's Reader
+/// does) to finite values within Storage::limit; every occupied cache row is finite and
+/// within Storage::limit; tags, dirty bits and last-use scores are consistent with the
+/// sets; the optimizer kind is known, its state has that kind's size and every value is in
+/// its domain (RowwiseAdagrad: finite and >= 0); the pending batch's offsets and indices
+/// are valid for the tables. Each failure names the section, the row or slot, and the value.
 ///
 /// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
 /// the backend's memory is not host memory) and needs no copy of the state. load() reads
@@ -76,12 +89,16 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
+/// Oldest version load() reads (version 1: no `pending_batch` section).
+inline constexpr std::uint32_t kMinVersion = 1;
 /// Number of CacheStats counters written by version 1.
 inline constexpr std::uint32_t kNumStats = 12;
-inline constexpr std::uint32_t kNumSections = 7;
-inline constexpr const char* kSectionNames[kNumSections] = {"store", "cache_rows", "tags",     "last_use",
-                                                            "dirty", "sketch",     "optimizer"};
+inline constexpr std::uint32_t kNumSections = 8;
+/// Sections held in the object's buffers (all but `pending_batch`); version 1 has these only.
+inline constexpr std::uint32_t kNumBufferSections = 7;
+inline constexpr const char* kSectionNames[kNumSections] = {
+    "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch"};
 /// Bytes of the trailer: end magic, file size, file CRC.
 inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;
 /// Longest policy or section name accepted by the reader.

@@ -108,7 +108,11 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 /// Replaces the rows of table `table` with `bytes` ((rows, external row bytes) in `layout`,
 /// host memory) of the store's own format (Int8Rowwise reads fused 8-bit or TBE INT8,
 /// Int4Rowwise fused 4-bit or TBE INT4, Fp16/Fp32/Bf16 plain rows). The conversion is exact
-/// (interop.hpp). Every row is validated before anything changes.
+/// (interop.hpp), except for rows that decode beyond the store's limit by at most one
+/// quantization step (FBGEMM's own INT4/INT8 quantization of values near +-65504 gives
+/// them): those are saturated into the range (interop.hpp's saturation rule), counted in
+/// stats().saturated_rows, and their number is returned. Every row is validated before
+/// anything changes.
 ///
 /// As set_weights() does, the table's cache lines are dropped without write-back (their
 /// rows are replaced); other tables' lines, dirty or not, stay resident. A batch populated
@@ -118,17 +122,22 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 /// @throws std::invalid_argument for a table outside [0, T), a wrong byte count, an invalid
 ///         layout, or a row holding an element the store cannot (each element decoded as the store reads it;
 ///         the message names row, element and value); the object is then unchanged.
+/// @return the number of rows imported saturated.
 template <class E, class Layout>
-void import_table(E& emb, std::int64_t table, const Layout& layout, std::span<const std::uint8_t> bytes) {
+std::int64_t import_table(E& emb, std::int64_t table, const Layout& layout,
+                          std::span<const std::uint8_t> bytes) {
   using S = typename E::storage_type;
   detail::check_table("import_table", emb, table);
   const std::int32_t D = emb.dim();
   const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
   std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * emb.store_row_bytes());
-  interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
+  const std::int64_t saturated =
+      interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
   const std::size_t first = static_cast<std::size_t>(emb.table_offset(table)) * emb.store_row_bytes();
   emb.backend().copy_from_host(mpe::detail::CheckpointAccess::store(emb) + first, store.data(), store.size());
   mpe::detail::CheckpointAccess::drop_rows(emb, emb.table_offset(table), rows);
+  mpe::detail::CheckpointAccess::count_saturated(emb, saturated);
+  return saturated;
 }
 
 }  // namespace mpe::io

@@ -45,6 +45,9 @@ struct OptimizerRule<Sgd> {
   static constexpr int state_floats = 0;
   static constexpr int kind = 1;
   static constexpr const char* name = "sgd";
+  /// Values a row's state may hold (checked by load()); Sgd has none.
+  static constexpr const char* state_domain = "none";
+  static bool state_ok(const float* /*state*/) { return true; }
   MPE_HOST_DEVICE static float multiplier(const Sgd& o, float* /*state*/, const float* /*g*/,
                                           std::int32_t /*dim*/) {
     return o.learning_rate;
@@ -62,6 +65,9 @@ struct OptimizerRule<RowwiseAdagrad> {
   static constexpr int state_floats = 1;
   static constexpr int kind = 2;
   static constexpr const char* name = "rowwise_adagrad";
+  /// Values a row's state may hold (checked by load()): G is a sum of squares.
+  static constexpr const char* state_domain = "finite and >= 0";
+  static bool state_ok(const float* state) { return num::is_finite(state[0]) && state[0] >= 0.0f; }
   MPE_HOST_DEVICE static float multiplier(const RowwiseAdagrad& o, float* state, const float* g,
                                           std::int32_t dim) {
     const float sq = num::pairwise_sum(dim, [g](std::int64_t d) { return num::mul(g[d], g[d]); });
@@ -80,5 +86,20 @@ struct OptimizerRule<RowwiseAdagrad> {
     return {};
   }
 };
+
+/// The optimizers a checkpoint can name by OptimizerRule::kind (load() checks the state
+/// against the rule of the kind the file names).
+template <class... Opts>
+struct OptimizerList {
+  /// Calls f.template operator()<OptimizerRule<O>>() for the optimizer O of `kind`;
+  /// returns false when no listed optimizer has that kind.
+  template <class F>
+  static bool visit(int kind, F&& f) {
+    return (
+        (OptimizerRule<Opts>::kind == kind ? (f.template operator()<OptimizerRule<Opts>>(), true) : false) ||
+        ...);
+  }
+};
+using KnownOptimizers = OptimizerList<Sgd, RowwiseAdagrad>;
 
 }  // namespace mpe

@@ -39,9 +39,20 @@
 ///
 /// Import validates every row before it writes anything: a row encoding a value the
 /// storage format cannot hold (non-finite parameters or elements, or beyond the format's
-/// `limit`) throws `std::invalid_argument` naming the row and value, and the destination
-/// is left unchanged. Export from a row with values beyond FP16 (to the TBE's f16
-/// parameters) throws likewise. Padding bytes are written as zeros.
+/// `limit` by more than the row's scale) throws `std::invalid_argument` naming the row and
+/// value, and the destination is left unchanged. **Saturation rule**: a quantized row whose
+/// elements decode finite but beyond `limit` by at most the row's scale (one quantization
+/// step) is imported saturated — re-quantized by the store's own quantizer with
+/// round-to-nearest from its decoded values clamped to +-limit — and counted (the import
+/// functions return the number of such rows). FBGEMM's own quantizers produce such rows for
+/// values near +-65504: they round the FP16 scale up, so `FloatToFusedNBitRowwiseQuantizedSBHalf`
+/// of [0, 65504, 0, 0] stores scale 4368 and code 15, which decodes to 65520.
+///
+/// Export from a row with values beyond FP16 (to the TBE's f16 parameters) throws likewise.
+/// The TBE INT8 re-quantization keeps every code within FP16 as `Int4Rowwise` does: where
+/// bias + 255 * scale would read back above 65504, the FP16 scale just below is taken (the
+/// top values then clamp to code 255, still within one scale). Padding bytes are written as
+/// zeros.
 #pragma once
 
 #include <cmath>
@@ -110,13 +121,15 @@ inline constexpr bool is_quantized_v = std::is_same_v<S, Int8Rowwise> || std::is
 
 /// Checks a quantized row (Int8Rowwise: one code byte per element; Int4Rowwise: element 2i
 /// in the low nibble of byte i): finite scale and bias, and every element, decoded exactly
-/// as the store's Reader does (add(mul(scale, q), bias)), finite and within S::limit. The
-/// codes the row holds decide, not the header's full range: FBGEMM writes scale 1 for a
-/// constant row, whose unused top code may lie beyond the range.
+/// as the store's Reader does (add(mul(scale, q), bias)), finite and within S::limit, or
+/// beyond it by at most |scale| (then the row is to be saturated: returns true). The codes
+/// the row holds decide, not the header's full range: FBGEMM writes scale 1 for a constant
+/// row, whose unused top code may lie beyond the range.
 template <class S>
-void check_quantized(std::int64_t row, const std::uint8_t* codes, std::int32_t dim, float scale, float bias) {
+bool check_quantized(std::int64_t row, const std::uint8_t* codes, std::int32_t dim, float scale, float bias) {
   if (!num::is_finite(scale)) bad_value(row, "scale", scale, S::name);
   if (!num::is_finite(bias)) bad_value(row, "bias", bias, S::name);
+  bool saturate = false;
   for (std::int32_t d = 0; d < dim; ++d) {
     unsigned q;
     if constexpr (std::is_same_v<S, Int8Rowwise>) {
@@ -125,10 +138,26 @@ void check_quantized(std::int64_t row, const std::uint8_t* codes, std::int32_t d
       q = (d & 1) ? static_cast<unsigned>(codes[d >> 1] >> 4) : static_cast<unsigned>(codes[d >> 1] & 0xfu);
     }
     const float x = num::add(num::mul(scale, static_cast<float>(q)), bias);
-    if (!num::is_finite(x) || std::fabs(x) > S::limit) {
+    if (!num::is_finite(x) || (std::fabs(x) > S::limit && std::fabs(x) - S::limit > std::fabs(scale))) {
       bad_value(row, ("element " + std::to_string(d) + " =").c_str(), x, S::name);
     }
+    saturate = saturate || std::fabs(x) > S::limit;
   }
+  return saturate;
+}
+
+/// Saturates an imported store row (the saturation rule in the file comment): decodes it,
+/// clamps to +-S::limit and re-quantizes with round-to-nearest.
+template <class S>
+void saturate_row(std::uint8_t* mpe_row, std::int32_t dim) {
+  std::vector<float> x(static_cast<std::size_t>(dim));
+  const typename S::Reader rd(mpe_row, dim);
+  for (std::int32_t d = 0; d < dim; ++d) {
+    const float v = rd[d];
+    x[static_cast<std::size_t>(d)] = v > S::limit ? S::limit : (v < -S::limit ? -S::limit : v);
+  }
+  const num::RowRng unused{0, 0, 0, num::RoundingSite::SetWeights};
+  S::template store<NearestRounding>(x.data(), dim, mpe_row, unused);
 }
 
 /// Checks the elements of a plain row (Fp32 / Fp16 / Bf16 bytes) decode to values S holds.
@@ -207,18 +236,20 @@ void export_one(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t 
   }
 }
 
+/// Validates one external row; returns true when it is to be imported saturated.
 template <class S>
-void check_import(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t dim, std::int64_t row) {
+bool check_import(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t dim, std::int64_t row) {
   if constexpr (std::is_same_v<S, Int8Rowwise>) {
     const std::size_t cb =
         round_up(static_cast<std::size_t>(dim), static_cast<std::size_t>(layout.code_alignment));
-    check_quantized<S>(row, in, dim, num::load_f32(in + cb), num::load_f32(in + cb + 4));
+    return check_quantized<S>(row, in, dim, num::load_f32(in + cb), num::load_f32(in + cb + 4));
   } else if constexpr (std::is_same_v<S, Int4Rowwise>) {
     const std::size_t nb = codes_bytes<S>(dim);
-    check_quantized<S>(row, in, dim, num::half_to_float(num::load_u16(in + nb)),
-                       num::half_to_float(num::load_u16(in + nb + 2)));
+    return check_quantized<S>(row, in, dim, num::half_to_float(num::load_u16(in + nb)),
+                              num::half_to_float(num::load_u16(in + nb + 2)));
   } else {
     check_plain<S>(row, in, dim);
+    return false;
   }
 }
 
@@ -261,6 +292,9 @@ inline void requantize_int8_fp16(const std::uint8_t* in, std::int32_t dim, std::
   bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
   const float bias = num::half_to_float(bias_h);
   scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 255.0f)).bits;
+  // Keep the top code within FP16 (as Int4Rowwise::store does): the FP16 grid below a
+  // positive half is its bit pattern minus one; 255 * scale is exact in FP32.
+  if (num::add(num::mul(num::half_to_float(scale_h), 255.0f), bias) > num::kHalfMax) --scale_h;
   const float inv = num::div(1.0f, num::half_to_float(scale_h));
   for (std::int32_t d = 0; d < dim; ++d) {
     float q = num::rint_even(num::mul(num::sub(r[d], bias), inv));
@@ -292,14 +326,15 @@ void export_one(const TbeInference& layout, const std::uint8_t* in, std::int32_t
 }
 
 template <class S>
-void check_import(const TbeInference& layout, const std::uint8_t* in, std::int32_t dim, std::int64_t row) {
+bool check_import(const TbeInference& layout, const std::uint8_t* in, std::int32_t dim, std::int64_t row) {
   if constexpr (is_quantized_v<S>) {
     const std::uint8_t* qp = layout.scale_bias_last ? in + codes_bytes<S>(dim) : in;
     const std::uint8_t* codes = layout.scale_bias_last ? in : in + 4;
-    check_quantized<S>(row, codes, dim, num::half_to_float(num::load_u16(qp)),
-                       num::half_to_float(num::load_u16(qp + 2)));
+    return check_quantized<S>(row, codes, dim, num::half_to_float(num::load_u16(qp)),
+                              num::half_to_float(num::load_u16(qp + 2)));
   } else {
     check_plain<S>(row, in, dim);
+    return false;
   }
 }
 
@@ -351,17 +386,20 @@ void export_row(const Layout& layout, std::span<const std::uint8_t> mpe_row, std
 /// Import one external row into an mpe store row of format `S`.
 /// @param in      `external_row_bytes<S>(layout, dim)` bytes.
 /// @param mpe_row `row_bytes<S>(dim, row_alignment)` bytes; mpe's padding is zeroed.
+/// @return true when the row was saturated (the saturation rule in the file comment).
 /// @throws std::invalid_argument on a wrong span size, dim < 1, a bad alignment, or a row
 ///         encoding a value `S` cannot hold; `mpe_row` is then unchanged.
 template <StoragePolicy S, class Layout>
-void import_row(const Layout& layout, std::span<const std::uint8_t> in, std::int32_t dim,
+bool import_row(const Layout& layout, std::span<const std::uint8_t> in, std::int32_t dim,
                 std::int32_t row_alignment, std::span<std::uint8_t> mpe_row) {
   const std::size_t eb = external_row_bytes<S>(layout, dim);
   detail::check_pow2("row_alignment", row_alignment);
   detail::check_size("in", in.size(), eb);
   detail::check_size("mpe_row", mpe_row.size(), row_bytes<S>(dim, row_alignment));
-  detail::check_import<S>(layout, in.data(), dim, 0);
+  const bool saturate = detail::check_import<S>(layout, in.data(), dim, 0);
   detail::import_one<S>(layout, in.data(), dim, mpe_row.data(), mpe_row.size());
+  if (saturate) detail::saturate_row<S>(mpe_row.data(), dim);
+  return saturate;
 }
 
 /// Export a whole table: `rows` consecutive mpe store rows -> `rows` external rows.
@@ -395,20 +433,26 @@ void export_table(const Layout& layout, std::span<const std::uint8_t> store, std
 /// row is validated before any is written.
 /// @param in    (rows, external_row_bytes<S>(layout, dim)) bytes, row-major.
 /// @param store (rows, row_bytes<S>(dim, row_alignment)) bytes, row-major.
+/// @return the number of rows imported saturated (the saturation rule in the file comment).
 /// @throws std::invalid_argument as import_row (naming the row); `store` is then unchanged.
 template <StoragePolicy S, class Layout>
-void import_table(const Layout& layout, std::span<const std::uint8_t> in, std::int64_t rows, std::int32_t dim,
-                  std::int32_t row_alignment, std::span<std::uint8_t> store) {
+std::int64_t import_table(const Layout& layout, std::span<const std::uint8_t> in, std::int64_t rows,
+                          std::int32_t dim, std::int32_t row_alignment, std::span<std::uint8_t> store) {
   if (rows < 0) throw std::invalid_argument("mpe::interop: rows must be >= 0, got " + std::to_string(rows));
   const std::size_t eb = external_row_bytes<S>(layout, dim);
   detail::check_pow2("row_alignment", row_alignment);
   const std::size_t sb = row_bytes<S>(dim, row_alignment);
   detail::check_size("in", in.size(), static_cast<std::size_t>(rows) * eb);
   detail::check_size("store", store.size(), static_cast<std::size_t>(rows) * sb);
-  for (std::int64_t r = 0; r < rows; ++r) detail::check_import<S>(layout, in.data() + r * eb, dim, r);
+  std::vector<std::int64_t> saturated;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (detail::check_import<S>(layout, in.data() + r * eb, dim, r)) saturated.push_back(r);
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     detail::import_one<S>(layout, in.data() + r * eb, dim, store.data() + r * sb, sb);
   }
+  for (const std::int64_t r : saturated) detail::saturate_row<S>(store.data() + r * sb, dim);
+  return static_cast<std::int64_t>(saturated.size());
 }
 
 }  // namespace mpe::interop

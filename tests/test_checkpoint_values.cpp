@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checkpoints mid-pipeline and values a file cannot hold: a save with a prefetch pending
+// resumes exactly (the minimal case, and under Validation::Deferred); a version-1 file
+// still loads; a file whose checksums are valid but whose values the state cannot hold
+// (store rows that decode to NaN/inf, non-finite cached rows, optimizer state outside its
+// domain, an unknown optimizer kind, a bad pending batch) is refused with
+// mpe::checkpoint_error naming section, row and value, and the object is unchanged.
+#include <limits>
+#include <mpe/io/checkpoint_format.hpp>
+
+#include "checkpoint/common.hpp"
+
+namespace {
+
+namespace fmt = mpe::io::checkpoint;
+using A = mpe::detail::CheckpointAccess;
+
+// ---- a small independent walker of the documented layout (version 1 and 2) ----
+struct Layout {
+  std::size_t header_bytes = 0, version_at = 8, n_sections_at = 0;
+  std::vector<std::string> names;
+  std::vector<std::size_t> at, len;  // payload offset and length per section
+};
+
+std::uint32_t get32(const std::vector<std::uint8_t>& b, std::size_t p) {
+  std::uint32_t v;
+  std::memcpy(&v, b.data() + p, 4);
+  return v;
+}
+void put32(std::vector<std::uint8_t>& b, std::size_t p, std::uint32_t v) { std::memcpy(b.data() + p, &v, 4); }
+
+Layout walk(const std::vector<std::uint8_t>& b) {
+  Layout l;
+  l.header_bytes = get32(b, 12);
+  l.n_sections_at = l.header_bytes - 8;  // u32 n_sections, then the header CRC
+  const std::uint32_t n = get32(b, l.n_sections_at);
+  std::size_t p = l.header_bytes;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint16_t k;
+    std::memcpy(&k, b.data() + p, 2);
+    l.names.emplace_back(reinterpret_cast<const char*>(b.data() + p + 2), k);
+    p += 2 + k;
+    std::uint64_t len;
+    std::memcpy(&len, b.data() + p, 8);
+    p += 8;
+    l.at.push_back(p);
+    l.len.push_back(static_cast<std::size_t>(len));
+    p += static_cast<std::size_t>(len) + 4;
+  }
+  return l;
+}
+
+/// Recomputes every checksum (header, sections, file) after an edit.
+void resign(std::vector<std::uint8_t>& b) {
+  const Layout l = walk(b);
+  put32(b, l.header_bytes - 4, fmt::crc32c(b.data(), l.header_bytes - 4));
+  for (std::size_t i = 0; i < l.at.size(); ++i)
+    put32(b, l.at[i] + l.len[i], fmt::crc32c(b.data() + l.at[i], l.len[i]));
+  put32(b, b.size() - 4, fmt::crc32c(b.data(), b.size() - 4));
+}
+
+std::size_t section(const Layout& l, const std::string& name) {
+  for (std::size_t i = 0; i < l.names.size(); ++i) {
+    if (l.names[i] == name) return i;
+  }
+  FAIL("no section " << name);
+  return 0;
+}
+
+template <class E>
+std::string load_error(E& e, const std::vector<std::uint8_t>& bytes) {
+  try {
+    A::load_bytes(e, bytes.data(), bytes.size(), "mem");
+  } catch (const mpe::checkpoint_error& x) {
+    return x.what();
+  }
+  return "";
+}
+
+/// load_bytes throws checkpoint_error whose message holds every part, and `e` keeps its
+/// state (snapshot and weights).
+template <class E>
+void expect_refused(E& e, const std::vector<std::uint8_t>& bytes, const std::vector<std::string>& parts) {
+  const auto before = ckt::snapshot(e);
+  const auto w = ckt::weights(e);
+  const std::string what = load_error(e, bytes);
+  CAPTURE(what);
+  REQUIRE_FALSE(what.empty());
+  for (const auto& p : parts) CHECK(what.find(p) != std::string::npos);
+  CHECK(ckt::snapshot(e) == before);
+  CHECK(ckt::same_bits(ckt::weights(e), w));
+}
+
+}  // namespace
+
+TEST_CASE("issue case: a checkpoint taken with a prefetch pending resumes with the prefetched batch") {
+  // Fp32 store, Lru cache of 4 rows, 8 rows, D = 2: forward [0, 1]; prefetch [2, 3];
+  // backward with gradient 1; save; load into a fresh object; forward [2, 3] on both.
+  using E = mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::StochasticRounding>;
+  mpe::EmbeddingConfig c;
+  c.table_rows = {8};
+  c.dim = 2;
+  c.cache_rows = 4;
+  c.seed = 1;
+  const auto path = ckt::temp_dir("pending_minimal") / "p.ckpt";
+  const std::vector<std::int64_t> off = {0, 1, 2}, first = {0, 1}, second = {2, 3};
+  std::vector<float> out(4), grad(4, 1.0f);
+  E a(c);
+  a.init_uniform(-1.0f, 1.0f);
+  a.forward(first, off, out);
+  a.prefetch(second, off);
+  a.backward(grad, mpe::Sgd{0.1f});
+  a.save(path);
+  E b(c);
+  b.load(path);
+  std::vector<float> out_a(4), out_b(4);
+  a.forward(second, off, out_a);
+  b.forward(second, off, out_b);
+  CHECK(ckt::same_bits(out_a, out_b));
+  const mpe::CacheStats sa = a.stats(), sb = b.stats();
+  CHECK(sa.lookups == 4);  // the prefetch counted [2, 3]; the forward of it counts nothing
+  CHECK(sb.lookups == 4);
+  CHECK(sb.unique_rows == 4);
+  CHECK(sb.hits == 0);
+  CHECK(ckt::same_stats(sa, sb));
+  a.backward(grad, mpe::Sgd{0.1f});
+  b.backward(grad, mpe::Sgd{0.1f});
+  CHECK(ckt::same_bits(ckt::weights(a), ckt::weights(b)));
+  CHECK(ckt::snapshot(a) == ckt::snapshot(b));
+}
+
+TEST_CASE("a checkpoint with a prefetch pending resumes exactly under Validation::Deferred too") {
+  ckt::check_resume_pipelined<mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>>(
+      ckt::temp_dir("pending_deferred"), mpe::Validation::Deferred);
+}
+
+TEST_CASE("a pending batch that is not used after load changes nothing: a different forward populates") {
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  const auto c = ckt::small_config(5);
+  const auto path = ckt::temp_dir("pending_unused") / "p.ckpt";
+  E a(c);
+  a.init_uniform(-0.5f, 0.5f);
+  for (std::uint64_t k = 0; k < 4; ++k) ckt::pipelined_step(a, k, mpe::Sgd{0.1f});
+  a.save(path);
+  E b(c);
+  b.load(path);
+  // Both go on with another batch than the prefetched one (batch 20 instead of 4).
+  for (std::uint64_t k = 20; k < 25; ++k) {
+    CHECK(
+        ckt::same_bits(ckt::pipelined_step(a, k, mpe::Sgd{0.1f}), ckt::pipelined_step(b, k, mpe::Sgd{0.1f})));
+  }
+  CHECK(ckt::snapshot(a) == ckt::snapshot(b));
+}
+
+TEST_CASE("a version-1 checkpoint (no pending_batch section) still loads; other versions are refused") {
+  using E = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>;
+  const auto c = ckt::small_config(9);
+  const auto dir = ckt::temp_dir("v1");
+  E a(c);
+  a.init_uniform(-0.5f, 0.5f);
+  for (std::uint64_t k = 0; k < 5; ++k) ckt::train_step(a, k, mpe::RowwiseAdagrad{0.1f});
+  a.save(dir / "v2.ckpt");
+  auto b = ckt::read_bytes(dir / "v2.ckpt");
+  Layout l = walk(b);
+  REQUIRE(l.names.back() == "pending_batch");
+  REQUIRE(l.len.back() == 0);
+  // Version 1 = the same file without the last section, version 1, n_sections 7.
+  const std::size_t cut_from = l.at.back() - 8 - 2 - l.names.back().size();
+  std::vector<std::uint8_t> v1(b.begin(), b.begin() + static_cast<long>(cut_from));
+  v1.insert(v1.end(), b.end() - static_cast<long>(fmt::kTrailerBytes), b.end());
+  put32(v1, 8, 1);
+  put32(v1, l.n_sections_at, 7);
+  const std::uint64_t size = v1.size();
+  std::memcpy(v1.data() + v1.size() - 12, &size, 8);
+  resign(v1);
+  E loaded(c);
+  CHECK(load_error(loaded, v1).empty());
+  CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
+  for (std::uint32_t v : {0u, 3u, 99u}) {
+    auto bad = b;
+    put32(bad, 8, v);
+    resign(bad);
+    E e(c);
+    expect_refused(e, bad,
+                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 2"});
+  }
+  auto wrong_count = b;  // a version-2 header claiming 7 sections
+  put32(wrong_count, l.n_sections_at, 7);
+  resign(wrong_count);
+  E e(c);
+  expect_refused(e, wrong_count, {"n_sections 7 in file, 8 here"});
+}
+
+TEST_CASE("issue case: load refuses values the format cannot hold, naming section, row and value") {
+  // Int8, 10 rows, D = 4, cache of 4 rows, one row-wise Adagrad step, save; then change one
+  // value and re-sign the checksums.
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  mpe::EmbeddingConfig c;
+  c.table_rows = {10};
+  c.dim = 4;
+  c.cache_rows = 4;
+  c.seed = 2;
+  const auto path = ckt::temp_dir("values") / "v.ckpt";
+  E src(c);
+  src.init_uniform(-1.0f, 1.0f);
+  const std::vector<std::int64_t> idx = {1, 2, 7}, off = {0, 2, 3};
+  std::vector<float> out(8), grad(8, 0.25f);
+  src.forward(idx, off, out);
+  src.backward(grad, mpe::RowwiseAdagrad{0.1f});
+  src.save(path);
+  const auto good = ckt::read_bytes(path);
+  const Layout l = walk(good);
+  const std::size_t store = l.at[section(l, "store")], cache = l.at[section(l, "cache_rows")],
+                    tags = l.at[section(l, "tags")], opt = l.at[section(l, "optimizer")];
+  const std::size_t stride = src.store_row_bytes();  // D + 8 = 12
+  E dst(c);
+  dst.init_uniform(-2.0f, 2.0f);  // another state, to see that nothing changes
+  CHECK(load_error(dst, good).empty());
+  dst.init_uniform(-2.0f, 2.0f);
+
+  auto with_float = [&](std::size_t at, float v) {
+    auto b = good;
+    std::memcpy(b.data() + at, &v, 4);
+    resign(b);
+    return b;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // Store row 3: scale NaN, bias +inf; row 5: a scale so large that the top code overflows.
+  expect_refused(dst, with_float(store + 3 * stride + 4, nan),
+                 {"section 'store': row 3 element 0 decodes to nan", "int8_rowwise holds finite values"});
+  expect_refused(dst, with_float(store + 3 * stride + 8, inf),
+                 {"section 'store': row 3 element 0 decodes to inf"});
+  {
+    auto b = good;
+    const float scale = 3e38f;
+    std::memcpy(b.data() + store + 5 * stride + 4, &scale, 4);
+    for (std::size_t d = 0; d < 4; ++d) b[store + 5 * stride + d] = 255;  // 3e38 * 255 overflows
+    resign(b);
+    expect_refused(dst, b, {"section 'store': row 5 element 0 decodes to inf"});
+  }
+  // A cached FP32 row holding NaN; the slot's row is named.
+  std::int64_t slot = -1, row = -1;
+  for (std::int64_t s = 0; s < 4 && slot < 0; ++s) {
+    std::memcpy(&row, good.data() + tags + 8 * static_cast<std::size_t>(s), 8);
+    if (row >= 0) slot = s;
+  }
+  REQUIRE(slot >= 0);
+  expect_refused(dst, with_float(cache + (static_cast<std::size_t>(slot) * 4 + 1) * 4, nan),
+                 {"section 'cache_rows': slot " + std::to_string(slot) + " (row " + std::to_string(row) +
+                  ") element 1 = nan"});
+  // An empty slot's stale row is never read: any value there loads.
+  // Row-wise Adagrad state: -1, NaN and +inf are outside its domain.
+  expect_refused(dst, with_float(opt + 2 * 4, -1.0f),
+                 {"section 'optimizer': row 2 holds rowwise_adagrad state [-1]", "finite and >= 0"});
+  expect_refused(dst, with_float(opt + 7 * 4, nan),
+                 {"section 'optimizer': row 7 holds rowwise_adagrad state [nan]"});
+  expect_refused(dst, with_float(opt + 0, inf), {"row 0 holds rowwise_adagrad state [inf]"});
+  // Unknown optimizer kinds, and a state size that does not match the kind.
+  const std::size_t kind_at =
+      l.n_sections_at - 4 - 12 * 8 - 4 - 4;  // optimizer_kind (u32), state floats (u32)
+  REQUIRE(get32(good, kind_at) == 2u);
+  REQUIRE(get32(good, kind_at + 4) == 1u);
+  for (std::uint32_t k : {3u, 7u, 255u}) {
+    auto b = good;
+    put32(b, kind_at, k);
+    resign(b);
+    expect_refused(dst, b, {"optimizer_kind = " + std::to_string(k) + " is not a known optimizer kind"});
+  }
+  {
+    auto b = good;
+    put32(b, kind_at, 1);  // sgd with one state float per row
+    resign(b);
+    expect_refused(dst, b, {"optimizer_state_floats = 1 is invalid for optimizer_kind 1 (sgd: 0)"});
+  }
+  // After all refusals the good file loads and gives the source's state.
+  dst.load(path);
+  CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
+}
+
+TEST_CASE("load refuses a pending batch that is not valid input for the tables") {
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding>;
+  const auto c = ckt::small_config(4);  // tables of 40, 23 and 9 rows
+  const auto path = ckt::temp_dir("pending_bad") / "p.ckpt";
+  E src(c);
+  src.init_uniform(-0.5f, 0.5f);
+  ckt::pipelined_step(src, 0, mpe::Sgd{0.1f}, 2);
+  src.save(path);
+  const auto good = ckt::read_bytes(path);
+  const Layout l = walk(good);
+  const std::size_t at = l.at[section(l, "pending_batch")];
+  std::int64_t n, B;
+  std::memcpy(&n, good.data() + at, 8);
+  std::memcpy(&B, good.data() + at + 8, 8);
+  REQUIRE(B == 2);
+  REQUIRE(l.len.back() == static_cast<std::size_t>(16 + 8 * (n + 3 * B + 1)));
+  const std::size_t idx = at + 16, off = idx + 8 * static_cast<std::size_t>(n);
+  auto with = [&](std::size_t p, std::int64_t v) {
+    auto b = good;
+    std::memcpy(b.data() + p, &v, 8);
+    resign(b);
+    return b;
+  };
+  E dst(c);
+  dst.init_uniform(-1.0f, 1.0f);
+  // Find an index of table 2 (9 rows): the bags 4 and 5.
+  std::int64_t o4, o6;
+  std::memcpy(&o4, good.data() + off + 4 * 8, 8);
+  std::memcpy(&o6, good.data() + off + 6 * 8, 8);
+  if (o6 > o4) {
+    expect_refused(
+        dst, with(idx + 8 * static_cast<std::size_t>(o4), 9),
+        {"section 'pending_batch': indices[" + std::to_string(o4) + "] = 9 is outside table 2 (9 rows)"});
+  }
+  expect_refused(dst, with(idx, -1), {"section 'pending_batch': indices[0] = -1 is outside table"});
+  expect_refused(dst, with(off, 1), {"section 'pending_batch': offsets[0] = 1; must be 0"});
+  expect_refused(dst, with(at + 8, 3),
+                 {"section 'pending_batch': n = " + std::to_string(n) + ", B = 3 do not match"});
+  expect_refused(dst, with(off + 8, n + 1),
+                 {"section 'pending_batch': offsets[2] = ", "< offsets[1] = " + std::to_string(n + 1)});
+  dst.load(path);
+  CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
+}
