@@ -127,17 +127,17 @@ MPE_HOST_DEVICE inline Fp8Result float_to_fp8(float x, std::uint32_t random_word
 /// binade of small elements in the subnormals or at zero), for no gain in relative precision
 /// (FP8 is a floating-point grid: every binade has the same relative spacing); the two extra
 /// f32 roundings (x / scale and scale * code, 2^-24 relative each) are far below an FP8 step
-/// (2^-4 relative for E4M3, 2^-3 for E5M2).
+/// (at least 2^-4 relative for E4M3, 2^-3 for E5M2).
 ///
 /// Edges: an all-zero row stores scale 0 and codes 0 (reads back exactly 0). When the
 /// rounded scale would read the top code back above `limit` (scale * F::max > FLT_MAX),
-/// the f32 just below is taken. A row with max |x| < F::max x 2^-149 takes the smallest
-/// subnormal scale 2^-149 instead of an underflowing one (its elements are then integers
-/// of that unit, coded exactly up to the FP8 precision). x / scale can exceed F::max by an
-/// f32 rounding (or scale's own rounding): such codes clamp to the top code +-F::max (within
-/// the rounding error bound; not counted as saturation). So no code is ever NaN (E4M3's
-/// S.1111.111, E5M2's S.11111.xx) or infinity, and every stored row reads back finite and
-/// within +-limit.
+/// the f32 just below is taken (a guard: no f32 row reaches it with 448 or 57344). A row
+/// with max |x| < F::max x 2^-149 takes the smallest subnormal scale 2^-149 instead of an
+/// underflowing one (its elements are then integers of that unit, coded exactly up to the
+/// FP8 precision). x / scale can exceed F::max by an f32 rounding (or the scale's own
+/// rounding): such codes clamp to the top code +-F::max (within the rounding error bound;
+/// not counted as saturation). So no code is ever NaN (E4M3's S.1111.111, E5M2's
+/// S.11111.xx) or infinity, and every stored row reads back finite and within +-limit.
 ///
 /// Holds every finite float (`limit` = FLT_MAX); NaN stores 0 and +-Inf +-FLT_MAX, counted
 /// as saturated. Error per element: at most half an FP8 step of x / scale (nearest) or one
