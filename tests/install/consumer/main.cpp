@@ -21,8 +21,8 @@ int main() {
   for (int d = 0; d < 8; ++d) {
     const float want = d < 4 ? 0.5f : 0.25f;
     if (out[static_cast<std::size_t>(d)] != want) {
-      std::printf("consumer: output[%d] = %g, expected %g\n", d, static_cast<double>(out[static_cast<std::size_t>(d)]),
-                  static_cast<double>(want));
+      std::printf("consumer: output[%d] = %g, expected %g\n", d,
+                  static_cast<double>(out[static_cast<std::size_t>(d)]), static_cast<double>(want));
       return 1;
     }
   }
