@@ -55,5 +55,10 @@ endif()
 step("configure the consumer from scratch"
      ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/consumer" -B "${consumer_build}" ${common}
      -DCMAKE_PREFIX_PATH=${prefix})
-step("build the consumer" ${CMAKE_COMMAND} --build "${consumer_build}")
-step("run the consumer" "${consumer_build}/consumer")
+step("build the consumer" ${CMAKE_COMMAND} --build "${consumer_build}" --config Release)
+# single-config generators put it at the top, multi-config ones under Release/
+set(exe "${consumer_build}/consumer")
+if(NOT EXISTS "${exe}")
+  set(exe "${consumer_build}/Release/consumer")
+endif()
+step("run the consumer" "${exe}")
