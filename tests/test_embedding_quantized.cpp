@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Quantized stores (Fp16, Int8Rowwise, Int4Rowwise) x caches (Lru<4>, Lfu<4>,
-// DirectMapped) x rounding (stochastic, nearest):
+// Quantized stores (Fp16, Int8Rowwise, Int4Rowwise, Fp8E4M3Rowwise, Fp8E5M2Rowwise) x
+// caches (Lru<4>, Lfu<4>, DirectMapped) x rounding (stochastic, nearest):
 //  - forward() equals the plain FP32 embedding bag evaluated on get_weights() taken just
 //    before it, bit for bit: both read the same FP32 values (cached FP32 rows, or the
-//    store dequantized as scale * q + bias) and sum them in the same documented order;
+//    store dequantized as scale * q + bias, or scale * fp8 code) and sum them in the same
+//    documented order;
 //  - forward_inference() gives the same bits as forward() and changes nothing: weight
 //    bits, stats, memory (every field, workspace included) and the cache view.
 #include <doctest/doctest.h>
@@ -103,7 +104,8 @@ void check_forward_on_get_weights(std::int64_t cache_rows, mpe::Pooling pooling,
 
 TEST_CASE_TEMPLATE("quantized store: forward == FP32 bag on get_weights(); forward_inference changes nothing",
                    P, MPE_CACHES_AND_ROUNDINGS(mpe::Fp16), MPE_CACHES_AND_ROUNDINGS(mpe::Int8Rowwise),
-                   MPE_CACHES_AND_ROUNDINGS(mpe::Int4Rowwise)) {
+                   MPE_CACHES_AND_ROUNDINGS(mpe::Int4Rowwise), MPE_CACHES_AND_ROUNDINGS(mpe::Fp8E4M3Rowwise),
+                   MPE_CACHES_AND_ROUNDINGS(mpe::Fp8E5M2Rowwise)) {
   using S = typename P::storage;
   using C = typename P::cache;
   using R = typename P::rounding;

@@ -13,8 +13,11 @@
 // F = 0.5 * T * D * 3 q^2 / 4 = 6 q^2 to L. The residual norms then differ by at most
 // the norm of that error (triangle inequality): |sqrt(L_q) - sqrt(L_32)| <= sqrt(F).
 // q for rows in [-1, 1] (range 2): Int8 2/255, Int4 2/15, Fp16 2^-10 (relative spacing
-// at |x| <= 1). We allow 2F: learned rows may overshoot the range of W*, and one batch
-// of 32 is a small sample of the expectation.
+// at |x| <= 1), FP8 rows the step of the top binade of the scaled row (x / scale <= FP8_MAX
+// with scale = max|x| / FP8_MAX, max|x| <= 1): E4M3 32/448 = 1/14, E5M2 8192/57344 = 1/7
+// (smaller elements have smaller steps, so this bounds every element). We allow 2F:
+// learned rows may overshoot the range of W*, and one batch of 32 is a small sample of the
+// expectation.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -92,6 +95,8 @@ template <class S>
 double quant_step() {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) return 2.0 / 255;
   if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) return 2.0 / 15;
+  if constexpr (std::is_same_v<S, mpe::Fp8E4M3Rowwise>) return 1.0 / 14;
+  if constexpr (std::is_same_v<S, mpe::Fp8E5M2Rowwise>) return 1.0 / 7;
   return std::ldexp(1.0, -10);  // Fp16
 }
 
@@ -105,7 +110,11 @@ TEST_CASE_TEMPLATE("quantized training loss follows the FP32 run within the quan
                    Policy<mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>,
                    Policy<mpe::Int8Rowwise, mpe::DirectMapped, mpe::StochasticRounding>,
                    Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
-                   Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::NearestRounding>) {
+                   Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::NearestRounding>,
+                   Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::NearestRounding>,
+                   Policy<mpe::Fp8E5M2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Fp8E5M2Rowwise, mpe::Lru<4>, mpe::NearestRounding>) {
   using E = mpe::CachedEmbedding<typename P::storage, typename P::cache, typename P::rounding>;
   static const std::vector<double> l32 = train<Fp32Reference>(0);
   // the FP32 run learns the task (else following it proves nothing)

@@ -41,7 +41,7 @@ std::vector<float> push_past_limit(std::int64_t cache_rows, float start, float g
 }  // namespace
 
 TEST_CASE_TEMPLATE("a cached row trained past the format's range saturates like a store row", S, mpe::Fp32,
-                   mpe::Fp16, mpe::Int8Rowwise) {
+                   mpe::Fp16, mpe::Int8Rowwise, mpe::Fp8E4M3Rowwise, mpe::Fp8E5M2Rowwise) {
   const float start = S::limit / 2;
   const float grad = -S::limit;  // lr 10: the update alone exceeds the limit
   mpe::CacheStats cached_stats, store_stats;

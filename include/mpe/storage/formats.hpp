@@ -5,5 +5,6 @@
 
 #include "mpe/storage/fp16.hpp"
 #include "mpe/storage/fp32.hpp"
+#include "mpe/storage/fp8_rowwise.hpp"
 #include "mpe/storage/int4_rowwise.hpp"
 #include "mpe/storage/int8_rowwise.hpp"

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file fp8_rowwise.hpp
+/// @brief `Fp8E4M3Rowwise` and `Fp8E5M2Rowwise` storage: D FP8 codes and a per-row f32
+/// scale, D + 4 bytes a row; with the FP32 <-> FP8 conversions they need.
+///
+/// The two 8-bit floating-point formats are those of the OCP "8-bit Floating Point
+/// Specification (OFP8)", revision 1.0 (Open Compute Project, 2023):
+///   - E4M3 ("E4M3FN"): sign, 4 exponent bits (bias 7), 3 mantissa bits. No infinities;
+///     S.1111.111 (0x7F / 0xFF) is NaN; largest normal 1.75 x 2^8 = 448, smallest normal
+///     2^-6, subnormals m x 2^-9 (m = 1..7).
+///   - E5M2: IEEE-754-like, sign, 5 exponent bits (bias 15), 2 mantissa bits. S.11111.00
+///     is infinity, S.11111.{01,10,11} NaN; largest normal 1.75 x 2^15 = 57344, smallest
+///     normal 2^-14, subnormals m x 2^-16 (m = 1..3).
+/// The encoder is written like num::float_to_half (half.hpp): the value is scaled exactly
+/// by a power of two so that one unit is one FP8 ulp at its binade (subnormals included),
+/// rounded with the Rounding policy, scaled back and its bits read off. Every float
+/// operation goes through num::mul/div, so host and device give the same bits.
+#pragma once
+
+#include <cfloat>
+
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/storage.hpp"
+
+namespace mpe {
+
+namespace num {
+
+/// OCP FP8 E4M3 ("E4M3FN"): 3 mantissa bits, exponent bias 7, no infinities.
+struct Fp8E4M3 {
+  static constexpr const char* name = "e4m3";
+  static constexpr int mant_bits = 3;
+  static constexpr int exp_bits = 4;
+  static constexpr int bias = 7;
+  static constexpr int min_exp = -6;              // smallest normal exponent
+  static constexpr float max = 448.0f;            // 0x7E: S.1111.110
+  static constexpr std::uint8_t max_code = 0x7e;  // largest finite magnitude code
+  static constexpr bool has_inf = false;          // S.1111.111 is the only NaN
+};
+
+/// OCP FP8 E5M2: 2 mantissa bits, exponent bias 15, IEEE-style infinities and NaNs.
+struct Fp8E5M2 {
+  static constexpr const char* name = "e5m2";
+  static constexpr int mant_bits = 2;
+  static constexpr int exp_bits = 5;
+  static constexpr int bias = 15;
+  static constexpr int min_exp = -14;
+  static constexpr float max = 57344.0f;  // 0x7B: S.11110.11
+  static constexpr std::uint8_t max_code = 0x7b;
+  static constexpr bool has_inf = true;  // S.11111.00
+};
+
+/// Result of a narrowing FP8 conversion: the code and whether the value had to be clamped
+/// to the format's finite range (or was not finite).
+struct Fp8Result {
+  std::uint8_t bits;
+  bool saturated;
+};
+
+/// FP8 code -> float (exact). NaN codes give a quiet NaN, E5M2's infinities +-Inf.
+template <class F>
+MPE_HOST_DEVICE inline float fp8_to_float(std::uint8_t c) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(c & 0x80u) << 24;
+  const std::uint32_t mmask = (1u << F::mant_bits) - 1u;
+  const std::uint32_t emask = (1u << F::exp_bits) - 1u;
+  const std::uint32_t e = (static_cast<std::uint32_t>(c) >> F::mant_bits) & emask;
+  const std::uint32_t m = c & mmask;
+  if constexpr (F::has_inf) {
+    if (e == emask) return bits_float(sign | 0x7f800000u | (m << (23 - F::mant_bits)));
+  } else {
+    if (e == emask && m == mmask) return bits_float(sign | 0x7fc00000u);
+  }
+  if (e == 0) {  // subnormal (or zero): m units of 2^(min_exp - mant_bits), exact
+    const float v = mul(static_cast<float>(m), pow2(F::min_exp - F::mant_bits));
+    return bits_float(float_bits(v) | sign);
+  }
+  return bits_float(sign | ((e - static_cast<std::uint32_t>(F::bias) + 127u) << 23) |
+                    (m << (23 - F::mant_bits)));
+}
+
+/// Exactly representable FP8 value -> its code. Precondition: finite, |x| <= F::max and
+/// on F's grid (at most mant_bits + 1 significant bits, a multiple of the subnormal unit).
+template <class F>
+MPE_HOST_DEVICE inline std::uint8_t fp8_bits_exact(float x) {
+  const std::uint32_t fb = float_bits(x);
+  const std::uint32_t sign = (fb >> 24) & 0x80u;
+  const std::uint32_t a = fb & 0x7fffffffu;
+  if (a == 0) return static_cast<std::uint8_t>(sign);
+  const int e = static_cast<int>(a >> 23) - 127;
+  if (e >= F::min_exp) {
+    const std::uint32_t m = (a >> (23 - F::mant_bits)) & ((1u << F::mant_bits) - 1u);
+    return static_cast<std::uint8_t>(sign | (static_cast<std::uint32_t>(e + F::bias) << F::mant_bits) | m);
+  }
+  // subnormal: an integer number of units (exact product)
+  return static_cast<std::uint8_t>(
+      sign | static_cast<std::uint32_t>(mul(bits_float(a), pow2(F::mant_bits - F::min_exp))));
+}
+
+/// Round a float to FP8 format F with policy R. `random_word` feeds stochastic rounding
+/// (ignored otherwise). A result beyond +-F::max is clamped to +-F::max (the code of the
+/// largest finite value; never a NaN or infinity code) and sets `saturated`; NaN input
+/// gives +0 and +-Inf +-F::max, both with `saturated`.
+template <class F, class R>
+MPE_HOST_DEVICE inline Fp8Result float_to_fp8(float x, std::uint32_t random_word = 0) {
+  const std::uint8_t top_pos = F::max_code, top_neg = static_cast<std::uint8_t>(0x80u | F::max_code);
+  if (!is_finite(x)) {
+    if ((float_bits(x) & 0x007fffffu) != 0) return {0, true};  // NaN
+    return {(float_bits(x) >> 31) ? top_neg : top_pos, true};
+  }
+  const float r = detail::round_to_format<R>(x, F::mant_bits, F::min_exp, random_word);
+  if (bits_float(float_bits(r) & 0x7fffffffu) > F::max)
+    return {(float_bits(r) >> 31) ? top_neg : top_pos, true};
+  return {fp8_bits_exact<F>(r), false};
+}
+
+}  // namespace num
+
+/// Row format "FP8 row-wise": D FP8 codes (format F, one byte each, element d at byte d),
+/// then the row's f32 scale (little-endian; unaligned when D % 4 != 0): D + 4 bytes.
+/// x' = scale * fp8_to_float(code_d), one num::mul.
+///
+/// Quantization: scale = max_d |x_d| / F::max (one correctly rounded division), so the
+/// row's largest magnitude lands on the top of the FP8 range and the whole FP8 exponent
+/// range below it is used; code_d = FP8(x_d / scale) rounded with the Rounding policy.
+/// The scale is a plain f32, not a power of two: a power of two would make scale * code
+/// exact but leave up to one binade of the FP8 range unused at the top (so up to one more
+/// binade of small elements in the subnormals or at zero), for no gain in relative precision
+/// (FP8 is a floating-point grid: every binade has the same relative spacing); the two extra
+/// f32 roundings (x / scale and scale * code, 2^-24 relative each) are far below an FP8 step
+/// (at least 2^-4 relative for E4M3, 2^-3 for E5M2).
+///
+/// Edges: an all-zero row stores scale 0 and codes 0 (reads back exactly 0). When the
+/// rounded scale would read the top code back above `limit` (scale * F::max > FLT_MAX),
+/// the f32 just below is taken (a guard: no f32 row reaches it with 448 or 57344). A row
+/// with max |x| < F::max x 2^-149 takes the smallest subnormal scale 2^-149 instead of an
+/// underflowing one (its elements are then integers of that unit, coded exactly up to the
+/// FP8 precision). x / scale can exceed F::max by an f32 rounding (or the scale's own
+/// rounding): such codes clamp to the top code +-F::max (within the rounding error bound;
+/// not counted as saturation). So no code is ever NaN (E4M3's S.1111.111, E5M2's
+/// S.11111.xx) or infinity, and every stored row reads back finite and within +-limit.
+///
+/// Holds every finite float (`limit` = FLT_MAX); NaN stores 0 and +-Inf +-FLT_MAX, counted
+/// as saturated. Error per element: at most half an FP8 step of x / scale (nearest) or one
+/// step (stochastic), times scale, plus the f32 roundings; subnormal scales (rows with
+/// max |x| < F::max x 2^-126) add absolute errors of order F::max x 2^-149.
+template <class F>
+struct Fp8Rowwise {
+  using format = F;
+  static constexpr const char* name = F::has_inf ? "fp8_e5m2_rowwise" : "fp8_e4m3_rowwise";
+  static constexpr int bits = 8;
+  static constexpr float limit = FLT_MAX;
+  static constexpr std::size_t data_bytes(std::int32_t dim) { return static_cast<std::size_t>(dim) + 4; }
+
+  struct Reader {
+    const std::uint8_t* row;
+    float scale;
+    MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t dim) : row(r), scale(num::load_f32(r + dim)) {}
+    MPE_HOST_DEVICE float operator[](std::int32_t d) const {
+      return num::mul(scale, num::fp8_to_float<F>(row[d]));
+    }
+  };
+
+  template <class R>
+  MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
+                                    const num::RowRng& rng) {
+    bool sat = false;
+    float amax = 0.0f;
+    for (std::int32_t d = 0; d < dim; ++d) {
+      const float a = num::bits_float(num::float_bits(detail::sanitize(src[d], limit, sat)) & 0x7fffffffu);
+      amax = a > amax ? a : amax;
+    }
+    float scale = 0.0f;
+    if (amax > 0.0f) {
+      scale = num::div(amax, F::max);
+      if (scale < 0x1p-149f) scale = 0x1p-149f;  // underflow: the smallest subnormal
+      // Keep the top code's read-back finite (overflow reads as > limit); the f32 below a
+      // positive float is its bit pattern minus one, and one step suffices. A guard: for
+      // F::max = 448 and 57344 no f32 amax overflows here (checked over the top binades).
+      if (!(num::mul(scale, F::max) <= limit)) scale = num::bits_float(num::float_bits(scale) - 1u);
+    }
+    if (scale == 0.0f) {
+      for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
+    } else {
+      bool ignored = false;
+      detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+        const float x = detail::sanitize(src[d], limit, ignored);
+        // a clamp here is x / scale exceeding F::max by f32 rounding only (see above)
+        row[d] = num::float_to_fp8<F, R>(num::div(x, scale), w).bits;
+      });
+    }
+    num::store_f32(row + dim, scale);
+    return sat;
+  }
+
+  MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
+    return detail::first_outside(src, dim, limit);
+  }
+};
+
+/// D x OCP FP8 E4M3 codes + f32 scale (D + 4 bytes): 3 mantissa bits, 2^-9 .. 448 per row.
+using Fp8E4M3Rowwise = Fp8Rowwise<num::Fp8E4M3>;
+/// D x OCP FP8 E5M2 codes + f32 scale (D + 4 bytes): 2 mantissa bits, 2^-16 .. 57344 per row.
+using Fp8E5M2Rowwise = Fp8Rowwise<num::Fp8E5M2>;
+
+}  // namespace mpe
