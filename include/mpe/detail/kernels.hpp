@@ -422,6 +422,10 @@ struct AccumulateRows {
     }
     bool ok = true;
     for (std::int32_t d = 0; d < D; ++d) ok = ok && num::is_finite(g[d]);
+    if (!ok) {  // the summed gradient overflowed: keep it (SealBackward reports it)
+      atomic_min(&rec->pos[kOverflow], u);
+      return;
+    }
     const std::int64_t S = Rule::state_floats(D);
     float* st = new_state + u * S;
     if (opt_state) {

@@ -218,7 +218,7 @@ struct SealBackward {
   const float* grad;         // (B, T*D)
   const index_t* uniq;       // (U) the batch's unique rows
   const index_t* seg_start;  // (U + 1)
-  const float* row_grad;     // (U, D) updates (AccumulateRows)
+  const float* row_grad;     // (U, D) updates, or the summed gradient where it overflowed
   const float* row_update;   // (U, state floats) new optimizer states
   std::int32_t D;
   std::int64_t update_floats;
