@@ -56,6 +56,7 @@ struct Le {
 struct Parsed {
   std::string storage, cache, rounding;
   std::uint32_t ways = 0, T = 0, opt_kind = 0, state_floats = 0, n_stats = 0;
+  std::string opt_name;
   std::vector<std::int64_t> table_rows;
   std::int32_t dim = 0, align = 0;
   std::uint64_t stride = 0, seed = 0, step = 0, populate = 0, sketch_inc = 0;
@@ -102,7 +103,11 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   r.step = in.get<std::uint64_t>();
   r.populate = in.get<std::uint64_t>();
   r.sketch_inc = in.get<std::uint64_t>();
-  r.opt_kind = in.get<std::uint32_t>();
+  if (r.version == 1u) {
+    r.opt_kind = in.get<std::uint32_t>();
+  } else {
+    r.opt_name = in.str();
+  }
   r.state_floats = in.get<std::uint32_t>();
   r.n_stats = in.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < r.n_stats; ++i) r.stats.push_back(in.get<std::uint64_t>());
@@ -192,7 +197,7 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.width == 16);  // smallest power of two >= 16 and >= 2 * slots
   CHECK(r.seed == 3u);
   CHECK(r.step == 5u);
-  CHECK(r.opt_kind == 2u);
+  CHECK(r.opt_name == "rowwise_adagrad");
   CHECK(r.state_floats == 1u);
   REQUIRE(r.n_stats == 12u);
   const auto s = e.stats();

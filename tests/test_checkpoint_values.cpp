@@ -50,6 +50,24 @@ Layout walk(const std::vector<std::uint8_t>& b) {
   return l;
 }
 
+/// Offset of the header's `str optimizer` field (version 2), walking the documented header.
+std::size_t optimizer_field(const std::vector<std::uint8_t>& b) {
+  std::size_t p = 16;
+  auto skip_str = [&] {
+    std::uint16_t n;
+    std::memcpy(&n, b.data() + p, 2);
+    p += 2 + n;
+  };
+  skip_str();  // storage
+  skip_str();  // cache policy
+  p += 4;      // ways
+  skip_str();  // rounding
+  const std::uint32_t T = get32(b, p);
+  p += 4 + 8 * T;
+  return p + 4 + 4 +
+         8 * 8;  // dim, row_alignment, store_row_bytes, sets, slots, width, seed, step, populate, sketch
+}
+
 /// Recomputes every checksum (header, sections, file) after an edit.
 void resign(std::vector<std::uint8_t>& b) {
   const Layout l = walk(b);
@@ -164,12 +182,24 @@ TEST_CASE("a version-1 checkpoint (no pending_batch section) still loads; other 
   Layout l = walk(b);
   REQUIRE(l.names.back() == "pending_batch");
   REQUIRE(l.len.back() == 0);
-  // Version 1 = the same file without the last section, version 1, n_sections 7.
+  // Version 1 = the same file with the optimizer numbered (u32 kind 2 = rowwise_adagrad)
+  // instead of named, without the last section, version 1, n_sections 7.
+  const std::size_t opt_at = optimizer_field(b);
+  std::uint16_t name_len;
+  std::memcpy(&name_len, b.data() + opt_at, 2);
+  REQUIRE(std::string(b.begin() + static_cast<long>(opt_at + 2),
+                      b.begin() + static_cast<long>(opt_at + 2 + name_len)) == "rowwise_adagrad");
   const std::size_t cut_from = l.at.back() - 8 - 2 - l.names.back().size();
-  std::vector<std::uint8_t> v1(b.begin(), b.begin() + static_cast<long>(cut_from));
+  std::vector<std::uint8_t> v1(b.begin(), b.begin() + static_cast<long>(opt_at));
+  v1.resize(v1.size() + 4);
+  put32(v1, opt_at, 2);
+  v1.insert(v1.end(), b.begin() + static_cast<long>(opt_at + 2 + name_len),
+            b.begin() + static_cast<long>(cut_from));
   v1.insert(v1.end(), b.end() - static_cast<long>(fmt::kTrailerBytes), b.end());
+  const std::size_t shrink = 2 + name_len - 4;
   put32(v1, 8, 1);
-  put32(v1, l.n_sections_at, 7);
+  put32(v1, 12, static_cast<std::uint32_t>(l.header_bytes - shrink));
+  put32(v1, l.n_sections_at - shrink, 7);
   const std::uint64_t size = v1.size();
   std::memcpy(v1.data() + v1.size() - 12, &size, 8);
   resign(v1);
@@ -255,22 +285,23 @@ TEST_CASE("issue case: load refuses values the format cannot hold, naming sectio
   expect_refused(dst, with_float(opt + 7 * 4, nan),
                  {"section 'optimizer': row 7 holds rowwise_adagrad state [nan]"});
   expect_refused(dst, with_float(opt + 0, inf), {"row 0 holds rowwise_adagrad state [inf]"});
-  // Unknown optimizer kinds, and a state size that does not match the kind.
-  const std::size_t kind_at =
-      l.n_sections_at - 4 - 12 * 8 - 4 - 4;  // optimizer_kind (u32), state floats (u32)
-  REQUIRE(get32(good, kind_at) == 2u);
-  REQUIRE(get32(good, kind_at + 4) == 1u);
-  for (std::uint32_t k : {3u, 7u, 255u}) {
-    auto b = good;
-    put32(b, kind_at, k);
-    resign(b);
-    expect_refused(dst, b, {"optimizer_kind = " + std::to_string(k) + " is not a known optimizer kind"});
-  }
+  // An unknown optimizer, and a state size that does not match the optimizer at this D.
+  const std::size_t opt_at = optimizer_field(good);
+  REQUIRE(good[opt_at] == 15);  // "rowwise_adagrad"
   {
     auto b = good;
-    put32(b, kind_at, 1);  // sgd with one state float per row
+    b[opt_at + 2 + 14] = 'X';  // "rowwise_adagraX"
     resign(b);
-    expect_refused(dst, b, {"optimizer_state_floats = 1 is invalid for optimizer_kind 1 (sgd: 0)"});
+    expect_refused(dst, b, {"optimizer 'rowwise_adagraX' is not an optimizer this build knows"});
+  }
+  const std::size_t floats_at = opt_at + 2 + 15;
+  REQUIRE(get32(good, floats_at) == 1u);
+  {
+    auto b = good;
+    put32(b, floats_at, 4);  // as if the state were element-wise (D floats)
+    resign(b);
+    expect_refused(dst, b,
+                   {"optimizer_state_floats = 4 is invalid for optimizer 'rowwise_adagrad' (1 at dim 4)"});
   }
   // After all refusals the good file loads and gives the source's state.
   dst.load(path);
@@ -319,4 +350,55 @@ TEST_CASE("load refuses a pending batch that is not valid input for the tables")
                  {"section 'pending_batch': offsets[2] = ", "< offsets[1] = " + std::to_string(n + 1)});
   dst.load(path);
   CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
+}
+
+namespace {
+template <class O>
+struct OptCase {
+  using type = O;
+  static O make() { return O{0.05f}; }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("every optimizer's state round-trips through a checkpoint exactly, at any D", P,
+                   OptCase<mpe::Sgd>, OptCase<mpe::RowwiseAdagrad>, OptCase<mpe::Adagrad>,
+                   OptCase<mpe::Adam>) {
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  const auto opt = P::make();
+  for (std::int32_t D : {1, 3, 64, 4096}) {
+    CAPTURE(D);
+    mpe::EmbeddingConfig c;
+    c.table_rows = {9, 4};
+    c.dim = D;
+    c.cache_rows = 4;
+    c.seed = 11;
+    const auto path = ckt::temp_dir("optimizers") / "o.ckpt";
+    E a(c);
+    a.init_uniform(-0.5f, 0.5f);
+    for (std::uint64_t k = 0; k < 4; ++k) ckt::pipelined_step(a, k, opt, 3);
+    a.save(path);
+    E b(c);
+    b.load(path);
+    CHECK(ckt::snapshot(a) == ckt::snapshot(b));
+    CHECK(a.memory().optimizer_bytes ==
+          static_cast<std::size_t>(13 * mpe::OptimizerRule<typename P::type>::state_floats(D)) * 4);
+    bool same = true;
+    for (std::uint64_t k = 4; k < 24; ++k) {
+      same = ckt::same_bits(ckt::pipelined_step(a, k, opt, 3), ckt::pipelined_step(b, k, opt, 3)) && same;
+    }
+    CHECK(same);
+    CHECK(ckt::same_bits(ckt::weights(a), ckt::weights(b)));
+    CHECK(ckt::snapshot(a) == ckt::snapshot(b));
+    // Another optimizer cannot take over the state: backward names both.
+    E other(c);
+    other.load(path);
+    const auto batch = ckt::make_batch(c, 3, 99);
+    std::vector<float> out(batch.grad.size());
+    other.forward(batch.indices, batch.offsets, out);
+    if constexpr (!std::is_same_v<typename P::type, mpe::Adam>) {
+      CHECK_THROWS_AS(other.backward(batch.grad, mpe::Adam{0.1f}), std::logic_error);
+    } else {
+      CHECK_THROWS_AS(other.backward(batch.grad, mpe::Sgd{0.1f}), std::logic_error);
+    }
+  }
 }

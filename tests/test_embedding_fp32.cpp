@@ -23,7 +23,7 @@ struct Policy {
 };
 
 enum class Mode { Sum, Mean, Weighted };
-enum class Opt { Sgd, Adagrad };
+enum class Opt { Sgd, Adagrad, ElementAdagrad, Adam };
 
 const std::vector<std::int64_t> kTables{37, 5, 120};  // T = 3 tables of different sizes
 constexpr int kDim = 7;                               // odd: not a multiple of Philox's 4-element groups
@@ -65,9 +65,15 @@ void run_against_reference(std::int64_t cache_rows, Mode mode, Opt opt, std::uin
     if (opt == Opt::Sgd) {
       emb.backward(grad, mpe::Sgd{lr});
       bag.sgd(b, pooling, grad, lr);
-    } else {
+    } else if (opt == Opt::Adagrad) {
       emb.backward(grad, mpe::RowwiseAdagrad{lr, eps});
       bag.adagrad(b, pooling, grad, lr, eps);
+    } else if (opt == Opt::ElementAdagrad) {
+      emb.backward(grad, mpe::Adagrad{lr, eps});
+      bag.adagrad_elementwise(b, pooling, grad, lr, eps);
+    } else {
+      emb.backward(grad, mpe::Adam{0.01f, 0.9f, 0.999f, eps});
+      bag.adam(b, pooling, grad, 0.01f, 0.9f, 0.999f, eps);
     }
     emb.get_weights(got);
     REQUIRE(ref::first_diff(got, bag.weights()) == -1);
@@ -110,7 +116,7 @@ TEST_CASE_TEMPLATE("Fp32 storage with any cache equals the plain FP32 embedding 
   // batch's unique rows; 1000: larger than the table (clamped to 162 rounded up to Ways).
   for (const std::int64_t cache_rows : {0, 4, 12, 1000}) {
     for (const Mode mode : {Mode::Sum, Mode::Mean, Mode::Weighted}) {
-      for (const Opt opt : {Opt::Sgd, Opt::Adagrad}) {
+      for (const Opt opt : {Opt::Sgd, Opt::Adagrad, Opt::ElementAdagrad, Opt::Adam}) {
         run_against_reference<C, R>(cache_rows, mode, opt, 1234 + static_cast<std::uint64_t>(cache_rows));
       }
     }

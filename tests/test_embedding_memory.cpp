@@ -230,14 +230,13 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   const std::int64_t one = 1;  // unique rows
   mpe::detail::CallRecord rec;
   mpe::detail::reset_record(&rec);
-  using Rule = mpe::OptimizerRule<mpe::RowwiseAdagrad>;
-  const mpe::detail::AccumulateRows<Rule, mpe::RowwiseAdagrad> acc{
-      uniq.data(),  seg.data(), sorted_pos.data(), bag_of.data(), coef.data(), go.data(), 1,      1, D,
-      {1.0f, 0.0f}, state,      grad.data(),       update.data(), &rec,        &one,      nullptr};
+  const mpe::detail::AccumulateRows<mpe::RowwiseAdagrad> acc{
+      uniq.data(),  seg.data(), sorted_pos.data(), bag_of.data(), coef.data(), go.data(), 1,    1,      D,
+      {1.0f, 0.0f}, state,      grad.data(),       update.data(), &step,       &rec,      &one, nullptr};
   acc(0);
   CHECK(rec.pos[mpe::detail::kOverflow] == mpe::detail::kNoError);
-  const mpe::detail::ApplyRows<S, mpe::NearestRounding, Rule> up{
-      uniq.data(), nullptr,       no_cache, store, stride,         D,    state,
+  const mpe::detail::ApplyRows<S, mpe::NearestRounding> up{
+      uniq.data(), nullptr,       no_cache, store, stride,         D,    1,      state,
       grad.data(), update.data(), 0,        &step, outcome.data(), &one, nullptr};
   up(0);
   CHECK(state_real[0] == 1.0f);  // G += mean(1^2) = 1, landed in the real slot

@@ -130,18 +130,24 @@ class CachedEmbedding {
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const;
 
-  /// Applies `optimizer` (Sgd or RowwiseAdagrad) for the last forward(): per unique row
-  /// g = sum of its occurrences' output gradients (times per-sample weight or 1/L) in
-  /// position order, then w -= m * g on the FP32 cache row (marked dirty) or on the store
-  /// row (dequantize, update, quantize with Rounding). grad_output: (B, T*D). Throws
-  /// std::logic_error without a pending forward() or if the optimizer kind changed;
-  /// std::invalid_argument for a wrong size, a non-finite gradient (unless
-  /// config.non_finite == NonFinite::Skip: then the step is skipped and counted), or
-  /// non-finite optimizer parameters. A non-finite gradient waits once and throws here
-  /// (Validation::Synchronous) or is recorded for synchronize() (Validation::Deferred: the
-  /// step is not applied; a backward of a failed forward applies nothing).
-  template <class Optimizer>
-  void backward(std::span<const float> grad_output, const Optimizer& optimizer);
+  /// Applies `optimizer` (any mpe::Optimizer: Sgd, RowwiseAdagrad, Adagrad, Adam, ...;
+  /// hyperparameters per call, so schedules need nothing else) for the last forward():
+  /// per unique row g = sum of its occurrences' output gradients (times per-sample weight
+  /// or 1/L) in position order; then OptimizerRule<Opt>::step computes the row's update u
+  /// and new state (state_floats(D) FP32 values per table row, allocated at the first
+  /// applied step); w -= u on the FP32 cache row (marked dirty) or on the store row
+  /// (dequantize, update, quantize with Rounding). grad_output: (B, T*D). Nothing is
+  /// applied unless every row's g and new state are finite and no update is NaN (a finite
+  /// grad_output can overflow in the sum or the optimizer): such a step is handled as a
+  /// non-finite gradient. Throws std::logic_error without a pending forward() or if the
+  /// optimizer type changed; std::invalid_argument for a wrong size, a non-finite gradient
+  /// or an overflowing step (unless config.non_finite == NonFinite::Skip: then the step is
+  /// skipped and counted), or unusable optimizer parameters. A non-finite gradient waits
+  /// once and throws here (Validation::Synchronous) or is recorded for synchronize()
+  /// (Validation::Deferred: the step is not applied; a backward of a failed forward applies
+  /// nothing).
+  template <Optimizer Opt>
+  void backward(std::span<const float> grad_output, const Opt& optimizer);
 
   /// Writes every dirty cache row back to the store (Rounding, site Flush) and clears the
   /// dirty bits; cached rows stay resident in FP32.
@@ -266,7 +272,7 @@ class CachedEmbedding {
   detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
   detail::Buffer<std::uint32_t, Backend> sketch_;    // (4, width), LFU only
   detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
-  int opt_kind_ = 0;
+  std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
   std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)
   detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, sketch clock

@@ -155,6 +155,52 @@ class EmbeddingBag {
     }
   }
 
+  /// Element-wise Adagrad (torch.optim.Adagrad, no decay): G_d += g_d^2;
+  /// w_d -= lr * g_d / (sqrt(G_d) + eps).
+  void adagrad_elementwise(const Batch& b, mpe::Pooling pooling, const std::vector<float>& grad_output,
+                           float lr, float eps) {
+    if (G_.empty()) G_.assign(static_cast<std::size_t>(total_rows() * D_), 0.0f);
+    for (const auto& [r, g] : row_gradients(b, pooling, grad_output)) {
+      float* w = &w_[static_cast<std::size_t>(r * D_)];
+      float* G = &G_[static_cast<std::size_t>(r * D_)];
+      for (int d = 0; d < D_; ++d) {
+        const float gd = g[static_cast<std::size_t>(d)];
+        G[d] = G[d] + gd * gd;
+        w[d] = w[d] - (lr * gd) / (std::sqrt(G[d]) + eps);
+      }
+    }
+  }
+
+  /// Adam with bias correction (torch.optim.Adam, no weight decay, no AMSGrad), step t
+  /// counted per call from 1; beta^t by binary exponentiation (the documented rule).
+  void adam(const Batch& b, mpe::Pooling pooling, const std::vector<float>& grad_output, float lr,
+            float beta1, float beta2, float eps) {
+    if (M_.empty()) {
+      M_.assign(static_cast<std::size_t>(total_rows() * D_), 0.0f);
+      V_.assign(M_.size(), 0.0f);
+    }
+    ++t_;
+    auto power = [](float x, std::uint64_t n) {
+      float r = 1.0f;
+      for (; n > 0; n >>= 1, x = x * x) {
+        if (n & 1u) r = r * x;
+      }
+      return r;
+    };
+    const float c1 = 1.0f - power(beta1, t_), c2 = 1.0f - power(beta2, t_);
+    for (const auto& [r, g] : row_gradients(b, pooling, grad_output)) {
+      float* w = &w_[static_cast<std::size_t>(r * D_)];
+      for (int d = 0; d < D_; ++d) {
+        const float gd = g[static_cast<std::size_t>(d)];
+        float& m = M_[static_cast<std::size_t>(r * D_ + d)];
+        float& v = V_[static_cast<std::size_t>(r * D_ + d)];
+        m = beta1 * m + (1.0f - beta1) * gd;
+        v = beta2 * v + (1.0f - beta2) * (gd * gd);
+        w[d] = w[d] - (lr * (m / c1)) / (std::sqrt(v / c2) + eps);
+      }
+    }
+  }
+
  private:
   const float* row(std::int64_t t, std::int64_t local) const {
     if (local < 0 || local >= rows_[static_cast<std::size_t>(t)]) throw std::out_of_range("ref: index");
@@ -164,7 +210,8 @@ class EmbeddingBag {
   int D_;
   std::vector<std::int64_t> first_;
   std::vector<float> w_;
-  std::vector<float> G_;
+  std::vector<float> G_, M_, V_;
+  std::uint64_t t_ = 0;
 };
 
 /// A random batch: bag lengths 0..max_len (empty bags included), indices skewed towards

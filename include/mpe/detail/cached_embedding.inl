@@ -576,18 +576,19 @@ void MPE_CE::forward_inference(std::span<const std::int64_t> indices, std::span<
 }
 
 MPE_CE_TEMPLATE
-template <class Optimizer>
-void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optimizer) {
-  using Rule = OptimizerRule<Optimizer>;
+template <Optimizer Opt>
+void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) {
+  using Rule = OptimizerRule<Opt>;
   const char* fn = "backward";
   ++call_seq_;
   Batch& b = current_;
   if (!b.valid || !b.awaiting_backward) {
     throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
   }
-  if (opt_kind_ != 0 && opt_kind_ != Rule::kind) {
-    throw std::logic_error(detail::ce_prefix(fn) + "the optimizer kind changed to " + Rule::name +
-                           "; one table trains with one optimizer (its state is per kind)");
+  if (!opt_name_.empty() && opt_name_ != Rule::name) {
+    throw std::logic_error(detail::ce_prefix(fn) + "the optimizer changed from " + opt_name_ + " to " +
+                           Rule::name +
+                           "; one table trains with one optimizer (its state is the optimizer's)");
   }
   if (const std::string bad = Rule::check(optimizer); !bad.empty()) detail::invalid(fn, bad);
   const index_t T = num_tables();
@@ -601,23 +602,23 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
   backend_.for_each(1, detail::ResetRecord{rec});
   backend_.for_each(static_cast<index_t>(grad_output.size()),
                     detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
-  // First pass: every row's summed gradient, multiplier and new optimizer state into
+  // First pass: every row's summed gradient, update and new optimizer state into
   // workspace, checked for overflow before anything is written (one verdict per call).
   if (!b.sorted) sort_unique(b);
   const index_t U = unique_bound(b);
   const index_t* count = b.flags.data() + detail::kFlagU;
-  constexpr int kUpdateFloats = 1 + Rule::state_floats;
+  const std::int64_t S = Rule::state_floats(config_.dim);
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
-  b.update.reserve_discard(static_cast<std::size_t>(U) * kUpdateFloats);
+  b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  backend_.for_each(U, detail::AccumulateRows<Rule, Optimizer>{
+  backend_.for_each(U, detail::AccumulateRows<Opt>{
                            b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
                            b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
-                           optimizer, opt_kind_ != 0 ? opt_state_.data() : nullptr, b.grad.data(),
-                           b.update.data(), rec, count, b.flags.data() + detail::kFlagOk});
+                           optimizer, opt_name_.empty() ? nullptr : opt_state_.data(), b.grad.data(),
+                           b.update.data(), step_ptr(), rec, count, b.flags.data() + detail::kFlagOk});
   backend_.for_each(
       1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
-                              b.update.data(), config_.dim, kUpdateFloats, skip_non_finite(), b.flags.data(),
+                              b.update.data(), config_.dim, S, skip_non_finite(), b.flags.data(),
                               &counters->stats.skipped_steps, deferred() ? deferred_.data() : nullptr,
                               static_cast<index_t>(call_seq_)});
   bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
@@ -632,19 +633,19 @@ void MPE_CE::backward(std::span<const float> grad_output, const Optimizer& optim
     b.awaiting_backward = false;
     return;
   }
-  if (opt_kind_ == 0) {  // the first applied step allocates the state (zeros)
-    if constexpr (Rule::state_floats > 0) {
-      opt_state_.reset(static_cast<std::size_t>(total_rows_) * Rule::state_floats);
+  if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
+    if (S > 0) {
+      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S));
       backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
     }
-    opt_kind_ = Rule::kind;
+    opt_name_ = Rule::name;
   }
   const index_t* gate = b.flags.data() + detail::kFlagApply;
   backend_.for_each(
-      U, detail::ApplyRows<Storage, Rounding, Rule>{
+      U, detail::ApplyRows<Storage, Rounding>{
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
-             stride_, config_.dim, Rule::state_floats > 0 ? opt_state_.data() : nullptr, b.grad.data(),
-             b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate});
+             stride_, config_.dim, S, S > 0 ? opt_state_.data() : nullptr, b.grad.data(), b.update.data(),
+             config_.seed, step_ptr(), b.outcome.data(), count, gate});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
   b.awaiting_backward = false;

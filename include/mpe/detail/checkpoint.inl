@@ -275,7 +275,7 @@ struct CheckpointAccess {
     b.put(static_cast<std::uint64_t>(counters.step));
     b.put(static_cast<std::uint64_t>(e.populate_counter_));
     b.put(static_cast<std::uint64_t>(counters.sketch_increments));
-    b.put(static_cast<std::uint32_t>(e.opt_kind_));
+    b.str(e.opt_name_);
     const std::size_t rows = static_cast<std::size_t>(e.total_rows_);
     b.put(static_cast<std::uint32_t>(rows == 0 ? 0 : e.opt_state_.size() / rows));
     b.put(fmt::kNumStats);
@@ -426,20 +426,27 @@ struct CheckpointAccess {
     const auto step = c.get<std::uint64_t>("step");
     const auto populate_counter = c.get<std::uint64_t>("populate_counter");
     const auto sketch_increments = c.get<std::uint64_t>("sketch_increments");
-    const auto opt_kind = c.get<std::uint32_t>("optimizer_kind");
-    const auto state_floats = c.get<std::uint32_t>("optimizer_state_floats");
-    // The kind must be one this build knows, with that kind's state size.
-    std::uint32_t kind_state_floats = 0;
-    const char* kind_name = "none";
-    if (opt_kind != 0 && !KnownOptimizers::visit(static_cast<int>(opt_kind), [&]<class Rule>() {
-          kind_state_floats = Rule::state_floats;
-          kind_name = Rule::name;
-        })) {
-      c.fail("optimizer_kind = " + std::to_string(opt_kind) + " is not a known optimizer kind");
+    // Version 2 names the optimizer; version 1 numbered it (1 sgd, 2 rowwise_adagrad).
+    std::string opt_name;
+    if (version == 1) {
+      const auto kind = c.get<std::uint32_t>("optimizer_kind");
+      if (kind > 2) c.fail("optimizer_kind = " + std::to_string(kind) + " is not a version-1 optimizer kind");
+      opt_name = kind == 0 ? "" : kind == 1 ? "sgd" : "rowwise_adagrad";
+    } else {
+      opt_name = c.str("optimizer");
     }
-    if (state_floats != kind_state_floats) {
-      c.fail("optimizer_state_floats = " + std::to_string(state_floats) + " is invalid for optimizer_kind " +
-             std::to_string(opt_kind) + " (" + kind_name + ": " + std::to_string(kind_state_floats) + ")");
+    const auto state_floats = c.get<std::uint32_t>("optimizer_state_floats");
+    // The optimizer must be one this build knows, with its state size for this D.
+    std::int64_t known_state_floats = 0;
+    if (!opt_name.empty() && !KnownOptimizers::visit(opt_name, [&]<class Opt>() {
+          known_state_floats = OptimizerRule<Opt>::state_floats(e.config_.dim);
+        })) {
+      c.fail("optimizer " + quote(opt_name) + " is not an optimizer this build knows");
+    }
+    if (static_cast<std::int64_t>(state_floats) != known_state_floats) {
+      c.fail("optimizer_state_floats = " + std::to_string(state_floats) + " is invalid for optimizer " +
+             quote(opt_name.empty() ? "none" : opt_name) + " (" + std::to_string(known_state_floats) +
+             " at dim " + std::to_string(e.config_.dim) + ")");
     }
     const auto n_stats = c.get<std::uint32_t>("n_stats");
     if (n_stats > fmt::kNumStats) {
@@ -538,7 +545,7 @@ struct CheckpointAccess {
              std::to_string(period));
     }
     // ---- values: every one must be one the state can hold (checksums alone do not say) ----
-    check_values(e, c, payload, state_floats, opt_kind);
+    check_values(e, c, payload, opt_name);
     std::vector<std::int64_t> pending_indices, pending_offsets;
     if (pending_len > 0) {
       check_pending(e, c, payload[fmt::kNumBufferSections], pending_len, pending_indices, pending_offsets);
@@ -569,7 +576,7 @@ struct CheckpointAccess {
     counters.sketch_increments = sketch_increments;
     e.backend_.copy_from_host(e.counters_.data(), &counters, sizeof counters);
     e.populate_counter_ = populate_counter;
-    e.opt_kind_ = static_cast<int>(opt_kind);
+    e.opt_name_ = opt_name;
     for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
       b->valid = false;
       b->awaiting_backward = false;
@@ -582,7 +589,7 @@ struct CheckpointAccess {
   /// kind's domain. Throws checkpoint_error naming section, row (or slot) and value.
   template <class E>
   static void check_values(const E& e, ckpt::Cursor& c, const std::uint8_t* const* payload,
-                           std::uint32_t state_floats, std::uint32_t opt_kind) {
+                           const std::string& opt_name) {
     using S = typename E::storage_type;
     const std::int32_t D = e.config_.dim;
     const auto holds = [](float x) { return num::is_finite(x) && x <= S::limit && x >= -S::limit; };
@@ -610,14 +617,18 @@ struct CheckpointAccess {
         }
       }
     }
-    if (state_floats == 0) return;
-    KnownOptimizers::visit(static_cast<int>(opt_kind), [&]<class Rule>() {
+    if (opt_name.empty()) return;
+    KnownOptimizers::visit(opt_name, [&]<class Opt>() {
+      using Rule = OptimizerRule<Opt>;
+      const auto S = static_cast<std::size_t>(Rule::state_floats(D));
+      if (S == 0) return;
+      std::vector<float> st(S);
       for (index_t r = 0; r < e.total_rows_; ++r) {
-        float st[Rule::state_floats > 0 ? Rule::state_floats : 1];
-        std::memcpy(st, payload[6] + static_cast<std::size_t>(r) * Rule::state_floats * 4, sizeof st);
-        if (!Rule::state_ok(st)) {
+        std::memcpy(st.data(), payload[6] + static_cast<std::size_t>(r) * S * 4, S * 4);
+        if (!Rule::state_ok(st.data(), D)) {
           std::string v;
-          for (int k = 0; k < Rule::state_floats; ++k) v += (k ? ", " : "") + format_float(st[k]);
+          for (std::size_t k = 0; k < S && k < 8; ++k) v += (k ? ", " : "") + format_float(st[k]);
+          if (S > 8) v += ", ...";
           c.fail("section 'optimizer': row " + std::to_string(r) + " holds " + Rule::name + " state [" + v +
                  "]; it must be " + Rule::state_domain);
         }

@@ -14,6 +14,7 @@
 #include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
+#include "mpe/optim/optimizer.hpp"
 #include "mpe/types.hpp"
 
 namespace mpe::detail {
@@ -370,14 +371,16 @@ struct Coefficients {
 };
 
 /// Backward, first pass, for unique row u: g = sum over its occurrences in position order
-/// of coef * grad_output[bag] into `grad`; then the optimizer's multiplier m and new state
-/// from a copy of the row's state into `update` (m, state...). Changes no state of the
-/// object: a row whose g, m or new state is not finite (float overflow of finite inputs)
-/// records its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be
-/// refused or skipped before anything is written. Does nothing when grad_output itself
-/// failed its check (rec->pos[kGrad]) or the batch failed validation.
-template <class Rule, class Opt>
+/// of coef * grad_output[bag] into `grad`; then OptimizerRule<Opt>::step on a copy of the
+/// row's state: the new state goes to `new_state` and `grad` is replaced by the update u
+/// (applied as w - u). Changes no state of the object: a row whose summed gradient or new
+/// state is not finite, or whose update is NaN (float overflow of finite inputs), records
+/// its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be refused
+/// or skipped before anything is written. Does nothing when grad_output itself failed its
+/// check (rec->pos[kGrad]) or the batch failed validation.
+template <class Opt>
 struct AccumulateRows {
+  using Rule = OptimizerRule<Opt>;
   const index_t* uniq;
   const index_t* seg_start;   // (U + 1)
   const index_t* sorted_pos;  // (n)
@@ -387,13 +390,13 @@ struct AccumulateRows {
   index_t B, T;
   std::int32_t D;
   Opt opt;
-  const float* opt_state;  // (rows * Rule::state_floats), or null before the first step: zeros
-  float* grad;             // (U, D) workspace
-  float* update;           // (U, 1 + Rule::state_floats) workspace
+  const float* opt_state;     // (rows, S) with S = Rule::state_floats(D); null before the first step: zeros
+  float* grad;                // (U, D) workspace: summed gradient, then the update
+  float* new_state;           // (U, S) workspace
+  const std::uint64_t* step;  // (1) completed backward() calls; this step is *step + 1
   CallRecord* rec;
   const index_t* count;  // (1) U; items u >= U do nothing
   const index_t* gate;   // ok flag of the batch, or null
-  static constexpr int kUpdateFloats = 1 + Rule::state_floats;
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
@@ -417,23 +420,31 @@ struct AccumulateRows {
         for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
       }
     }
-    float* up = update + u * kUpdateFloats;
-    float* st = up + 1;
-    for (int k = 0; k < Rule::state_floats; ++k)
-      st[k] = opt_state ? opt_state[r * Rule::state_floats + k] : 0.0f;
-    up[0] = Rule::multiplier(opt, Rule::state_floats > 0 ? st : nullptr, g, D);
-    bool finite = true;
-    for (std::int32_t d = 0; d < D; ++d) finite = finite && num::is_finite(g[d]);
-    for (int k = 0; k < kUpdateFloats; ++k) finite = finite && num::is_finite(up[k]);
-    if (!finite) atomic_min(&rec->pos[kOverflow], u);
+    bool ok = true;
+    for (std::int32_t d = 0; d < D; ++d) ok = ok && num::is_finite(g[d]);
+    if (!ok) {  // the summed gradient overflowed: keep it (SealBackward reports it)
+      atomic_min(&rec->pos[kOverflow], u);
+      return;
+    }
+    const std::int64_t S = Rule::state_floats(D);
+    float* st = new_state + u * S;
+    if (opt_state) {
+      Rule::step(opt, opt_state + r * S, st, g, D, *step + 1);
+    } else {  // before the first applied step every state value is 0
+      for (std::int64_t k = 0; k < S; ++k) st[k] = 0.0f;
+      Rule::step(opt, st, st, g, D, *step + 1);
+    }
+    for (std::int64_t k = 0; k < S; ++k) ok = ok && num::is_finite(st[k]);
+    for (std::int32_t d = 0; d < D; ++d) ok = ok && g[d] == g[d];  // an update of +-inf saturates; NaN never
+    if (!ok) atomic_min(&rec->pos[kOverflow], u);
   }
 };
 
 /// Backward, second pass, for unique row u (after the verdict; gated on the batch's apply
-/// flag): stores the new optimizer state and applies w -= m * g on the cache row (marked
-/// dirty) or on the store row (dequantize, update, quantize with Rounding at site
-/// StoreUpdate). g and m come from AccumulateRows.
-template <class Storage, class Rounding, class Rule>
+/// flag): stores the new optimizer state and applies w -= u on the cache row (marked dirty)
+/// or on the store row (dequantize, update, quantize with Rounding at site StoreUpdate).
+/// The update u and the state come from AccumulateRows.
+template <class Storage, class Rounding>
 struct ApplyRows {
   const index_t* uniq;
   const index_t* slot_of_unique;  // (U) or null
@@ -441,9 +452,10 @@ struct ApplyRows {
   std::uint8_t* store;
   std::size_t stride;
   std::int32_t D;
-  float* opt_state;     // (rows * Rule::state_floats) or null
-  float* grad;          // (U, D) summed gradients (the store path reuses it as scratch)
-  const float* update;  // (U, 1 + Rule::state_floats)
+  std::int64_t state_floats;  // S per row
+  float* opt_state;           // (rows, S) or null when S = 0
+  float* update;              // (U, D) the updates (the store path reuses it as scratch)
+  const float* new_state;     // (U, S)
   std::uint64_t seed;
   const std::uint64_t* step;  // (1) completed backward() calls
   std::uint8_t* outcome;      // (U)
@@ -452,32 +464,30 @@ struct ApplyRows {
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate)) return;
     const index_t r = uniq[u];
-    float* g = grad + u * D;
-    const float* up = update + u * (1 + Rule::state_floats);
-    for (int k = 0; k < Rule::state_floats; ++k) opt_state[r * Rule::state_floats + k] = up[1 + k];
-    const float m = up[0];
+    float* up = update + u * D;
+    for (std::int64_t k = 0; k < state_floats; ++k)
+      opt_state[r * state_floats + k] = new_state[u * state_floats + k];
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
     // A row uncached at forward (conflict or LFU rejection) may have been filled since
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     if (s >= 0) {
       // The cached FP32 row keeps to the store format's range (as a store update does),
-      // so it never overflows to inf and always round-trips through set_weights. m and g
-      // are finite here (AccumulateRows), so an overflow is +-inf (clamped), never NaN.
+      // so it never overflows to inf and always round-trips through set_weights. The
+      // update is never NaN here (AccumulateRows), so an overflow is +-inf (clamped).
       float* w = cache.row(s);
       bool sat = false;
-      for (std::int32_t d = 0; d < D; ++d) {
-        w[d] = detail::sanitize(num::sub(w[d], num::mul(m, g[d])), Storage::limit, sat);
-      }
+      for (std::int32_t d = 0; d < D; ++d)
+        w[d] = detail::sanitize(num::sub(w[d], up[d]), Storage::limit, sat);
       cache.dirty[s] = 1;
       outcome[u] = sat ? kSaturated : 0;
     } else {
       std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
       const typename Storage::Reader rd(row, D);
-      for (std::int32_t d = 0; d < D; ++d) g[d] = num::sub(rd[d], num::mul(m, g[d]));
+      for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
                             num::RoundingSite::StoreUpdate};
-      outcome[u] = Storage::template store<Rounding>(g, D, row, rng) ? kSaturated : 0;
+      outcome[u] = Storage::template store<Rounding>(up, D, row, rng) ? kSaturated : 0;
     }
   }
 };

@@ -28,8 +28,8 @@ enum Check : std::int32_t {
   kIndex,         ///< index outside its table               v = {index, bag, table}
   kMismatch,      ///< forward() batch != pending prefetch   pos < n: indices, else offsets - n; v = {n}
   kGrad,          ///< non-finite grad_output element        v = {float bits}
-  kOverflow,      ///< backward: a row's summed gradient or optimizer update is non-finite although
-                  ///< grad_output is finite (float overflow); pos = unique index
+  kOverflow,      ///< backward: a row's summed gradient or new optimizer state is non-finite, or its
+                  ///< update NaN, although grad_output is finite (float overflow); pos = unique index
                   ///< v = {global row, occurrences, float bits of the first non-finite value}
   kNumChecks
 };
@@ -218,9 +218,10 @@ struct SealBackward {
   const float* grad;         // (B, T*D)
   const index_t* uniq;       // (U) the batch's unique rows
   const index_t* seg_start;  // (U + 1)
-  const float* row_grad;     // (U, D) summed gradients (AccumulateRows)
-  const float* row_update;   // (U, 1 + state floats) multiplier and new state
-  std::int32_t D, update_floats;
+  const float* row_grad;     // (U, D) updates, or the summed gradient where it overflowed
+  const float* row_update;   // (U, state floats) new optimizer states
+  std::int32_t D;
+  std::int64_t update_floats;
   bool skip_non_finite;
   index_t* flags;  // (kNumFlags) the batch
   std::uint64_t* skipped_steps;
@@ -239,7 +240,7 @@ struct SealBackward {
         found = !num::is_finite(row_grad[u * D + d]);
         if (found) bad = row_grad[u * D + d];
       }
-      for (std::int32_t k = 0; k < update_floats && !found; ++k) {
+      for (std::int64_t k = 0; k < update_floats && !found; ++k) {
         found = !num::is_finite(row_update[u * update_floats + k]);
         if (found) bad = row_update[u * update_floats + k];
       }

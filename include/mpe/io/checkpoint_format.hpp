@@ -9,6 +9,7 @@
 ///
 /// **Header** (offsets from the start of the file)
 ///
+// clang-format off
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
@@ -27,25 +28,28 @@
 /// |    | `u64 step` | completed backward() calls |
 /// |    | `u64 populate_counter` | batches populated so far (LRU's clock) |
 /// |    | `u64 sketch_increments` | LFU increments since the last halving |
-/// |    | `u32 optimizer_kind` | 0 none yet, 1 `sgd`, 2 `rowwise_adagrad` (`OptimizerRule::kind`) |
-/// |    | `u32 optimizer_state_floats` | FP32 state values per table row (Sgd 0, RowwiseAdagrad 1) |
+/// |    | `str optimizer` | `OptimizerRule::name` of the optimizer that owns the state, empty before the first applied step (version 1: `u32 optimizer_kind`, 0 none, 1 `sgd`, 2 `rowwise_adagrad`) |
+/// |    | `u32 optimizer_state_floats` | FP32 state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D) |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
 /// |    | `u32 n_sections` | 8 (version 1: 7) |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
+// clang-format on
 ///
 /// **Sections**, exactly these eight in this order (version 1: the first seven), each
 /// `str name`, `u64 length` (bytes), the payload, then `u32 crc` = CRC-32C of the payload:
 ///
+// clang-format off
 /// | name | payload | length |
 /// |---|---|---|
-/// | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows *
-/// store_row_bytes | | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 | | `tags` | i64 global row
-/// per slot, -1 = empty | slots * 8 | | `last_use` | u64 LRU score per slot (populate counter of its last
-/// batch) | slots * 8 | | `dirty` | u8 per slot, 0 or 1 | slots | | `sketch` | u32 counters (4,
-/// sketch_width), LFU only | 4 * sketch_width * 4 | | `optimizer` | FP32 state (rows, optimizer_state_floats)
-/// | rows * state_floats * 4 | | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64
-/// n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B
-/// + 1) |
+/// | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows * store_row_bytes |
+/// | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 |
+/// | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
+/// | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
+/// | `dirty` | u8 per slot, 0 or 1 | slots |
+/// | `sketch` | u32 counters (4, sketch_width), LFU only | 4 * sketch_width * 4 |
+/// | `optimizer` | FP32 state (rows, optimizer_state_floats) | rows * state_floats * 4 |
+/// | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
+// clang-format on
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
@@ -62,7 +66,7 @@
 /// may still hold values the state cannot): every store row decodes (as the store's Reader
 /// does) to finite values within Storage::limit; every occupied cache row is finite and
 /// within Storage::limit; tags, dirty bits and last-use scores are consistent with the
-/// sets; the optimizer kind is known, its state has that kind's size and every value is in
+/// sets; the optimizer is known, its state has that optimizer's size and every value is in
 /// its domain (RowwiseAdagrad: finite and >= 0); the pending batch's offsets and indices
 /// are valid for the tables. Each failure names the section, the row or slot, and the value.
 ///
