@@ -25,9 +25,9 @@
 
 namespace {
 
-constexpr std::int64_t kKaggle[26] = {1460,    583,     10131227, 2202608, 305,  24,     12517,  633,   3,
-                                      93145,   5683,    8351593,  3194,    27,   14992,  5461306, 10,  5652,
-                                      2173,    4,       7046547,  18,      15,   286181, 105,    142572};
+constexpr std::int64_t kKaggle[26] = {1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+                                      93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+                                      2173,  4,    7046547,  18,      15,  286181, 105,     142572};
 
 std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -47,15 +47,24 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--plan") a.plan = v;
-    else if (k == "--precision") a.precision = v;
-    else if (k == "--global-batch") a.global_batch = std::atoll(v.c_str());
-    else if (k == "--dim") a.dim = std::atoi(v.c_str());
-    else if (k == "--steps") a.steps = std::atoi(v.c_str());
-    else if (k == "--warmup") a.warmup = std::atoi(v.c_str());
-    else if (k == "--pooling") a.pooling = std::atoi(v.c_str());
-    else if (k == "--scale") a.scale = std::atof(v.c_str());
-    else throw std::invalid_argument("unknown option " + k);
+    if (k == "--plan")
+      a.plan = v;
+    else if (k == "--precision")
+      a.precision = v;
+    else if (k == "--global-batch")
+      a.global_batch = std::atoll(v.c_str());
+    else if (k == "--dim")
+      a.dim = std::atoi(v.c_str());
+    else if (k == "--steps")
+      a.steps = std::atoi(v.c_str());
+    else if (k == "--warmup")
+      a.warmup = std::atoi(v.c_str());
+    else if (k == "--pooling")
+      a.pooling = std::atoi(v.c_str());
+    else if (k == "--scale")
+      a.scale = std::atof(v.c_str());
+    else
+      throw std::invalid_argument("unknown option " + k);
   }
   return a;
 }
@@ -70,7 +79,8 @@ int main(int argc, char** argv) {
     mpe::dist::MpiComm comm(MPI_COMM_WORLD);
     const int N = comm.size(), me = comm.rank();
     mpe::EmbeddingConfig cfg;
-    for (auto c : kKaggle) cfg.table_rows.push_back(std::max<std::int64_t>(2, std::llround(static_cast<double>(c) * a.scale)));
+    for (auto c : kKaggle)
+      cfg.table_rows.push_back(std::max<std::int64_t>(2, std::llround(static_cast<double>(c) * a.scale)));
     cfg.dim = a.dim;
     std::int64_t total = 0;
     for (auto r : cfg.table_rows) total += r;
@@ -78,32 +88,45 @@ int main(int argc, char** argv) {
     cfg.seed = 1;
     using Store = mpe::Int8Rowwise;
     mpe::dist::ShardingPlan plan;
-    if (a.plan == "table") plan = mpe::dist::table_wise_plan(cfg.table_rows, cfg.dim, N, mpe::dist::cost_by_bytes(cfg.table_rows, Store::data_bytes(cfg.dim)));
-    else if (a.plan == "row") plan = mpe::dist::row_wise_plan(cfg.table_rows, cfg.dim, N);
-    else if (a.plan == "column") plan = mpe::dist::column_wise_plan(cfg.table_rows, cfg.dim, N);
-    else if (a.plan == "auto") plan = mpe::dist::auto_plan(cfg.table_rows, cfg.dim, N);
-    else throw std::invalid_argument("--plan table|row|column|auto");
+    if (a.plan == "table")
+      plan = mpe::dist::table_wise_plan(cfg.table_rows, cfg.dim, N,
+                                        mpe::dist::cost_by_bytes(cfg.table_rows, Store::data_bytes(cfg.dim)));
+    else if (a.plan == "row")
+      plan = mpe::dist::row_wise_plan(cfg.table_rows, cfg.dim, N);
+    else if (a.plan == "column")
+      plan = mpe::dist::column_wise_plan(cfg.table_rows, cfg.dim, N);
+    else if (a.plan == "auto")
+      plan = mpe::dist::auto_plan(cfg.table_rows, cfg.dim, N);
+    else
+      throw std::invalid_argument("--plan table|row|column|auto");
     mpe::dist::ShardOptions opt;
-    if (a.precision == "fp16") opt.precision = mpe::dist::CommPrecision::Fp16;
-    else if (a.precision == "bf16") opt.precision = mpe::dist::CommPrecision::Bf16;
-    mpe::dist::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::dist::MpiComm> sh(cfg, plan, comm, opt);
+    if (a.precision == "fp16")
+      opt.precision = mpe::dist::CommPrecision::Fp16;
+    else if (a.precision == "bf16")
+      opt.precision = mpe::dist::CommPrecision::Bf16;
+    mpe::dist::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::dist::MpiComm> sh(
+        cfg, plan, comm, opt);
     sh.init_uniform(-0.05f, 0.05f);
     const std::int64_t T = static_cast<std::int64_t>(cfg.table_rows.size());
     const std::int64_t lo = a.global_batch * me / N, hi = a.global_batch * (me + 1) / N, B = hi - lo;
     std::vector<double> times;
     std::vector<float> out(static_cast<std::size_t>(B * T * a.dim)), grad(out.size());
-    for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = 1e-3f * static_cast<float>(static_cast<int>(mix(i) % 201) - 100);
+    for (std::size_t i = 0; i < grad.size(); ++i)
+      grad[i] = 1e-3f * static_cast<float>(static_cast<int>(mix(i) % 201) - 100);
     for (int s = 0; s < a.warmup + a.steps; ++s) {
       if (s == a.warmup) sh.reset_stats();
       std::vector<std::int64_t> idx, off{0};
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t b = lo; b < hi; ++b) {
           for (int l = 0; l < a.pooling; ++l) {
-            const std::uint64_t h = mix(static_cast<std::uint64_t>(s) << 40 ^ static_cast<std::uint64_t>(t) << 32 ^
-                                        static_cast<std::uint64_t>(b * a.pooling + l));
+            const std::uint64_t h =
+                mix(static_cast<std::uint64_t>(s) << 40 ^ static_cast<std::uint64_t>(t) << 32 ^
+                    static_cast<std::uint64_t>(b * a.pooling + l));
             const double u = static_cast<double>(h >> 11) * 0x1p-53;
-            idx.push_back(std::min<std::int64_t>(cfg.table_rows[static_cast<std::size_t>(t)] - 1,
-                                                 static_cast<std::int64_t>(u * u * u * static_cast<double>(cfg.table_rows[static_cast<std::size_t>(t)]))));
+            idx.push_back(std::min<std::int64_t>(
+                cfg.table_rows[static_cast<std::size_t>(t)] - 1,
+                static_cast<std::int64_t>(u * u * u *
+                                          static_cast<double>(cfg.table_rows[static_cast<std::size_t>(t)]))));
           }
           off.push_back(static_cast<std::int64_t>(idx.size()));
         }
@@ -125,13 +148,15 @@ int main(int argc, char** argv) {
       mem_sum += m.embedding_bytes() + m.optimizer_bytes;
     }
     if (me == 0)
-      std::printf("{\"ranks\": %d, \"plan\": \"%s\", \"precision\": \"%s\", \"global_batch\": %lld, \"dim\": %d, \"pooling\": %d, "
-                  "\"rows\": %lld, \"steps\": %d, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
-                  "\"a2a_index_bytes_per_step\": %.0f, \"a2a_vector_bytes_per_step\": %.0f, "
-                  "\"memory_per_rank_max\": %zu, \"memory_all_ranks\": %zu}\n",
-                  N, a.plan.c_str(), a.precision.c_str(), static_cast<long long>(a.global_batch), a.dim, a.pooling,
-                  static_cast<long long>(total), a.steps, 1e3 * times[times.size() / 2], 1e3 * times.front(),
-                  static_cast<double>(bytes[0]) / a.steps, static_cast<double>(bytes[1]) / a.steps, mem_max, mem_sum);
+      std::printf(
+          "{\"ranks\": %d, \"plan\": \"%s\", \"precision\": \"%s\", \"global_batch\": %lld, \"dim\": %d, "
+          "\"pooling\": %d, "
+          "\"rows\": %lld, \"steps\": %d, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
+          "\"a2a_index_bytes_per_step\": %.0f, \"a2a_vector_bytes_per_step\": %.0f, "
+          "\"memory_per_rank_max\": %zu, \"memory_all_ranks\": %zu}\n",
+          N, a.plan.c_str(), a.precision.c_str(), static_cast<long long>(a.global_batch), a.dim, a.pooling,
+          static_cast<long long>(total), a.steps, 1e3 * times[times.size() / 2], 1e3 * times.front(),
+          static_cast<double>(bytes[0]) / a.steps, static_cast<double>(bytes[1]) / a.steps, mem_max, mem_sum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     rc = 1;

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count < 1) {
-    std::printf("MPE_CUDA_SKIP: no usable CUDA device (cudaGetDeviceCount: %s); %s skipped\n", cudaGetErrorName(e),
-                argc > 0 ? argv[0] : "test");
+    std::printf("MPE_CUDA_SKIP: no usable CUDA device (cudaGetDeviceCount: %s); %s skipped\n",
+                cudaGetErrorName(e), argc > 0 ? argv[0] : "test");
     return 0;
   }
   doctest::Context context(argc, argv);

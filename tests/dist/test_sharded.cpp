@@ -51,7 +51,8 @@ struct Batch {
 Batch local_batch(int s, int k, bool weights) {
   Batch b;
   b.B = 2 + (s + k) % 3;
-  std::uint64_t h = mix(static_cast<std::uint64_t>(s) * 1000003u + static_cast<std::uint64_t>(k) * 7919u + 17);
+  std::uint64_t h =
+      mix(static_cast<std::uint64_t>(s) * 1000003u + static_cast<std::uint64_t>(k) * 7919u + 17);
   for (std::size_t t = 0; t < kRows.size(); ++t)
     for (std::int64_t i = 0; i < b.B; ++i) {
       h = mix(h);
@@ -114,7 +115,9 @@ EmbeddingConfig config(std::int64_t cache_rows) {
   return c;
 }
 
-bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+bool same_bits(const float* a, const float* b, std::size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
 
 ShardingPlan mixed_plan(int N) {
   ShardingPlan p = table_wise_plan(kRows, kD, N);
@@ -182,8 +185,9 @@ void check_equivalence(const ShardingPlan& plan, const Opt& opt, std::int64_t ca
           for (std::size_t u = 0; u < t; ++u) base += kRows[u];
           for (auto p = l.off[j]; p < l.off[j + 1]; ++p) {
             const double wt = l.w.empty() ? 1.0 : std::fabs(l.w[static_cast<std::size_t>(p)]);
-            S += wt * std::fabs(wref[static_cast<std::size_t>(base + l.idx[static_cast<std::size_t>(p)]) * kD +
-                                     static_cast<std::size_t>(d)]);
+            S +=
+                wt * std::fabs(wref[static_cast<std::size_t>(base + l.idx[static_cast<std::size_t>(p)]) * kD +
+                                    static_cast<std::size_t>(d)]);
           }
           const double tol = 2.0 * static_cast<double>(L - 1) * 0x1p-24 * S;
           REQUIRE(std::fabs(static_cast<double>(o[d]) - r[d]) <= tol);
@@ -192,7 +196,8 @@ void check_equivalence(const ShardingPlan& plan, const Opt& opt, std::int64_t ca
       }
     const std::vector<float> gg = global_grad(g.B, k);
     ref.backward(gg, opt);
-    sh.backward(std::span<const float>(gg.data() + static_cast<std::size_t>(b0) * TD, static_cast<std::size_t>(l.B) * TD),
+    sh.backward(std::span<const float>(gg.data() + static_cast<std::size_t>(b0) * TD,
+                                       static_cast<std::size_t>(l.B) * TD),
                 opt);
     ref.get_weights(wref);
     sh.get_weights(wsh);
@@ -230,8 +235,9 @@ TEST_CASE("plans: text round trip, greedy balance, validation") {
   ShardingPlan bad = row_wise_plan(kRows, kD, 2);
   bad.tables[0].bounds[1] = 99;
   CHECK_THROWS_AS(bad.validate(), std::invalid_argument);
-  CHECK_THROWS_AS(ShardingPlan::parse("mpe-sharding-plan v1\nworld_size 2\ndim 8\ntables 1\ntable 0 rows 5 table 7\n"),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      ShardingPlan::parse("mpe-sharding-plan v1\nworld_size 2\ndim 8\ntables 1\ntable 0 rows 5 table 7\n"),
+      std::invalid_argument);
 }
 
 TEST_CASE("table-wise: bit-identical to one process (Fp32 store + LRU cache; SGD, RowwiseAdagrad)") {
@@ -245,10 +251,10 @@ TEST_CASE("table-wise: bit-identical to one process (Fp32 store + LRU cache; SGD
 
 TEST_CASE("table-wise and row-wise: bit-identical updates with a quantized store and NearestRounding") {
   const int N = world().size();
-  check_equivalence<Int8Rowwise, Lru<4>, NearestRounding>(table_wise_plan(kRows, kD, N), Sgd{0.5f}, 0, Pooling::Sum,
-                                                          false);
-  check_equivalence<Int4Rowwise, Lru<4>, NearestRounding>(row_wise_plan(kRows, kD, N), RowwiseAdagrad{0.3f}, 0,
+  check_equivalence<Int8Rowwise, Lru<4>, NearestRounding>(table_wise_plan(kRows, kD, N), Sgd{0.5f}, 0,
                                                           Pooling::Sum, false);
+  check_equivalence<Int4Rowwise, Lru<4>, NearestRounding>(row_wise_plan(kRows, kD, N), RowwiseAdagrad{0.3f},
+                                                          0, Pooling::Sum, false);
 }
 
 TEST_CASE("row-wise: updates bit-identical, outputs within the documented reassociation bound") {
@@ -261,12 +267,12 @@ TEST_CASE("row-wise: updates bit-identical, outputs within the documented reasso
 
 TEST_CASE("column-wise SGD and mixed plans: bit-identical") {
   const int N = world().size();
-  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40, Pooling::Sum,
-                                                      false);
-  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40, Pooling::Mean,
-                                                      false);
-  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40, Pooling::Sum,
-                                                      true);
+  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40,
+                                                      Pooling::Sum, false);
+  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40,
+                                                      Pooling::Mean, false);
+  check_equivalence<Fp32, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 40,
+                                                      Pooling::Sum, true);
   check_equivalence<Fp32, Lru<4>, StochasticRounding>(mixed_plan(N), Sgd{0.5f}, 40, Pooling::Sum, false);
   check_equivalence<Fp32, Lru<4>, StochasticRounding>(auto_plan(kRows, kD, N), RowwiseAdagrad{0.3f}, 40,
                                                       Pooling::Sum, false);
@@ -314,11 +320,13 @@ TEST_CASE("column-wise RowwiseAdagrad: per-shard mean (each column shard its own
       const std::size_t dl = static_cast<std::size_t>(refs[r].dim());
       std::vector<float> o(static_cast<std::size_t>(g.B) * kRows.size() * dl);
       refs[r].forward(g.idx, g.off, o);
-      refs[r].backward(cols(gg, static_cast<std::size_t>(g.B), TD, static_cast<int>(r)), RowwiseAdagrad{0.3f});
+      refs[r].backward(cols(gg, static_cast<std::size_t>(g.B), TD, static_cast<int>(r)),
+                       RowwiseAdagrad{0.3f});
     }
-    sh.backward(std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
-                                       static_cast<std::size_t>(l.B) * TD),
-                RowwiseAdagrad{0.3f});
+    sh.backward(
+        std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                               static_cast<std::size_t>(l.B) * TD),
+        RowwiseAdagrad{0.3f});
     sh.get_weights(wsh);
     for (std::size_t r = 0; r < refs.size(); ++r) {
       std::vector<float> wr(R * static_cast<std::size_t>(refs[r].dim()));
@@ -335,7 +343,8 @@ TEST_CASE("init_uniform equals the single process's draw (Fp32), stats reduce, m
   const EmbeddingConfig cfg = config(0);
   CachedEmbedding<Fp32, Lru<4>, StochasticRounding> ref(cfg);
   ref.init_uniform(-0.05f, 0.05f);
-  for (const ShardingPlan& p : {table_wise_plan(kRows, kD, N), row_wise_plan(kRows, kD, N), column_wise_plan(kRows, kD, N)}) {
+  for (const ShardingPlan& p :
+       {table_wise_plan(kRows, kD, N), row_wise_plan(kRows, kD, N), column_wise_plan(kRows, kD, N)}) {
     ShardedEmbedding<Fp32, Lru<4>, StochasticRounding, MpiComm> sh(cfg, p, comm);
     sh.init_uniform(-0.05f, 0.05f);
     std::vector<float> a(static_cast<std::size_t>(ref.total_rows()) * kD), b(a.size());
@@ -353,11 +362,13 @@ TEST_CASE("init_uniform equals the single process's draw (Fp32), stats reduce, m
     CHECK(store == ref.memory().store_bytes);  // Fp32, no padding: the rows add up
   }
   // Table-wise lookups add up to the single process's.
-  ShardedEmbedding<Fp32, Lru<4>, StochasticRounding, MpiComm> sh(config(40), table_wise_plan(kRows, kD, N), comm);
+  ShardedEmbedding<Fp32, Lru<4>, StochasticRounding, MpiComm> sh(config(40), table_wise_plan(kRows, kD, N),
+                                                                 comm);
   CachedEmbedding<Fp32, Lru<4>, StochasticRounding> one(config(40));
   const Batch g = global_batch(N, 0, false);
   const Batch l = local_batch(comm.rank(), 0, false);
-  std::vector<float> o1(static_cast<std::size_t>(g.B) * kRows.size() * kD), o2(static_cast<std::size_t>(l.B) * kRows.size() * kD);
+  std::vector<float> o1(static_cast<std::size_t>(g.B) * kRows.size() * kD),
+      o2(static_cast<std::size_t>(l.B) * kRows.size() * kD);
   one.forward(g.idx, g.off, o1);
   sh.forward(l.idx, l.off, o2);
   CHECK(sh.stats_reduced().lookups == one.stats().lookups);
@@ -433,9 +444,10 @@ TEST_CASE("a bad input on one rank: every rank throws the same error, no state c
     const std::vector<float> gg = global_grad(g.B, 0);
     const std::size_t TD = kRows.size() * kD;
     ref.backward(gg, Sgd{0.1f});
-    sh.backward(std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
-                                       static_cast<std::size_t>(l.B) * TD),
-                Sgd{0.1f});
+    sh.backward(
+        std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                               static_cast<std::size_t>(l.B) * TD),
+        Sgd{0.1f});
     std::vector<float> wr(w0.size());
     ref.get_weights(wr);
     sh.get_weights(wa);
@@ -460,7 +472,8 @@ TEST_CASE("checkpoints: per-rank shards + manifest; exact resume; plan or rank-c
   const int N = comm.size(), me = comm.rank();
   std::vector<char> name(256, '\0');
   if (me == 0) {
-    const std::string s = (std::filesystem::temp_directory_path() / ("mpe_dist_ckpt_" + std::to_string(getpid()))).string();
+    const std::string s =
+        (std::filesystem::temp_directory_path() / ("mpe_dist_ckpt_" + std::to_string(getpid()))).string();
     std::copy(s.begin(), s.end(), name.begin());
   }
   comm.broadcast(std::span<char>(name), 0);
@@ -477,8 +490,9 @@ TEST_CASE("checkpoints: per-rank shards + manifest; exact resume; plan or rank-c
       std::vector<float> o(static_cast<std::size_t>(l.B) * TD);
       e.forward(l.idx, l.off, o);
       const std::vector<float> gg = global_grad(g.B, k);
-      e.backward(std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
-                                        static_cast<std::size_t>(l.B) * TD),
+      e.backward(std::span<const float>(
+                     gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                     static_cast<std::size_t>(l.B) * TD),
                  RowwiseAdagrad{0.2f});
     }
   };
@@ -495,7 +509,8 @@ TEST_CASE("checkpoints: per-rank shards + manifest; exact resume; plan or rank-c
   CHECK(same_bits(wa.data(), wb.data(), wa.size()));
   // Another plan: refused on every rank, state unchanged.
   if (N > 1) {
-    ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm> c(config(40), row_wise_plan(kRows, kD, N), comm);
+    ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm> c(config(40),
+                                                                         row_wise_plan(kRows, kD, N), comm);
     CHECK_THROWS_AS(c.load(dir), checkpoint_error);
     CHECK(c.step() == 0);
   }
@@ -535,7 +550,8 @@ TEST_CASE("compressed communication: FP16/BF16 on the wire, half the vector byte
     exact.forward(l.idx, l.off, o1);
     lossy.forward(l.idx, l.off, o2);
     const double rel = prec == CommPrecision::Fp16 ? 0x1p-10 : 0x1p-7;  // one ulp of the format (stochastic)
-    for (std::size_t i = 0; i < o1.size(); ++i) CHECK(std::fabs(o2[i] - o1[i]) <= rel * std::fabs(o1[i]) + 1e-7);
+    for (std::size_t i = 0; i < o1.size(); ++i)
+      CHECK(std::fabs(o2[i] - o1[i]) <= rel * std::fabs(o1[i]) + 1e-7);
     CHECK(2 * lossy.comm_stats().vector_bytes == exact.comm_stats().vector_bytes);
   }
 }

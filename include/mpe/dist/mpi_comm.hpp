@@ -71,7 +71,8 @@ class MpiComm {
               std::vector<int>& d, const char* which) const {
     if (counts.size() != static_cast<std::size_t>(size_))
       throw std::invalid_argument(std::string("MpiComm::alltoallv: ") + which + "_counts has " +
-                                  std::to_string(counts.size()) + " entries, expected " + std::to_string(size_));
+                                  std::to_string(counts.size()) + " entries, expected " +
+                                  std::to_string(size_));
     c.resize(counts.size());
     d.resize(counts.size());
     std::int64_t off = 0;
@@ -87,14 +88,16 @@ class MpiComm {
     }
     if (static_cast<std::size_t>(off) > capacity)
       throw std::invalid_argument(std::string("MpiComm::alltoallv: ") + which + " counts sum to " +
-                                  std::to_string(off) + " elements, the buffer holds " + std::to_string(capacity));
+                                  std::to_string(off) + " elements, the buffer holds " +
+                                  std::to_string(capacity));
   }
   static void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    throw std::runtime_error(std::string(what) + " failed: " + std::string(msg, static_cast<std::size_t>(len)));
+    throw std::runtime_error(std::string(what) +
+                             " failed: " + std::string(msg, static_cast<std::size_t>(len)));
   }
 
   MPI_Comm comm_;

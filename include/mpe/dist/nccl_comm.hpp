@@ -36,16 +36,17 @@ namespace mpe::dist {
 /// (cudaGetErrorString / ncclGetErrorString).
 class NcclComm {
  public:
-  NcclComm(ncclComm_t comm, cudaStream_t stream, int device = 0) : comm_(comm), stream_(stream), device_(device) {
+  NcclComm(ncclComm_t comm, cudaStream_t stream, int device = 0)
+      : comm_(comm), stream_(stream), device_(device) {
     nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
   }
   /// On a CudaBackend's stream and device (any type with `stream` and `device` members).
   template <class Backend>
-    requires requires(const Backend& b) {
-      b.stream;
-      b.device;
-    }
+  requires requires(const Backend& b) {
+    b.stream;
+    b.device;
+  }
   NcclComm(ncclComm_t comm, const Backend& backend) : NcclComm(comm, backend.stream, backend.device) {}
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -86,7 +87,8 @@ class NcclComm {
     cuda(cudaMemcpyAsync(d, send.data(), sbytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
     alltoallv_device(reinterpret_cast<const T*>(d), send_counts, reinterpret_cast<T*>(d + align(sbytes)),
                      recv_counts);
-    cuda(cudaMemcpyAsync(recv.data(), d + align(sbytes), rbytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    cuda(cudaMemcpyAsync(recv.data(), d + align(sbytes), rbytes, cudaMemcpyDeviceToHost, stream_),
+         "cudaMemcpyAsync");
     cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   void allreduce_max(std::span<std::int64_t> v) { reduce(v, ncclInt64, ncclMax); }
@@ -134,7 +136,8 @@ class NcclComm {
   }
   static void cuda(cudaError_t e, const char* what) {
     if (e != cudaSuccess)
-      throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+      throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + ": " +
+                               cudaGetErrorString(e));
   }
 
   ncclComm_t comm_;

@@ -131,7 +131,8 @@ struct ShardingPlan {
     std::string w, v;
     ShardingPlan p;
     std::size_t T = 0;
-    if (!(in >> w >> v) || w != "mpe-sharding-plan" || v != "v1") bad("missing header 'mpe-sharding-plan v1'");
+    if (!(in >> w >> v) || w != "mpe-sharding-plan" || v != "v1")
+      bad("missing header 'mpe-sharding-plan v1'");
     if (!(in >> w >> p.world_size) || w != "world_size") bad("missing world_size");
     if (!(in >> w >> p.dim) || w != "dim") bad("missing dim");
     if (!(in >> w >> T) || w != "tables" || T > (1u << 24)) bad("missing tables");
@@ -140,7 +141,8 @@ struct ShardingPlan {
     for (std::size_t t = 0; t < T; ++t) {
       std::size_t idx = 0;
       std::string rows_kw, kind;
-      if (!(in >> w >> idx >> rows_kw >> p.table_rows[t] >> kind) || w != "table" || idx != t || rows_kw != "rows")
+      if (!(in >> w >> idx >> rows_kw >> p.table_rows[t] >> kind) || w != "table" || idx != t ||
+          rows_kw != "rows")
         bad("malformed line for table " + std::to_string(t));
       auto& s = p.tables[t];
       if (kind == "table") {
@@ -188,7 +190,8 @@ struct ShardingPlan {
 inline std::vector<std::int64_t> even_bounds(std::int64_t n, int parts) {
   std::vector<std::int64_t> b(static_cast<std::size_t>(parts) + 1, 0);
   const std::int64_t base = n / parts, extra = n % parts;
-  for (int r = 0; r < parts; ++r) b[static_cast<std::size_t>(r) + 1] = b[static_cast<std::size_t>(r)] + base + (r < extra ? 1 : 0);
+  for (int r = 0; r < parts; ++r)
+    b[static_cast<std::size_t>(r) + 1] = b[static_cast<std::size_t>(r)] + base + (r < extra ? 1 : 0);
   return b;
 }
 
@@ -261,13 +264,15 @@ inline ShardingPlan auto_plan(std::vector<std::int64_t> table_rows, std::int32_t
     if (world_size > 1 && static_cast<double>(table_rows[t]) > row_share * total / world_size) {
       p.tables[t] = {ShardKind::Row, 0, even_bounds(table_rows[t], world_size)};
       for (int r = 0; r < world_size; ++r)
-        load[static_cast<std::size_t>(r)] += static_cast<double>(p.tables[t].bounds[static_cast<std::size_t>(r) + 1] -
-                                                                  p.tables[t].bounds[static_cast<std::size_t>(r)]);
+        load[static_cast<std::size_t>(r)] +=
+            static_cast<double>(p.tables[t].bounds[static_cast<std::size_t>(r) + 1] -
+                                p.tables[t].bounds[static_cast<std::size_t>(r)]);
     } else {
       rest.push_back(t);
     }
   }
-  std::stable_sort(rest.begin(), rest.end(), [&](std::size_t a, std::size_t b) { return table_rows[a] > table_rows[b]; });
+  std::stable_sort(rest.begin(), rest.end(),
+                   [&](std::size_t a, std::size_t b) { return table_rows[a] > table_rows[b]; });
   for (std::size_t t : rest) {
     const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     p.tables[t] = {ShardKind::Table, static_cast<int>(r), {}};

@@ -144,8 +144,8 @@ class ShardedEmbedding {
       for (const Piece& p : g.pieces) c.table_rows.push_back(p.rows());
       c.cache_rows = 0;
       if (config_.cache_rows > 0) {
-        const double share = static_cast<double>(config_.cache_rows) * static_cast<double>(g.first_row.back()) /
-                             static_cast<double>(table_off_.back());
+        const double share = static_cast<double>(config_.cache_rows) *
+                             static_cast<double>(g.first_row.back()) / static_cast<double>(table_off_.back());
         c.cache_rows = std::max<std::int64_t>(static_cast<std::int64_t>(std::ceil(share)), Cache::ways);
       }
       locals_.push_back(std::make_unique<local_type>(c));
@@ -177,7 +177,8 @@ class ShardedEmbedding {
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const {
     auto* self = const_cast<ShardedEmbedding*>(this);  // the communicator is not const; the tables are
-    self->agree(kInference, check_batch("forward_inference", indices, offsets, per_sample_weights, pooling, &output),
+    self->agree(kInference,
+                check_batch("forward_inference", indices, offsets, per_sample_weights, pooling, &output),
                 {static_cast<std::int64_t>(pooling), per_sample_weights.empty() ? 0 : 1});
     self->exchange_batch(indices, offsets, per_sample_weights, pooling, output, Mode::Inference);
   }
@@ -203,8 +204,8 @@ class ShardedEmbedding {
     } else {
       for (std::size_t i = 0; i < grad_output.size(); ++i)
         if (!num::is_finite(grad_output[i])) {
-          err = "backward: rank " + rank_str() + ": grad_output[" + std::to_string(i) + "] = " +
-                format_float(grad_output[i]) + " is not finite";
+          err = "backward: rank " + rank_str() + ": grad_output[" + std::to_string(i) +
+                "] = " + format_float(grad_output[i]) + " is not finite";
           break;
         }
     }
@@ -223,18 +224,19 @@ class ShardedEmbedding {
     std::string err = check_rows("set_weights", weights.size(), first_row);
     for (std::size_t i = 0; err.empty() && i < weights.size(); ++i)
       if (!num::is_finite(weights[i]) || weights[i] > Storage::limit || weights[i] < -Storage::limit)
-        err = "set_weights: rank " + rank_str() + ": weights[" + std::to_string(i) + "] = " +
-              format_float(weights[i]) + " is not finite or beyond the format's limit " + format_float(Storage::limit);
+        err = "set_weights: rank " + rank_str() + ": weights[" + std::to_string(i) +
+              "] = " + format_float(weights[i]) + " is not finite or beyond the format's limit " +
+              format_float(Storage::limit);
     agree(kSetWeights, err, {first_row, static_cast<std::int64_t>(weights.size())});
     const std::int64_t count = static_cast<std::int64_t>(weights.size()) / D();
-    for_my_fragments(first_row, count, [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0,
-                                           std::int64_t n) {
-      std::vector<float> buf(static_cast<std::size_t>(n) * p.cols());
-      for (std::int64_t i = 0; i < n; ++i)
-        std::copy_n(weights.data() + (g0 - first_row + i) * D() + p.col_begin, p.cols(),
-                    buf.data() + i * p.cols());
-      locals_[gi]->set_weights(buf, local_row(gi, pi, p, g0));
-    });
+    for_my_fragments(first_row, count,
+                     [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0, std::int64_t n) {
+                       std::vector<float> buf(static_cast<std::size_t>(n) * p.cols());
+                       for (std::int64_t i = 0; i < n; ++i)
+                         std::copy_n(weights.data() + (g0 - first_row + i) * D() + p.col_begin, p.cols(),
+                                     buf.data() + i * p.cols());
+                       locals_[gi]->set_weights(buf, local_row(gi, pi, p, g0));
+                     });
   }
 
   /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)
@@ -246,21 +248,23 @@ class ShardedEmbedding {
                 {first_row, static_cast<std::int64_t>(out.size())});
     const std::int64_t count = static_cast<std::int64_t>(out.size()) / D();
     std::vector<float> mine;
-    for_my_fragments(first_row, count, [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0,
-                                           std::int64_t n) {
-      const std::size_t at = mine.size();
-      mine.resize(at + static_cast<std::size_t>(n) * p.cols());
-      locals_[gi]->get_weights(std::span<float>(mine.data() + at, mine.size() - at), local_row(gi, pi, p, g0));
-    });
+    for_my_fragments(first_row, count,
+                     [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0, std::int64_t n) {
+                       const std::size_t at = mine.size();
+                       mine.resize(at + static_cast<std::size_t>(n) * p.cols());
+                       locals_[gi]->get_weights(std::span<float>(mine.data() + at, mine.size() - at),
+                                                local_row(gi, pi, p, g0));
+                     });
     const int N = size();
     std::vector<float> send;
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(N), static_cast<std::int64_t>(mine.size())), rc(sc.size());
+    std::vector<std::int64_t> sc(static_cast<std::size_t>(N), static_cast<std::int64_t>(mine.size())),
+        rc(sc.size());
     for (int r = 0; r < N; ++r) send.insert(send.end(), mine.begin(), mine.end());
     for (int d = 0; d < N; ++d) {
       std::int64_t n = 0;
-      for_fragments(d, first_row, count, [&](std::size_t, const Piece& p, std::size_t, std::int64_t, std::int64_t k) {
-        n += k * p.cols();
-      });
+      for_fragments(
+          d, first_row, count,
+          [&](std::size_t, const Piece& p, std::size_t, std::int64_t, std::int64_t k) { n += k * p.cols(); });
       rc[static_cast<std::size_t>(d)] = n;
     }
     std::vector<float> recv(static_cast<std::size_t>(sum(rc)));
@@ -268,10 +272,12 @@ class ShardedEmbedding {
                      std::span<const std::int64_t>(rc));
     std::size_t at = 0;
     for (int d = 0; d < N; ++d)
-      for_fragments(d, first_row, count, [&](std::size_t, const Piece& p, std::size_t, std::int64_t g0, std::int64_t n) {
-        for (std::int64_t i = 0; i < n; ++i, at += static_cast<std::size_t>(p.cols()))
-          std::copy_n(recv.data() + at, p.cols(), out.data() + (g0 - first_row + i) * D() + p.col_begin);
-      });
+      for_fragments(d, first_row, count,
+                    [&](std::size_t, const Piece& p, std::size_t, std::int64_t g0, std::int64_t n) {
+                      for (std::int64_t i = 0; i < n; ++i, at += static_cast<std::size_t>(p.cols()))
+                        std::copy_n(recv.data() + at, p.cols(),
+                                    out.data() + (g0 - first_row + i) * D() + p.col_begin);
+                    });
   }
 
   /// Initializes every row uniformly in [low, high) exactly as a single CachedEmbedding
@@ -298,9 +304,10 @@ class ShardedEmbedding {
           buf.resize(static_cast<std::size_t>(n) * p.cols());
           for (std::int64_t i = 0; i < n; ++i) {
             // The core's UniformRows draw for global row table_off + r (kernels.hpp).
-            const num::RowRng rng{config_.seed ^ 0x9e3779b97f4a7c15ull,
-                                  static_cast<std::uint64_t>(table_off_[static_cast<std::size_t>(p.table)] + r0 + i),
-                                  0, num::RoundingSite::Init};
+            const num::RowRng rng{
+                config_.seed ^ 0x9e3779b97f4a7c15ull,
+                static_cast<std::uint64_t>(table_off_[static_cast<std::size_t>(p.table)] + r0 + i), 0,
+                num::RoundingSite::Init};
             for (std::int32_t q = 0; 4 * q < D(); ++q) {
               const num::Uint4 w = rng.draw(static_cast<std::uint32_t>(q));
               for (std::int32_t d = 4 * q; d < D() && d < 4 * q + 4; ++d) {
@@ -333,9 +340,10 @@ class ShardedEmbedding {
   /// The counters summed over all ranks (collective: one MPI_Allreduce).
   CacheStats stats_reduced() const {
     const CacheStats s = stats();
-    std::array<std::uint64_t, 12> v{s.lookups, s.unique_rows, s.hits, s.misses, s.conflict_misses, s.evictions,
-                                    s.writebacks, s.lfu_rejections, s.saturated_rows, s.bytes_filled,
-                                    s.bytes_written_back, s.skipped_steps};
+    std::array<std::uint64_t, 12> v{s.lookups,      s.unique_rows,        s.hits,
+                                    s.misses,       s.conflict_misses,    s.evictions,
+                                    s.writebacks,   s.lfu_rejections,     s.saturated_rows,
+                                    s.bytes_filled, s.bytes_written_back, s.skipped_steps};
     comm_->allreduce_sum(std::span<std::uint64_t>(v));
     return CacheStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
   }
@@ -364,7 +372,8 @@ class ShardedEmbedding {
     const int N = size();
     std::vector<std::uint64_t> send, recv(static_cast<std::size_t>(N) * 5);
     for (int r = 0; r < N; ++r)
-      send.insert(send.end(), {m.store_bytes, m.cache_bytes, m.optimizer_bytes, m.metadata_bytes, m.workspace_bytes});
+      send.insert(send.end(),
+                  {m.store_bytes, m.cache_bytes, m.optimizer_bytes, m.metadata_bytes, m.workspace_bytes});
     std::vector<std::int64_t> c(static_cast<std::size_t>(N), 5);
     comm_->alltoallv(std::span<const std::uint64_t>(send), std::span<const std::int64_t>(c),
                      std::span<std::uint64_t>(recv), std::span<const std::int64_t>(c));
@@ -389,7 +398,8 @@ class ShardedEmbedding {
     std::string err;
     try {
       std::filesystem::create_directories(dir);
-      for (std::size_t gi = 0; gi < locals_.size(); ++gi) locals_[gi]->save(dir / shard_file(rank(), gi, steps_));
+      for (std::size_t gi = 0; gi < locals_.size(); ++gi)
+        locals_[gi]->save(dir / shard_file(rank(), gi, steps_));
     } catch (const std::exception& e) {
       err = "save: rank " + rank_str() + ": " + e.what();
     }
@@ -429,13 +439,14 @@ class ShardedEmbedding {
       const std::string text = s.str();
       const std::string head = "mpe-sharded-checkpoint v1\n";
       const auto split = text.find("mpe-sharding-plan");
-      if (text.rfind(head, 0) != 0 || split == std::string::npos) throw checkpoint_error("not an mpe sharded manifest");
+      if (text.rfind(head, 0) != 0 || split == std::string::npos)
+        throw checkpoint_error("not an mpe sharded manifest");
       std::istringstream meta(text.substr(head.size(), split - head.size()));
       std::string key, storage, cache, rounding, prec;
       meta >> key >> step >> key >> storage >> key >> cache >> key >> rounding >> key >> prec;
       if (storage != Storage::name || cache != Cache::name || rounding != Rounding::name)
-        throw checkpoint_error("manifest policies " + storage + "/" + cache + "/" + rounding + " differ from " +
-                               Storage::name + "/" + Cache::name + "/" + Rounding::name);
+        throw checkpoint_error("manifest policies " + storage + "/" + cache + "/" + rounding +
+                               " differ from " + Storage::name + "/" + Cache::name + "/" + Rounding::name);
       ShardingPlan saved;
       try {
         saved = ShardingPlan::parse(text.substr(split));
@@ -478,11 +489,20 @@ class ShardedEmbedding {
  private:
   struct Group {
     std::int32_t dim = 0;
-    std::vector<Piece> pieces;             // table order
+    std::vector<Piece> pieces;            // table order
     std::vector<std::int64_t> first_row;  // local first row of each piece (+ total)
   };
   enum Kind : std::int64_t {
-    kConstruct = 1, kPrefetch, kForward, kInference, kBackward, kSetWeights, kGetWeights, kInit, kSave, kLoad
+    kConstruct = 1,
+    kPrefetch,
+    kForward,
+    kInference,
+    kBackward,
+    kSetWeights,
+    kGetWeights,
+    kInit,
+    kSave,
+    kLoad
   };
   enum class Mode { Prefetch, Train, Inference };
   struct Forwarded {
@@ -506,25 +526,29 @@ class ShardedEmbedding {
   static void add(CacheStats& a, const CacheStats& b) {
     a.lookups += b.lookups, a.unique_rows += b.unique_rows, a.hits += b.hits, a.misses += b.misses;
     a.conflict_misses += b.conflict_misses, a.evictions += b.evictions, a.writebacks += b.writebacks;
-    a.lfu_rejections += b.lfu_rejections, a.saturated_rows += b.saturated_rows, a.bytes_filled += b.bytes_filled;
+    a.lfu_rejections += b.lfu_rejections, a.saturated_rows += b.saturated_rows,
+        a.bytes_filled += b.bytes_filled;
     a.bytes_written_back += b.bytes_written_back, a.skipped_steps += b.skipped_steps;
   }
   static std::string shard_file(int r, std::size_t g, std::uint64_t step) {
-    return "step" + std::to_string(step) + ".rank" + std::to_string(r) + ".group" + std::to_string(g) + ".mpe";
+    return "step" + std::to_string(step) + ".rank" + std::to_string(r) + ".group" + std::to_string(g) +
+           ".mpe";
   }
   std::string manifest_text() const {
     const char* prec = options_.precision == CommPrecision::Fp32   ? "fp32"
                        : options_.precision == CommPrecision::Fp16 ? "fp16"
                                                                    : "bf16";
-    return "mpe-sharded-checkpoint v1\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name + "\ncache " +
-           Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " + prec + "\n" + plan_.to_string();
+    return "mpe-sharded-checkpoint v1\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name +
+           "\ncache " + Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " + prec + "\n" +
+           plan_.to_string();
   }
 
   /// The agreement step every collective call starts with. `local_error` empty = this
   /// rank is fine; a leading 'L' marks a logic_error, 'C' a checkpoint_error. One
   /// MPI_Allreduce(max) of {lowest failing rank, call kind, params}; on failure the lowest
   /// failing rank broadcasts its message and every rank throws it.
-  void agree(std::int64_t kind, std::string local_error, std::vector<std::int64_t> params = {}, bool runtime = false) {
+  void agree(std::int64_t kind, std::string local_error, std::vector<std::int64_t> params = {},
+             bool runtime = false) {
     const int N = comm_->size(), me = comm_->rank();
     std::vector<std::int64_t> v{local_error.empty() ? 0 : N - me, kind, -kind};
     for (auto p : params) v.push_back(p), v.push_back(-p);
@@ -536,7 +560,8 @@ class ShardedEmbedding {
     if (v[0] > 0) {
       const int root = N - static_cast<int>(v[0]);
       std::vector<char> buf(2048, '\0');
-      if (me == root) std::copy_n(local_error.data(), std::min(local_error.size(), buf.size() - 1), buf.data());
+      if (me == root)
+        std::copy_n(local_error.data(), std::min(local_error.size(), buf.size() - 1), buf.data());
       comm_->broadcast(std::span<char>(buf), root);
       std::string msg(buf.data());
       const char tag = msg.empty() ? ' ' : msg[0];
@@ -552,43 +577,46 @@ class ShardedEmbedding {
   }
 
   /// This rank's validation of its batch (empty = valid), in CachedEmbedding's words.
-  std::string check_batch(const char* fn, std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
-                          std::span<const float> w, Pooling pooling, const std::span<float>* output) const {
+  std::string check_batch(const char* fn, std::span<const std::int64_t> indices,
+                          std::span<const std::int64_t> offsets, std::span<const float> w, Pooling pooling,
+                          const std::span<float>* output) const {
     const std::string who = std::string(fn) + ": rank " + rank_str() + ": ";
     const std::int64_t t_count = T();
     if (offsets.empty() || (offsets.size() - 1) % static_cast<std::size_t>(t_count) != 0)
-      return who + "offsets.size() = " + std::to_string(offsets.size()) + " is not T*B + 1 (T = " +
-             std::to_string(t_count) + ")";
+      return who + "offsets.size() = " + std::to_string(offsets.size()) +
+             " is not T*B + 1 (T = " + std::to_string(t_count) + ")";
     const std::int64_t B = static_cast<std::int64_t>(offsets.size() - 1) / t_count;
     if (offsets[0] != 0) return who + "offsets[0] = " + std::to_string(offsets[0]) + " must be 0";
     for (std::size_t j = 1; j < offsets.size(); ++j)
       if (offsets[j] < offsets[j - 1])
-        return who + "offsets[" + std::to_string(j) + "] = " + std::to_string(offsets[j]) + " is less than offsets[" +
-               std::to_string(j - 1) + "] = " + std::to_string(offsets[j - 1]);
+        return who + "offsets[" + std::to_string(j) + "] = " + std::to_string(offsets[j]) +
+               " is less than offsets[" + std::to_string(j - 1) + "] = " + std::to_string(offsets[j - 1]);
     if (offsets.back() != static_cast<std::int64_t>(indices.size()))
       return who + "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(offsets.back()) +
              " must equal indices.size() = " + std::to_string(indices.size());
     for (std::int64_t j = 0; j < t_count * B; ++j) {
       const std::int64_t t = j / std::max<std::int64_t>(B, 1);
       const std::int64_t rows = config_.table_rows[static_cast<std::size_t>(t)];
-      for (std::int64_t i = offsets[static_cast<std::size_t>(j)]; i < offsets[static_cast<std::size_t>(j) + 1]; ++i)
+      for (std::int64_t i = offsets[static_cast<std::size_t>(j)];
+           i < offsets[static_cast<std::size_t>(j) + 1]; ++i)
         if (indices[static_cast<std::size_t>(i)] < 0 || indices[static_cast<std::size_t>(i)] >= rows)
-          return who + "indices[" + std::to_string(i) + "] = " + std::to_string(indices[static_cast<std::size_t>(i)]) +
-                 " is outside table " + std::to_string(t) + " (" + std::to_string(rows) + " rows; bag " +
-                 std::to_string(j) + ")";
+          return who + "indices[" + std::to_string(i) +
+                 "] = " + std::to_string(indices[static_cast<std::size_t>(i)]) + " is outside table " +
+                 std::to_string(t) + " (" + std::to_string(rows) + " rows; bag " + std::to_string(j) + ")";
     }
     if (!w.empty()) {
       if (pooling == Pooling::Mean) return who + "per_sample_weights need Pooling::Sum";
       if (w.size() != indices.size())
-        return who + "per_sample_weights.size() = " + std::to_string(w.size()) + ", expected indices.size() = " +
-               std::to_string(indices.size());
+        return who + "per_sample_weights.size() = " + std::to_string(w.size()) +
+               ", expected indices.size() = " + std::to_string(indices.size());
       for (std::size_t i = 0; i < w.size(); ++i)
         if (!num::is_finite(w[i]))
-          return who + "per_sample_weights[" + std::to_string(i) + "] = " + format_float(w[i]) + " is not finite";
+          return who + "per_sample_weights[" + std::to_string(i) + "] = " + format_float(w[i]) +
+                 " is not finite";
     }
     if (output && output->size() != static_cast<std::size_t>(B * t_count * D()))
-      return who + "output.size() = " + std::to_string(output->size()) + ", expected B*T*D = " +
-             std::to_string(B * t_count * D());
+      return who + "output.size() = " + std::to_string(output->size()) +
+             ", expected B*T*D = " + std::to_string(B * t_count * D());
     return {};
   }
 
@@ -598,13 +626,14 @@ class ShardedEmbedding {
       return who + "size " + std::to_string(size) + " is not a multiple of D = " + std::to_string(D());
     const std::int64_t n = static_cast<std::int64_t>(size) / D();
     if (first_row < 0 || first_row > total_rows() || n > total_rows() - first_row)
-      return who + "rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + n) + ") leave [0, " +
-             std::to_string(total_rows()) + ")";
+      return who + "rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + n) +
+             ") leave [0, " + std::to_string(total_rows()) + ")";
     return {};
   }
 
   std::int64_t local_row(std::size_t gi, std::size_t pi, const Piece& p, std::int64_t global) const {
-    return my_groups()[gi].first_row[pi] + (global - table_off_[static_cast<std::size_t>(p.table)] - p.row_begin);
+    return my_groups()[gi].first_row[pi] +
+           (global - table_off_[static_cast<std::size_t>(p.table)] - p.row_begin);
   }
   /// Calls fn(group, piece, piece index, first global row, row count) for each piece of
   /// rank r intersecting global rows [first, first + count), groups then pieces in order.
@@ -615,7 +644,8 @@ class ShardedEmbedding {
       for (std::size_t pi = 0; pi < groups[gi].pieces.size(); ++pi) {
         const Piece& p = groups[gi].pieces[pi];
         const std::int64_t base = table_off_[static_cast<std::size_t>(p.table)];
-        const std::int64_t a = std::max(first, base + p.row_begin), b = std::min(first + count, base + p.row_end);
+        const std::int64_t a = std::max(first, base + p.row_begin),
+                           b = std::min(first + count, base + p.row_end);
         if (a < b) fn(gi, p, pi, a, b - a);
       }
   }
@@ -637,8 +667,8 @@ class ShardedEmbedding {
   }
 
   /// All-to-all of FP32 vectors, on the wire in options_.precision.
-  void a2a_vectors(const std::vector<float>& send, const std::vector<std::int64_t>& sc, std::vector<float>& recv,
-                   const std::vector<std::int64_t>& rc) {
+  void a2a_vectors(const std::vector<float>& send, const std::vector<std::int64_t>& sc,
+                   std::vector<float>& recv, const std::vector<std::int64_t>& rc) {
     recv.assign(static_cast<std::size_t>(sum(rc)), 0.0f);
     if (options_.precision == CommPrecision::Fp32) {
       a2a(std::span<const float>(send), sc, std::span<float>(recv), rc, true);
@@ -648,7 +678,8 @@ class ShardedEmbedding {
     std::vector<std::uint16_t> s(send.size()), r(recv.size());
     // Stochastic rounding words: Philox keyed by the seed (salted), counter {element block
     // of this rank's message, rank, exchange number, site 6}: the same on every run.
-    const num::RowRng base{config_.seed ^ 0x5bd1e9955bd1e995ull, 0, static_cast<std::uint32_t>(exchanges_), num::RoundingSite{6}};
+    const num::RowRng base{config_.seed ^ 0x5bd1e9955bd1e995ull, 0, static_cast<std::uint32_t>(exchanges_),
+                           num::RoundingSite{6}};
     for (std::size_t i = 0; i < send.size(); i += 4) {
       num::Uint4 w{};
       if constexpr (Rounding::stochastic) {
@@ -658,12 +689,14 @@ class ShardedEmbedding {
       }
       for (std::size_t k = i; k < std::min(i + 4, send.size()); ++k) {
         const std::uint32_t word = num::word(w, static_cast<int>(k - i));
-        s[k] = half ? num::float_to_half<Rounding>(send[k], word).bits : num::float_to_bf16<Rounding>(send[k], word).bits;
+        s[k] = half ? num::float_to_half<Rounding>(send[k], word).bits
+                    : num::float_to_bf16<Rounding>(send[k], word).bits;
       }
     }
     ++exchanges_;
     a2a(std::span<const std::uint16_t>(s), sc, std::span<std::uint16_t>(r), rc, true);
-    for (std::size_t k = 0; k < r.size(); ++k) recv[k] = half ? num::half_to_float(r[k]) : num::bf16_to_float(r[k]);
+    for (std::size_t k = 0; k < r.size(); ++k)
+      recv[k] = half ? num::half_to_float(r[k]) : num::bf16_to_float(r[k]);
   }
 
   bool takes(const Piece& p, std::int64_t idx) const {
@@ -702,7 +735,8 @@ class ShardedEmbedding {
       m.insert(m.end(), idx.begin(), idx.end());
     }
     // 2. Sizes, then the messages.
-    std::vector<std::int64_t> two(static_cast<std::size_t>(N), 2), hsend, hrecv(2 * static_cast<std::size_t>(N));
+    std::vector<std::int64_t> two(static_cast<std::size_t>(N), 2), hsend,
+        hrecv(2 * static_cast<std::size_t>(N));
     for (int d = 0; d < N; ++d) {
       hsend.push_back(static_cast<std::int64_t>(msg[static_cast<std::size_t>(d)].size()));
       hsend.push_back(static_cast<std::int64_t>(wmsg[static_cast<std::size_t>(d)].size()));
@@ -734,7 +768,8 @@ class ShardedEmbedding {
       for (int s = 0; s < N; ++s) {
         msg_at[static_cast<std::size_t>(s)] = at;
         w_at[static_cast<std::size_t>(s)] = wat;
-        B_of[static_cast<std::size_t>(s)] = rc[static_cast<std::size_t>(s)] > 0 ? recv[static_cast<std::size_t>(at)] : 0;
+        B_of[static_cast<std::size_t>(s)] =
+            rc[static_cast<std::size_t>(s)] > 0 ? recv[static_cast<std::size_t>(at)] : 0;
         at += rc[static_cast<std::size_t>(s)];
         wat += wrc[static_cast<std::size_t>(s)];
       }
@@ -758,7 +793,8 @@ class ShardedEmbedding {
         // Sources' lengths for this group are contiguous per source: (piece, sample).
         std::vector<std::int64_t> loff{0}, lidx;
         std::vector<float> lw;
-        std::vector<std::vector<std::int64_t>> start(np, std::vector<std::int64_t>(static_cast<std::size_t>(N)));
+        std::vector<std::vector<std::int64_t>> start(np,
+                                                     std::vector<std::int64_t>(static_cast<std::size_t>(N)));
         std::vector<std::int64_t> l_base = len_cur, i_base = idx_cur, w_base = widx_cur;
         for (int s = 0; s < N; ++s) {  // index start of (piece, s)
           const auto u = static_cast<std::size_t>(s);
@@ -841,7 +877,8 @@ class ShardedEmbedding {
                        static_cast<std::size_t>(p.table) * static_cast<std::size_t>(D()) +
                        static_cast<std::size_t>(p.col_begin);
             if (p.kind == ShardKind::Row)
-              for (std::int32_t k = 0; k < g.dim; ++k) o[k] = num::add(o[k], vrecv[at + static_cast<std::size_t>(k)]);
+              for (std::int32_t k = 0; k < g.dim; ++k)
+                o[k] = num::add(o[k], vrecv[at + static_cast<std::size_t>(k)]);
             else
               std::copy_n(vrecv.data() + at, g.dim, o);
           }
@@ -851,11 +888,13 @@ class ShardedEmbedding {
     if (f.mean) {
       f.inv_len.resize(static_cast<std::size_t>(Tn * B));
       for (std::int64_t j = 0; j < Tn * B; ++j) {
-        const std::int64_t L = offsets[static_cast<std::size_t>(j) + 1] - offsets[static_cast<std::size_t>(j)];
+        const std::int64_t L =
+            offsets[static_cast<std::size_t>(j) + 1] - offsets[static_cast<std::size_t>(j)];
         const float inv = L > 0 ? num::div(1.0f, static_cast<float>(L)) : 0.0f;
         f.inv_len[static_cast<std::size_t>(j)] = inv;
         if (L == 0) continue;
-        float* o = output.data() + static_cast<std::size_t>(j % B) * TD + static_cast<std::size_t>(j / B) * D();
+        float* o =
+            output.data() + static_cast<std::size_t>(j % B) * TD + static_cast<std::size_t>(j / B) * D();
         for (std::int32_t k = 0; k < D(); ++k) o[k] = num::mul(o[k], inv);
       }
     }
@@ -896,7 +935,8 @@ class ShardedEmbedding {
     const auto& groups = my_groups();
     for (int s = 0; s < N; ++s) {
       std::int64_t n = 0;
-      for (const Group& g : groups) n += static_cast<std::int64_t>(g.pieces.size()) * g.dim * fwd_.B_of[static_cast<std::size_t>(s)];
+      for (const Group& g : groups)
+        n += static_cast<std::int64_t>(g.pieces.size()) * g.dim * fwd_.B_of[static_cast<std::size_t>(s)];
       rc[static_cast<std::size_t>(s)] = n;
     }
     a2a_vectors(send, sc, recv, rc);
@@ -904,7 +944,8 @@ class ShardedEmbedding {
     const std::int64_t Bg = sum(fwd_.B_of);
     std::vector<std::vector<float>> lg(groups.size());
     for (std::size_t gi = 0; gi < groups.size(); ++gi)
-      lg[gi].resize(static_cast<std::size_t>(Bg) * groups[gi].pieces.size() * static_cast<std::size_t>(groups[gi].dim));
+      lg[gi].resize(static_cast<std::size_t>(Bg) * groups[gi].pieces.size() *
+                    static_cast<std::size_t>(groups[gi].dim));
     std::size_t at = 0;
     std::int64_t off = 0;
     for (int s = 0; s < N; ++s) {
@@ -913,11 +954,13 @@ class ShardedEmbedding {
         const std::size_t np = groups[gi].pieces.size(), dl = static_cast<std::size_t>(groups[gi].dim);
         for (std::size_t pi = 0; pi < np; ++pi)
           for (std::int64_t b = 0; b < Bs; ++b, at += dl)
-            std::copy_n(recv.data() + at, dl, lg[gi].data() + (static_cast<std::size_t>(off + b) * np + pi) * dl);
+            std::copy_n(recv.data() + at, dl,
+                        lg[gi].data() + (static_cast<std::size_t>(off + b) * np + pi) * dl);
       }
       off += Bs;
     }
-    for (std::size_t gi = 0; gi < groups.size(); ++gi) locals_[gi]->backward(std::span<const float>(lg[gi]), opt);
+    for (std::size_t gi = 0; gi < groups.size(); ++gi)
+      locals_[gi]->backward(std::span<const float>(lg[gi]), opt);
     opt_kind_ = OptimizerRule<Optimizer>::kind;
     fwd_ = {};
     ++steps_;
@@ -927,8 +970,8 @@ class ShardedEmbedding {
   ShardingPlan plan_;
   Comm* comm_;
   ShardOptions options_;
-  std::vector<std::int64_t> table_off_;       // (T + 1) global first rows
-  std::vector<std::vector<Group>> layouts_;   // every rank's local tables
+  std::vector<std::int64_t> table_off_;      // (T + 1) global first rows
+  std::vector<std::vector<Group>> layouts_;  // every rank's local tables
   std::vector<std::unique_ptr<local_type>> locals_;
   Forwarded fwd_;
   std::int64_t opt_kind_ = 0;
