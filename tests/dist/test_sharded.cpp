@@ -418,6 +418,21 @@ TEST_CASE("a bad input on one rank: every rank throws the same error, no state c
     std::vector<float> small(me == bad ? 3 : out.size());
     expect_all([&] { sh.forward(l.idx, l.off, small); }, "output.size()");
     CHECK(out[0] == 42.0f);  // untouched
+    // Ranks in different calls (forward on rank 0, forward_inference elsewhere): every rank
+    // throws logic_error, nothing runs.
+    if (N > 1) {
+      int mismatch = 0;
+      try {
+        if (me == 0)
+          sh.forward(l.idx, l.off, out);
+        else
+          sh.forward_inference(l.idx, l.off, out);
+      } catch (const std::logic_error& e) {
+        mismatch = std::string(e.what()).find("different collective") != std::string::npos;
+      }
+      CHECK(mismatch == 1);
+      CHECK(out[0] == 42.0f);
+    }
     // Nothing awaits backward: every rank throws logic_error.
     std::vector<float> gl(out.size(), 0.1f);
     int logic = 0;

@@ -550,12 +550,13 @@ class ShardedEmbedding {
   void agree(std::int64_t kind, std::string local_error, std::vector<std::int64_t> params = {},
              bool runtime = false) {
     const int N = comm_->size(), me = comm_->rank();
+    // Fixed size whatever the call, so that ranks in different calls still match.
+    constexpr std::size_t kMaxParams = 4;
+    params.resize(kMaxParams, 0);
     std::vector<std::int64_t> v{local_error.empty() ? 0 : N - me, kind, -kind};
     for (auto p : params) v.push_back(p), v.push_back(-p);
-    v.push_back(static_cast<std::int64_t>(params.size()));
-    v.push_back(-static_cast<std::int64_t>(params.size()));
     comm_->allreduce_max(std::span<std::int64_t>(v));
-    if (v[1] != -v[2] || v.back() != -v[v.size() - 2])
+    if (v[1] != -v[2])
       throw std::logic_error("ShardedEmbedding: ranks called different collective operations");
     if (v[0] > 0) {
       const int root = N - static_cast<int>(v[0]);
