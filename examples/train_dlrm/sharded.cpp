@@ -31,8 +31,8 @@ class ShardedAdapter {
     sh_->forward(lidx_, loff_, local_out_, pooling);
     gather(out);
   }
-  void forward_inference(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
-                         mpe::Pooling pooling) const {
+  void forward_inference(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
+                         std::span<float> out, mpe::Pooling pooling) const {
     auto* self = const_cast<ShardedAdapter*>(this);
     self->slice(idx, off);
     self->local_out_.resize(static_cast<std::size_t>(hi_ - lo_) * TD());
@@ -41,7 +41,8 @@ class ShardedAdapter {
   }
   template <class Opt>
   void backward(std::span<const float> grad, const Opt& opt) {
-    sh_->backward(grad.subspan(static_cast<std::size_t>(lo_) * TD(), static_cast<std::size_t>(hi_ - lo_) * TD()), opt);
+    sh_->backward(
+        grad.subspan(static_cast<std::size_t>(lo_) * TD(), static_cast<std::size_t>(hi_ - lo_) * TD()), opt);
   }
   void reset_stats() { sh_->reset_stats(); }
   mpe::CacheStats stats() const { return sh_->stats_reduced(); }
@@ -59,7 +60,9 @@ class ShardedAdapter {
   }
 
  private:
-  std::size_t TD() const { return static_cast<std::size_t>(sh_->num_tables()) * static_cast<std::size_t>(sh_->dim()); }
+  std::size_t TD() const {
+    return static_cast<std::size_t>(sh_->num_tables()) * static_cast<std::size_t>(sh_->dim());
+  }
   // Samples [lo, hi) of the global batch: the contiguous block of this rank.
   void slice(std::span<const std::int64_t> idx, std::span<const std::int64_t> off) {
     const std::int64_t T = sh_->num_tables(), B = static_cast<std::int64_t>(off.size() - 1) / T;
@@ -79,11 +82,13 @@ class ShardedAdapter {
   // All-gather of the ranks' (B_r, T*D) slices into (B, T*D), in rank order.
   void gather(std::span<float> out) {
     const int N = comm_->size();
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(N), static_cast<std::int64_t>(local_out_.size())), rc;
+    std::vector<std::int64_t> sc(static_cast<std::size_t>(N), static_cast<std::int64_t>(local_out_.size())),
+        rc;
     std::vector<float> send;
     for (int r = 0; r < N; ++r) send.insert(send.end(), local_out_.begin(), local_out_.end());
     for (int r = 0; r < N; ++r)
-      rc.push_back(static_cast<std::int64_t>((B_ * (r + 1) / N - B_ * r / N) * static_cast<std::int64_t>(TD())));
+      rc.push_back(
+          static_cast<std::int64_t>((B_ * (r + 1) / N - B_ * r / N) * static_cast<std::int64_t>(TD())));
     comm_->alltoallv(std::span<const float>(send), std::span<const std::int64_t>(sc), out,
                      std::span<const std::int64_t>(rc));
   }
@@ -129,26 +134,33 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   else
     throw std::invalid_argument("--shard must be table, row, column or auto");
   mpe::dist::ShardOptions opts;
-  if (spec.comm_precision == "fp16") opts.precision = mpe::dist::CommPrecision::Fp16;
-  else if (spec.comm_precision == "bf16") opts.precision = mpe::dist::CommPrecision::Bf16;
+  if (spec.comm_precision == "fp16")
+    opts.precision = mpe::dist::CommPrecision::Fp16;
+  else if (spec.comm_precision == "bf16")
+    opts.precision = mpe::dist::CommPrecision::Bf16;
   Sh sh(cfg, plan, comm, opts);
-  if (comm.rank() == 0 && spec.progress) std::fprintf(stderr, "sharding plan (%s, %d ranks):\n%s", spec.shard.c_str(), N, plan.to_string().c_str());
+  if (comm.rank() == 0 && spec.progress)
+    std::fprintf(stderr, "sharding plan (%s, %d ranks):\n%s", spec.shard.c_str(), N,
+                 plan.to_string().c_str());
   sh.init_uniform(-spec.emb_init, spec.emb_init);
   ShardedAdapter<Sh> emb(sh, comm);
   RunSpec s = spec;
   if (comm.rank() != 0) s.progress = false;  // one rank prints progress
   RunResult r = train_and_eval(s, data, &emb, cache_rows);
   const auto per = sh.memory_per_rank();
-  std::vector<std::uint64_t> bytes{sh.comm_stats().index_bytes, sh.comm_stats().vector_bytes, sh.comm_stats().calls};
+  std::vector<std::uint64_t> bytes{sh.comm_stats().index_bytes, sh.comm_stats().vector_bytes,
+                                   sh.comm_stats().calls};
   comm.allreduce_sum(std::span<std::uint64_t>(bytes));
   if (comm.rank() == 0) {
     for (std::size_t k = 0; k < per.size(); ++k)
-      std::fprintf(stderr, "memory rank %zu: store %s, cache %s, optimizer %s, metadata %s (embedding %s)\n", k,
-                   bytes_mib(per[k].store_bytes).c_str(), bytes_mib(per[k].cache_bytes).c_str(),
+      std::fprintf(stderr, "memory rank %zu: store %s, cache %s, optimizer %s, metadata %s (embedding %s)\n",
+                   k, bytes_mib(per[k].store_bytes).c_str(), bytes_mib(per[k].cache_bytes).c_str(),
                    bytes_mib(per[k].optimizer_bytes).c_str(), bytes_mib(per[k].metadata_bytes).c_str(),
                    bytes_mib(per[k].embedding_bytes()).c_str());
     const double steps = static_cast<double>(std::max<std::uint64_t>(sh.step(), 1));
-    std::fprintf(stderr, "all-to-all bytes per training step (all ranks, self excluded, incl. evaluation): %.0f indices + %.0f vectors\n",
+    std::fprintf(stderr,
+                 "all-to-all bytes per training step (all ranks, self excluded, incl. evaluation): %.0f "
+                 "indices + %.0f vectors\n",
                  static_cast<double>(bytes[0]) / steps, static_cast<double>(bytes[1]) / steps);
   }
   return r;

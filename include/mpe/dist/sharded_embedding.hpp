@@ -92,6 +92,9 @@ struct CommStats {
 /// with no state changed anywhere; misuse (backward without forward, ranks calling
 /// different operations, disagreeing pooling) throws std::logic_error on every rank.
 /// NonFinite::Skip and Validation::Deferred are not supported (std::invalid_argument).
+/// Not covered by the agreement: failures of resources after it (std::bad_alloc, an MPI or
+/// NCCL error in the exchange itself) throw on the failing rank only; the others may then
+/// wait in the next collective (end the job, e.g. MPI_Abort, as for any MPI program).
 ///
 /// Memory space: host (HostBackend). Not thread-safe.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, Communicator Comm,
