@@ -71,7 +71,8 @@ struct CommStats {
 /// (times 1/L for Mean) goes back to the owners, which apply their fused optimizer step.
 ///
 /// Numerics against one CachedEmbedding over all tables with the global batch (same
-/// seed, Fp32 store, or any store with NearestRounding and no cache):
+/// seed, Fp32 store, or a store with NearestRounding and no cache; column shards of
+/// Int8/Int4 rows have their own scale and bias, so column-wise needs a per-element store):
 /// - table-wise: outputs, weights and optimizer state are bit-identical (SGD and
 ///   RowwiseAdagrad): the owner sees every occurrence in global position order.
 /// - row-wise: updates are bit-identical given the same output gradients; a pooled output
