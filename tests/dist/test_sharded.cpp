@@ -249,12 +249,16 @@ TEST_CASE("table-wise: bit-identical to one process (Fp32 store + LRU cache; SGD
   check_equivalence<Fp32, DirectMapped, StochasticRounding>(p, RowwiseAdagrad{0.3f}, 16, Pooling::Sum, true);
 }
 
-TEST_CASE("table-wise and row-wise: bit-identical updates with a quantized store and NearestRounding") {
+TEST_CASE(
+    "quantized stores, NearestRounding, no cache: table/row (Int8, Int4), column (Fp16) bit-identical") {
   const int N = world().size();
   check_equivalence<Int8Rowwise, Lru<4>, NearestRounding>(table_wise_plan(kRows, kD, N), Sgd{0.5f}, 0,
                                                           Pooling::Sum, false);
   check_equivalence<Int4Rowwise, Lru<4>, NearestRounding>(row_wise_plan(kRows, kD, N), RowwiseAdagrad{0.3f},
                                                           0, Pooling::Sum, false);
+  // Column-wise needs a per-element store (an Int8 column shard has its own scale/bias).
+  check_equivalence<Fp16, Lru<4>, NearestRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 0, Pooling::Sum,
+                                                   false);
 }
 
 TEST_CASE("row-wise: updates bit-identical, outputs within the documented reassociation bound") {
