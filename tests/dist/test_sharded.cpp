@@ -232,6 +232,13 @@ TEST_CASE("plans: text round trip, greedy balance, validation") {
   const std::vector<double> lookups{900, 10, 50, 40};
   CHECK(table_wise_plan({37, 211, 13, 120}, kD, 2, lookups).tables[0].owner == 0);
   CHECK(table_wise_plan({37, 211, 13, 120}, kD, 2, lookups).tables[1].owner == 1);
+  // Saved and loaded as text (each rank its own file here).
+  const std::filesystem::path f =
+      std::filesystem::temp_directory_path() /
+      ("mpe_plan_" + std::to_string(getpid()) + "_" + std::to_string(world().rank()) + ".txt");
+  mixed_plan(N).save(f);
+  CHECK(ShardingPlan::load(f) == mixed_plan(N));
+  std::filesystem::remove(f);
   ShardingPlan bad = row_wise_plan(kRows, kD, 2);
   bad.tables[0].bounds[1] = 99;
   CHECK_THROWS_AS(bad.validate(), std::invalid_argument);
