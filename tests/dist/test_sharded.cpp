@@ -581,3 +581,49 @@ TEST_CASE("compressed communication: FP16/BF16 on the wire, half the vector byte
     CHECK(2 * lossy.comm_stats().vector_bytes == exact.comm_stats().vector_bytes);
   }
 }
+
+TEST_CASE("a rank with an empty local batch (B_local = 0) takes part in the step") {
+  MpiComm& comm = world();
+  const int N = comm.size(), me = comm.rank();
+  const std::size_t TD = kRows.size() * kD;
+  for (const ShardingPlan& p : {table_wise_plan(kRows, kD, N), row_wise_plan(kRows, kD, N), mixed_plan(N)}) {
+    ShardedEmbedding<Fp32, Lru<4>, StochasticRounding, MpiComm> sh(config(40), p, comm);
+    CachedEmbedding<Fp32, Lru<4>, StochasticRounding> ref(config(40));
+    const std::vector<float> w0 = initial_weights();
+    sh.set_weights(w0);
+    ref.set_weights(w0);
+    // Rank 0 passes no samples; the global batch is the other ranks' batches.
+    std::vector<Batch> loc;
+    for (int s = 0; s < N; ++s) loc.push_back(s == 0 ? Batch{} : local_batch(s, 4, false));
+    Batch g;
+    std::vector<std::int64_t> first;
+    for (auto& l : loc) first.push_back(g.B), g.B += l.B;
+    for (std::size_t t = 0; t < kRows.size(); ++t)
+      for (auto& l : loc)
+        for (std::int64_t i = 0; i < l.B; ++i) {
+          const auto j = static_cast<std::size_t>(static_cast<std::int64_t>(t) * l.B + i);
+          for (auto q = l.off[j]; q < l.off[j + 1]; ++q) g.idx.push_back(l.idx[static_cast<std::size_t>(q)]);
+          g.off.push_back(static_cast<std::int64_t>(g.idx.size()));
+        }
+    const Batch& l = loc[static_cast<std::size_t>(me)];
+    std::vector<float> og(static_cast<std::size_t>(g.B) * TD), ol(static_cast<std::size_t>(l.B) * TD);
+    if (g.B > 0) ref.forward(g.idx, g.off, og);
+    sh.forward(l.idx, l.off, ol);
+    bool has_row = false;  // row-wise outputs are exact only for single-owner bags
+    for (const auto& ts : p.tables) has_row = has_row || ts.kind == ShardKind::Row;
+    if (!has_row)
+      CHECK(same_bits(ol.data(),
+                      og.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                      ol.size()));
+    const std::vector<float> gg = global_grad(g.B, 4);
+    if (g.B > 0) ref.backward(gg, Sgd{0.5f});
+    sh.backward(
+        std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                               ol.size()),
+        Sgd{0.5f});
+    std::vector<float> a(w0.size()), b(w0.size());
+    ref.get_weights(a);
+    sh.get_weights(b);
+    CHECK(same_bits(a.data(), b.data(), a.size()));
+  }
+}
