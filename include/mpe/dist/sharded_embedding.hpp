@@ -712,7 +712,7 @@ class ShardedEmbedding {
   /// locally, route the vectors back (not for prefetch) and assemble `output`.
   void exchange_batch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                       std::span<const float> w, Pooling pooling, std::span<float> output, Mode mode) {
-    const int N = size(), me = rank();
+    const int N = size();
     const std::int64_t Tn = T(), B = static_cast<std::int64_t>(offsets.size() - 1) / Tn;
     const bool has_w = !w.empty();
     // 1. Messages: to rank d, for its groups and pieces in order, the bag lengths of the B
@@ -908,7 +908,6 @@ class ShardedEmbedding {
       f.B_of = std::move(B_of);
       fwd_ = std::move(f);
     }
-    (void)me;
   }
 
   template <class Optimizer>
