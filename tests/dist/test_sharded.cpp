@@ -239,6 +239,12 @@ TEST_CASE("plans: text round trip, greedy balance, validation") {
   mixed_plan(N).save(f);
   CHECK(ShardingPlan::load(f) == mixed_plan(N));
   std::filesystem::remove(f);
+  // Lookup counts measured on a batch (T = 4 tables, B = 2 bags each).
+  const std::vector<std::int64_t> off{0, 2, 4, 4, 5, 6, 6, 9, 9};  // T = 4, B = 2
+  const std::vector<double> measured = cost_by_lookups(off, 4);
+  CHECK(measured == std::vector<double>{4, 1, 1, 3});
+  CHECK(table_wise_plan(kRows, kD, 2, measured).tables[3].owner == 1);  // 4 on rank 0, then 3 on rank 1
+  CHECK_THROWS_AS(cost_by_lookups(std::vector<std::int64_t>{0, 1, 2}, 4), std::invalid_argument);
   ShardingPlan bad = row_wise_plan(kRows, kD, 2);
   bad.tables[0].bounds[1] = 99;
   CHECK_THROWS_AS(bad.validate(), std::invalid_argument);

@@ -229,6 +229,20 @@ inline std::vector<double> cost_by_bytes(std::span<const std::int64_t> table_row
   return c;
 }
 
+/// Cost per table = lookups measured on a sample batch (CSR as CachedEmbedding takes it:
+/// T*B + 1 offsets, table-major), for table_wise_plan. Throws std::invalid_argument if
+/// offsets.size() - 1 is not a multiple of num_tables.
+inline std::vector<double> cost_by_lookups(std::span<const std::int64_t> offsets, std::size_t num_tables) {
+  if (offsets.empty() || num_tables == 0 || (offsets.size() - 1) % num_tables != 0)
+    throw std::invalid_argument("cost_by_lookups: offsets.size() = " + std::to_string(offsets.size()) +
+                                " is not T*B + 1 for T = " + std::to_string(num_tables));
+  const std::size_t B = (offsets.size() - 1) / num_tables;
+  std::vector<double> c(num_tables);
+  for (std::size_t t = 0; t < num_tables; ++t)
+    c[t] = static_cast<double>(offsets[(t + 1) * B] - offsets[t * B]);
+  return c;
+}
+
 /// Row-wise plan: every table's rows in world_size contiguous blocks (even_bounds).
 inline ShardingPlan row_wise_plan(std::vector<std::int64_t> table_rows, std::int32_t dim, int world_size) {
   ShardingPlan p{world_size, dim, std::move(table_rows), {}};
