@@ -97,7 +97,13 @@ struct CommStats {
 /// NCCL error in the exchange itself) throw on the failing rank only; the others may then
 /// wait in the next collective (end the job, e.g. MPI_Abort, as for any MPI program).
 ///
-/// Memory space: host (HostBackend). Not thread-safe.
+/// Synchronization: every collective call blocks until this rank's part is done (the
+/// communicator's calls are blocking: MPI_Alltoallv, or NcclComm's staged exchange, which
+/// synchronizes its stream); nothing is left in flight when a call returns. Per call:
+/// forward/forward_inference 1 allreduce + 3 all-to-alls (+1 with per-sample weights),
+/// backward 1 allreduce + 1 all-to-all, prefetch 1 allreduce + 2 all-to-alls.
+///
+/// Memory space: host (HostBackend); all spans are host memory. Not thread-safe.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, Communicator Comm,
           class Backend = HostBackend>
 class ShardedEmbedding {
