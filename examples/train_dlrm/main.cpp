@@ -138,6 +138,7 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
 
 RunResult run_one(const RunSpec& s, const DataSetup& d) {
   if (s.storage == "dense") return run_dense_only(s, d);
+  if (s.shard != "none") return run_sharded(s, d);
   if (s.storage == "fp32") return run_fp32(s, d);
   if (s.storage == "fp16") return run_fp16(s, d);
   if (s.storage == "int8") return run_int8(s, d);
@@ -378,6 +379,26 @@ bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, dou
 
 }  // namespace
 
+#ifndef DLRM_WITH_MPI
+namespace dlrm {
+RunResult run_sharded(const RunSpec&, const DataSetup&) { throw std::logic_error("built without MPI"); }
+bool dist_available() { return false; }
+void dist_init(int*, char***) {}
+void dist_finalize() {}
+int dist_rank() { return 0; }
+}  // namespace dlrm
+#endif
+
+namespace {
+// MPI_Finalize on every way out of main once MPI_Init ran.
+struct DistGuard {
+  bool on = false;
+  ~DistGuard() {
+    if (on) dlrm::dist_finalize();
+  }
+};
+}  // namespace
+
 int main(int argc, char** argv) {
   Options o;
   RunSpec base;
@@ -419,6 +440,8 @@ int main(int argc, char** argv) {
   app.add_option("--emb-init", base.emb_init, "embeddings start ~ U(-a, a)")->group(g_train)->check(CLI::PositiveNumber);
   app.add_option("--bottom-mlp", base.bottom_hidden, "bottom MLP hidden sizes (13 -> ... -> D)")->group(g_train)->delimiter(',');
   app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")->group(g_train)->delimiter(',');
+  app.add_option("--shard", base.shard, "run under mpirun -np N: shard the tables table-wise, row-wise, column-wise or auto (mixed); one rank prints")->group(g_train)->check(CLI::IsMember({"none", "table", "row", "column", "auto"}));
+  app.add_option("--comm-precision", base.comm_precision, "with --shard: pooled vectors and their gradients on the wire as fp32, fp16 or bf16 (rounded with --rounding)")->group(g_train)->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->group(g_train)->check(CLI::NonNegativeNumber);
 
   auto* g_out = "Output";
@@ -427,6 +450,21 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "no progress line")->group(g_out);
 
   CLI11_PARSE(app, argc, argv);
+  DistGuard dist;
+  if (base.shard != "none") {
+    if (!dist_available()) {
+      std::cerr << "error: --shard needs train_dlrm built with MPI (apt-get install libopenmpi-dev openmpi-bin)\n";
+      return 1;
+    }
+    dist_init(&argc, &argv);
+    dist.on = true;
+    if (dist_rank() != 0) {  // one rank prints (every rank computes the same results)
+      o.quiet = true;
+      o.json.clear();
+      o.plot.clear();
+      if (!std::freopen("/dev/null", "w", stdout) || !std::freopen("/dev/null", "w", stderr)) return 1;
+    }
+  }
   if (opt_lr->count() && !opt_emb_lr->count()) base.emb_lr = base.lr;
   base.progress = !o.quiet;
   // OpenMP threads serve the library and the per-sample loops (interaction,

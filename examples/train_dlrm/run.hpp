@@ -30,6 +30,8 @@ struct RunSpec {
   std::vector<int> top_hidden{64};
   int eval_batch = 4096;
   bool progress = true;
+  std::string shard = "none";           // none | table | row | column | auto (under mpirun)
+  std::string comm_precision = "fp32";  // sharded: pooled vectors/gradients on the wire (fp32 | fp16 | bf16)
 };
 
 struct RunResult {
@@ -62,5 +64,12 @@ RunResult run_fp16(const RunSpec&, const DataSetup&);
 RunResult run_int8(const RunSpec&, const DataSetup&);
 RunResult run_int4(const RunSpec&, const DataSetup&);
 RunResult run_dense_only(const RunSpec&, const DataSetup&);
+
+// Sharded runs over MPI (sharded.cpp; built when MPI is found, else stubs in main.cpp).
+RunResult run_sharded(const RunSpec&, const DataSetup&);
+bool dist_available();
+void dist_init(int* argc, char*** argv);
+void dist_finalize();
+int dist_rank();
 
 }  // namespace dlrm
