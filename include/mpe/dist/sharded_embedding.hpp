@@ -193,20 +193,22 @@ class ShardedEmbedding {
     self->exchange_batch(indices, offsets, per_sample_weights, pooling, output, Mode::Inference);
   }
 
-  /// Sends grad_output ((B_local, T*D) FP32) to the owners, each applies `optimizer` (Sgd
-  /// or RowwiseAdagrad) to its rows for the last forward(). Throws std::logic_error on every
-  /// rank without a pending forward or for a changed optimizer kind; std::invalid_argument
-  /// for a wrong size, a non-finite gradient or optimizer parameter on any rank.
-  template <class Optimizer>
-  void backward(std::span<const float> grad_output, const Optimizer& optimizer) {
+  /// Sends grad_output ((B_local, T*D) FP32) to the owners, each applies `optimizer` (any
+  /// mpe::Optimizer) to its rows for the last forward(). Throws std::logic_error on every
+  /// rank without a pending forward or for a changed optimizer; std::invalid_argument for a
+  /// wrong size, a non-finite gradient or optimizer parameter on any rank. A finite
+  /// gradient that overflows inside an owner's step (CachedEmbedding::backward) is found
+  /// only there, after the exchange: that owner throws (or skips) alone and the others
+  /// apply their rows (not agreed across ranks).
+  template <Optimizer Opt>
+  void backward(std::span<const float> grad_output, const Opt& optimizer) {
     std::string err;
-    const std::int64_t kind = OptimizerRule<Optimizer>::kind;
+    const std::string name = OptimizerRule<Opt>::name;
     if (!fwd_.valid) {
       err = "Lbackward: rank " + rank_str() + ": no forward() awaiting backward()";
-    } else if (opt_kind_ != 0 && opt_kind_ != kind) {
-      err = "Lbackward: rank " + rank_str() + ": optimizer kind changed from " + std::to_string(opt_kind_) +
-            " to " + std::to_string(kind);
-    } else if (const std::string oe = OptimizerRule<Optimizer>::check(optimizer); !oe.empty()) {
+    } else if (!opt_name_.empty() && opt_name_ != name) {
+      err = "Lbackward: rank " + rank_str() + ": optimizer changed from " + opt_name_ + " to " + name;
+    } else if (const std::string oe = OptimizerRule<Opt>::check(optimizer); !oe.empty()) {
       err = "backward: rank " + rank_str() + ": " + oe;
     } else if (grad_output.size() != static_cast<std::size_t>(fwd_.B) * T() * D()) {
       err = "backward: rank " + rank_str() + ": grad_output.size() = " + std::to_string(grad_output.size()) +
@@ -971,7 +973,7 @@ class ShardedEmbedding {
     }
     for (std::size_t gi = 0; gi < groups.size(); ++gi)
       locals_[gi]->backward(std::span<const float>(lg[gi]), opt);
-    opt_kind_ = OptimizerRule<Optimizer>::kind;
+    opt_name_ = OptimizerRule<Optimizer>::name;
     fwd_ = {};
     ++steps_;
   }
@@ -984,7 +986,7 @@ class ShardedEmbedding {
   std::vector<std::vector<Group>> layouts_;  // every rank's local tables
   std::vector<std::unique_ptr<local_type>> locals_;
   Forwarded fwd_;
-  std::int64_t opt_kind_ = 0;
+  std::string opt_name_;  // OptimizerRule::name of the optimizer in use (empty: none yet)
   std::uint64_t steps_ = 0;
   mutable std::uint64_t exchanges_ = 0;
   mutable CommStats comm_stats_;
