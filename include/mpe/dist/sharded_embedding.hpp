@@ -221,7 +221,9 @@ class ShardedEmbedding {
           break;
         }
     }
-    agree(kBackward, err, {kind});
+    std::uint64_t name_hash = 14695981039346656037ull;  // FNV-1a of the optimizer's name: ranks must agree
+    for (const char ch : name) name_hash = (name_hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    agree(kBackward, err, {static_cast<std::int64_t>(name_hash >> 1)});
     exchange_grad(grad_output, optimizer);
   }
 
