@@ -262,6 +262,21 @@ TEST_CASE("issue case: the TBE/TorchRec INT8 export never decodes above the FP16
   }
   // Without the step-down the scale would be 514 and code 255 would read 65566.
   CHECK(scale < 514.0f);
+  // A row set within +-65504 can read back one INT8 step above it (65504.0078 here): it
+  // exports clamped to 65504; a row farther beyond FP16 is refused.
+  const std::vector<float> near = {65504.0f, -65221.9688f, 63183.4922f, 1.0f, 0, 0, 0, 0};
+  e.set_weights(near);
+  e.get_weights(stored);
+  REQUIRE(stored[0] > 65504.0f);
+  const auto tbe2 = mpe::io::export_table(e, 0, mpe::interop::TbeInference{16});
+  const Decoded d2 = decode(tbe2, 1, 8, 8, true, 16);
+  for (int i = 0; i < 8; ++i) {
+    CHECK(std::fabs(d2.values[static_cast<std::size_t>(i)]) <= 65504.0f);
+    CHECK(std::fabs(d2.values[static_cast<std::size_t>(i)] - stored[static_cast<std::size_t>(i)]) <=
+          d2.scales[0]);
+  }
+  e.set_weights(std::vector<float>{1e5f, 0, 0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_AS(mpe::io::export_table(e, 0, mpe::interop::TbeInference{16}), std::invalid_argument);
 }
 
 TEST_CASE("issue case: FBGEMM's own INT4 rows near the FP16 maximum import saturated and counted") {

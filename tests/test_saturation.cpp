@@ -81,6 +81,14 @@ TEST_CASE("optimizer parameters that cannot be used are named with their value")
   CHECK(message(mpe::RowwiseAdagrad{0.1f, -1.0f}).find("RowwiseAdagrad.eps = -1") != std::string::npos);
   CHECK(message(mpe::RowwiseAdagrad{INFINITY}).find("RowwiseAdagrad.learning_rate = inf") !=
         std::string::npos);
+  // eps = 0 would turn a zero gradient element into 0/0: refused for every Adagrad/Adam form.
+  CHECK(message(mpe::RowwiseAdagrad{0.1f, 0.0f}).find("RowwiseAdagrad.eps = 0 must be finite and > 0") !=
+        std::string::npos);
+  CHECK(message(mpe::Adagrad{0.1f, 0.0f}).find("Adagrad.eps = 0 must be finite and > 0") !=
+        std::string::npos);
+  CHECK(message(mpe::Adam{0.1f, 0.9f, 0.999f, 0.0f}).find("Adam.eps = 0 must be finite and > 0") !=
+        std::string::npos);
+  CHECK(message(mpe::Adam{0.1f, 1.0f}).find("Adam.beta1 = 1 must be in [0, 1)") != std::string::npos);
   // nothing was consumed: the pending forward still trains
   std::vector<float> before(16), after(16);
   e.get_weights(before);
@@ -141,7 +149,9 @@ TEST_CASE("issue case: a gradient that overflows inside the step never turns a r
       // Row 1's gradient is 3e38 + 3e38 = inf (float overflow of finite inputs).
       const OverflowRun t =
           overflow_run(cache_rows, mpe::NonFinite::Throw, v, 3e38f, mpe::RowwiseAdagrad{0.01f});
-      CHECK(t.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") != std::string::npos);
+      CHECK(
+          t.error.find("row 1 (its gradient summed over 2 occurrence(s); table 0, local row 1) overflows") !=
+          std::string::npos);
       CHECK(t.error.find("is inf although grad_output is finite") != std::string::npos);
       CHECK(t.after == t.before);  // no row changed, row 4 (finite) neither
       CHECK(t.step == 0);
@@ -155,13 +165,16 @@ TEST_CASE("issue case: a gradient that overflows inside the step never turns a r
       CHECK(s.step == 0);
       // SGD: the same overflow of the summed gradient is refused the same way.
       const OverflowRun sgd = overflow_run(cache_rows, mpe::NonFinite::Throw, v, 3e38f, mpe::Sgd{0.01f});
-      CHECK(sgd.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") !=
+      CHECK(sgd.error.find(
+                "row 1 (its gradient summed over 2 occurrence(s); table 0, local row 1) overflows") !=
             std::string::npos);
       CHECK(sgd.after == sgd.before);
       // Row-wise Adagrad: a finite gradient whose square overflows makes the state inf.
       const OverflowRun sq =
           overflow_run(cache_rows, mpe::NonFinite::Throw, v, 1e20f, mpe::RowwiseAdagrad{0.01f});
-      CHECK(sq.error.find("row 1 (its gradient summed over 2 occurrence(s)) overflows") != std::string::npos);
+      CHECK(
+          sq.error.find("row 1 (its gradient summed over 2 occurrence(s); table 0, local row 1) overflows") !=
+          std::string::npos);
       CHECK(sq.after == sq.before);
       // A gradient that does not overflow trains as before (row 1: 0.5 - 0.01 * 2 = 0.48).
       const OverflowRun ok = overflow_run(cache_rows, mpe::NonFinite::Throw, v, 1.0f, mpe::Sgd{0.01f});

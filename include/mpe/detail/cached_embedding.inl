@@ -279,11 +279,16 @@ std::string MPE_CE::describe(int check, index_t pos, const index_t* v) const {
              "forward() with the prefetched sizes must pass the prefetched batch";
     case kGrad:
       return "grad_output[" + s(pos) + "] = " + f(v[0]) + " is not finite";
-    case kOverflow:
-      return "row " + s(v[0]) + " (its gradient summed over " + s(v[1]) +
-             " occurrence(s)) overflows in this step: its summed gradient or optimizer update is " + f(v[2]) +
+    case kOverflow: {
+      const auto& first = table_offsets_host_;
+      const auto t =
+          static_cast<index_t>(std::upper_bound(first.begin(), first.end(), v[0]) - first.begin()) - 1;
+      return "row " + s(v[0]) + " (its gradient summed over " + s(v[1]) + " occurrence(s); table " + s(t) +
+             ", local row " + s(v[0] - first[static_cast<std::size_t>(t)]) +
+             ") overflows in this step: its summed gradient, new optimizer state or update is " + f(v[2]) +
              " although grad_output is finite; nothing was updated (scale the loss down, or use "
              "NonFinite::Skip to skip such steps)";
+    }
     default:
       return "unknown check " + s(check);
   }

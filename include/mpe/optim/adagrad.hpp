@@ -34,8 +34,8 @@ struct OptimizerRule<Adagrad> {
     if (!num::is_finite(o.learning_rate)) {
       return "Adagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
     }
-    if (!num::is_finite(o.eps) || o.eps < 0.0f)
-      return "Adagrad.eps = " + format_float(o.eps) + " must be finite and >= 0";
+    if (!num::is_finite(o.eps) || !(o.eps > 0.0f))
+      return "Adagrad.eps = " + format_float(o.eps) + " must be finite and > 0";
     return {};
   }
   static bool state_ok(const float* state, std::int32_t dim) {

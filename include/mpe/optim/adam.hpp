@@ -13,7 +13,9 @@ namespace mpe {
 /// w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), with t the 1-based step of
 /// the object (CachedEmbedding::step() + 1: every applied backward() counts, as FBGEMM's
 /// global iteration; torch.optim.Adam counts per parameter, which for an embedding table
-/// trained every step is the same). State: 2D floats per row, (m_0..m_{D-1}, v_0..v_{D-1}).
+/// trained every step is the same). Sparse ("lazy") like FBGEMM's: only the rows of the
+/// batch are updated; torch.optim.Adam on a dense gradient would also decay the moments of
+/// rows absent from the batch. State: 2D floats per row, (m_0..m_{D-1}, v_0..v_{D-1}).
 struct Adam {
   float learning_rate;
   float beta1 = 0.9f;
@@ -49,8 +51,8 @@ struct OptimizerRule<Adam> {
       return "Adam.beta1 = " + format_float(o.beta1) + " must be in [0, 1)";
     if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))
       return "Adam.beta2 = " + format_float(o.beta2) + " must be in [0, 1)";
-    if (!num::is_finite(o.eps) || o.eps < 0.0f)
-      return "Adam.eps = " + format_float(o.eps) + " must be finite and >= 0";
+    if (!num::is_finite(o.eps) || !(o.eps > 0.0f))
+      return "Adam.eps = " + format_float(o.eps) + " must be finite and > 0";
     return {};
   }
   static bool state_ok(const float* state, std::int32_t dim) {

@@ -35,8 +35,8 @@ struct OptimizerRule<RowwiseAdagrad> {
     if (!num::is_finite(o.learning_rate)) {
       return "RowwiseAdagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
     }
-    if (!num::is_finite(o.eps) || o.eps < 0.0f) {
-      return "RowwiseAdagrad.eps = " + format_float(o.eps) + " must be finite and >= 0";
+    if (!num::is_finite(o.eps) || !(o.eps > 0.0f)) {  // eps = 0 would give 0/0 for a zero gradient
+      return "RowwiseAdagrad.eps = " + format_float(o.eps) + " must be finite and > 0";
     }
     return {};
   }

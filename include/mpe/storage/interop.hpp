@@ -48,7 +48,9 @@
 /// values near +-65504: they round the FP16 scale up, so `FloatToFusedNBitRowwiseQuantizedSBHalf`
 /// of [0, 65504, 0, 0] stores scale 4368 and code 15, which decodes to 65520.
 ///
-/// Export from a row with values beyond FP16 (to the TBE's f16 parameters) throws likewise.
+/// Export from an Int8Rowwise row with values beyond FP16 (to the TBE's f16 parameters) by
+/// more than the row's quantization step throws likewise; within one step (a row set to
+/// +-65504 can read back one rounding above it) the values are clamped to +-65504.
 /// The TBE INT8 re-quantization keeps every code within FP16 as `Int4Rowwise` does: where
 /// bias + 255 * scale would read back above 65504, the FP16 scale just below is taken (the
 /// top values then clamp to code 255, still within one scale). Padding bytes are written as
@@ -270,19 +272,36 @@ void import_one(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t 
   }
 }
 
+/// Throws unless every value of an Int8Rowwise row is within FP16's range, or beyond it by
+/// at most the row's own quantization step (an INT8 row set to +-65504 can read back one
+/// rounding above it); such values are clamped to +-65504 by the export.
+inline void check_int8_fits_fp16(const Int8Rowwise::Reader& r, std::int32_t dim, std::int64_t row) {
+  const float step = std::fabs(r.scale);
+  for (std::int32_t d = 0; d < dim; ++d) {
+    const float x = r[d];
+    if (!(std::fabs(x) <= num::kHalfMax) && !(std::fabs(x) - num::kHalfMax <= step)) {
+      bad_value(row, ("element " + std::to_string(d) + " =").c_str(), x,
+                "FP16 (the TBE's scale and bias; more than one quantization step beyond 65504)");
+    }
+  }
+}
+
 /// Int8Rowwise row -> TBE INT8 codes with f16 scale/bias (nearest re-quantization of the
-/// dequantized values; see the file comment).
+/// dequantized values, clamped to +-65504; see the file comment).
 inline void requantize_int8_fp16(const std::uint8_t* in, std::int32_t dim, std::uint8_t* codes,
                                  std::uint16_t& scale_h, std::uint16_t& bias_h, std::int64_t row) {
   const Int8Rowwise::Reader r(in, dim);
-  float mn = r[0], mx = r[0];
-  for (std::int32_t d = 1; d < dim; ++d) {
+  check_int8_fits_fp16(r, dim, row);
+  const auto value = [&r](std::int32_t d) {
     const float x = r[d];
+    return x > num::kHalfMax ? num::kHalfMax : (x < -num::kHalfMax ? -num::kHalfMax : x);
+  };
+  float mn = value(0), mx = value(0);
+  for (std::int32_t d = 1; d < dim; ++d) {
+    const float x = value(d);
     mn = x < mn ? x : mn;
     mx = x > mx ? x : mx;
   }
-  if (!(std::fabs(mn) <= num::kHalfMax)) bad_value(row, "value", mn, "the TBE's FP16 bias");
-  if (!(std::fabs(mx) <= num::kHalfMax)) bad_value(row, "value", mx, "the TBE's FP16 bias");
   scale_h = 0;
   if (mx == mn) {
     bias_h = num::float_to_half<NearestRounding>(mn).bits;
@@ -297,7 +316,7 @@ inline void requantize_int8_fp16(const std::uint8_t* in, std::int32_t dim, std::
   if (num::add(num::mul(num::half_to_float(scale_h), 255.0f), bias) > num::kHalfMax) --scale_h;
   const float inv = num::div(1.0f, num::half_to_float(scale_h));
   for (std::int32_t d = 0; d < dim; ++d) {
-    float q = num::rint_even(num::mul(num::sub(r[d], bias), inv));
+    float q = num::rint_even(num::mul(num::sub(value(d), bias), inv));
     q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
     codes[d] = static_cast<std::uint8_t>(q);
   }
@@ -418,10 +437,7 @@ void export_table(const Layout& layout, std::span<const std::uint8_t> store, std
   detail::check_size("out", out.size(), static_cast<std::size_t>(rows) * eb);
   if constexpr (std::is_same_v<Layout, TbeInference> && std::is_same_v<S, Int8Rowwise>) {
     for (std::int64_t r = 0; r < rows; ++r) {  // validate first: FP16 parameters must hold every value
-      const Int8Rowwise::Reader rd(store.data() + r * sb, dim);
-      for (std::int32_t d = 0; d < dim; ++d) {
-        if (!(std::fabs(rd[d]) <= num::kHalfMax)) detail::bad_value(r, "value", rd[d], "the TBE's FP16 bias");
-      }
+      detail::check_int8_fits_fp16(Int8Rowwise::Reader(store.data() + r * sb, dim), dim, r);
     }
   }
   for (std::int64_t r = 0; r < rows; ++r) {
