@@ -14,7 +14,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference/storage_row.hpp"
+
 namespace {
+
+using ref::dequant;
+using ref::new_row;
+using ref::quant;
 
 template <class S, class R>
 struct Combo {
@@ -154,24 +160,6 @@ double allowed_error(const std::vector<double>& xs, int d, const std::uint8_t* r
     const double slack = 16 * kU * big + 4 * qmax * 0x1p-149;
     return (st ? qp.scale : qp.scale / 2) + slack;
   }
-}
-
-template <class S>
-std::vector<std::uint8_t> new_row(int D) {
-  return std::vector<std::uint8_t>(mpe::row_bytes<S>(D, 4), 0xAB);
-}
-
-template <class S, class R>
-bool quant(const std::vector<float>& x, std::vector<std::uint8_t>& row, const mpe::num::RowRng& rng) {
-  return S::template store<R>(x.data(), static_cast<std::int32_t>(x.size()), row.data(), rng);
-}
-
-template <class S>
-std::vector<float> dequant(const std::vector<std::uint8_t>& row, int D) {
-  const typename S::Reader r(row.data(), D);
-  std::vector<float> out(static_cast<std::size_t>(D));
-  for (int d = 0; d < D; ++d) out[static_cast<std::size_t>(d)] = r[d];
-  return out;
 }
 
 /// Stores x, then checks: Reader == independent decoder (bitwise); every element within

@@ -21,7 +21,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference/storage_row.hpp"
+
 namespace {
+
+using ref::dequant;
+using ref::new_row;
+using ref::quant;
 
 template <class S, class R>
 struct Combo {
@@ -134,24 +140,6 @@ float ref_decode(const std::uint8_t* row, int D, int d) {
 double sanitized(float x) {
   if (std::isnan(x)) return 0.0;
   return std::clamp(static_cast<double>(x), -static_cast<double>(FLT_MAX), static_cast<double>(FLT_MAX));
-}
-
-template <class S>
-std::vector<std::uint8_t> new_row(int D) {
-  return std::vector<std::uint8_t>(mpe::row_bytes<S>(D, 4), 0xAB);
-}
-
-template <class S, class R>
-bool quant(const std::vector<float>& x, std::vector<std::uint8_t>& row, const mpe::num::RowRng& rng) {
-  return S::template store<R>(x.data(), static_cast<std::int32_t>(x.size()), row.data(), rng);
-}
-
-template <class S>
-std::vector<float> dequant(const std::vector<std::uint8_t>& row, int D) {
-  const typename S::Reader r(row.data(), D);
-  std::vector<float> out(static_cast<std::size_t>(D));
-  for (int d = 0; d < D; ++d) out[static_cast<std::size_t>(d)] = r[d];
-  return out;
 }
 
 /// Stores x and checks: Reader == independent decoder (bitwise); no NaN/Inf code; the

@@ -49,13 +49,7 @@ class ShardedAdapter {
   mpe::MemoryFootprint memory() const {
     const auto per = sh_->memory_per_rank();
     mpe::MemoryFootprint m;
-    for (const auto& x : per) {
-      m.store_bytes += x.store_bytes;
-      m.cache_bytes += x.cache_bytes;
-      m.optimizer_bytes += x.optimizer_bytes;
-      m.metadata_bytes += x.metadata_bytes;
-      m.workspace_bytes += x.workspace_bytes;
-    }
+    for (const auto& x : per) m += x;
     return m;
   }
 

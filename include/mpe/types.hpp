@@ -79,6 +79,15 @@ struct MemoryFootprint {
   std::size_t total() const {
     return store_bytes + cache_bytes + optimizer_bytes + metadata_bytes + workspace_bytes;
   }
+  /// Adds another footprint field by field (e.g. the shards of a sharded table).
+  MemoryFootprint& operator+=(const MemoryFootprint& o) {
+    store_bytes += o.store_bytes;
+    cache_bytes += o.cache_bytes;
+    optimizer_bytes += o.optimizer_bytes;
+    metadata_bytes += o.metadata_bytes;
+    workspace_bytes += o.workspace_bytes;
+    return *this;
+  }
 };
 
 /// Thrown by load() for a checkpoint file that fails verification. (The FBGEMM/TorchRec

@@ -78,7 +78,7 @@ std::vector<std::pair<std::size_t, std::size_t>> section_spans(const std::vector
     std::uint64_t len;
     std::memcpy(&len, b.data() + p, 8);
     p += 8;
-    if (len > b.size() - p) return {};
+    if (len > b.size() - p || b.size() - p - len < 4) return {};  // payload and its CRC
     out.emplace_back(p, static_cast<std::size_t>(len));
     p += static_cast<std::size_t>(len) + 4;
   }

@@ -370,14 +370,7 @@ class ShardedEmbedding {
   /// This rank's allocation (sum over its local tables; local).
   MemoryFootprint memory() const {
     MemoryFootprint m;
-    for (const auto& l : locals_) {
-      const MemoryFootprint x = l->memory();
-      m.store_bytes += x.store_bytes;
-      m.cache_bytes += x.cache_bytes;
-      m.optimizer_bytes += x.optimizer_bytes;
-      m.metadata_bytes += x.metadata_bytes;
-      m.workspace_bytes += x.workspace_bytes;
-    }
+    for (const auto& l : locals_) m += l->memory();
     return m;
   }
   /// Every rank's memory() on every rank, indexed by rank (collective: one all-to-all).
