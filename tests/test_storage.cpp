@@ -470,3 +470,30 @@ TEST_CASE_TEMPLATE("store: the code of the row maximum never wraps past the top 
     }
   }
 }
+
+TEST_CASE("Int4Rowwise: a range so small that range / 15 underflows FP32 still gets a positive scale") {
+  // Found by the checkpoint fuzzer: [2^-149, 0, 0] made (max - bias) / 15 round to 0, so the
+  // FP16 scale was 0 and its inverse inf, and the code of x == bias became 0 * inf = NaN.
+  for (const std::vector<float>& x :
+       {std::vector<float>{0x1p-149f, 0.0f, 0.0f}, std::vector<float>{0.0f, -0x1p-149f},
+        std::vector<float>{0x1p-148f, 0x1p-149f, 0x1p-148f, 0.0f}}) {
+    const int D = static_cast<int>(x.size());
+    auto row = new_row<mpe::Int4Rowwise>(D);
+    for (bool stochastic : {false, true}) {
+      const mpe::num::RowRng rng{3, 1, 0, mpe::num::RoundingSite::StoreUpdate};
+      if (stochastic) {
+        quant<mpe::Int4Rowwise, mpe::StochasticRounding>(x, row, rng);
+      } else {
+        quant<mpe::Int4Rowwise, mpe::NearestRounding>(x, row, rng);
+      }
+      const std::size_t nb = static_cast<std::size_t>(D + 1) / 2;
+      const std::uint16_t scale_bits = static_cast<std::uint16_t>(row[nb] | row[nb + 1] << 8);
+      CHECK(scale_bits == 1);  // 2^-24, the smallest FP16 scale
+      const auto back = dequant<mpe::Int4Rowwise>(row, D);
+      for (int d = 0; d < D; ++d) {
+        CHECK(std::isfinite(back[static_cast<std::size_t>(d)]));
+        CHECK(std::fabs(back[static_cast<std::size_t>(d)] - x[static_cast<std::size_t>(d)]) <= 0x1p-24f);
+      }
+    }
+  }
+}

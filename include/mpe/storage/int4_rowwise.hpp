@@ -56,9 +56,12 @@ struct Int4Rowwise {
       bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
       const float bias = num::half_to_float(bias_h);
       scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 15.0f)).bits;
+      // A range below 15 * 2^-150 makes the FP32 division underflow to 0: take the smallest
+      // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
+      if (scale_h == 0) scale_h = 1;
       // Keep the largest code inside the format's range (the FP16 grid below a positive
       // half is its bit pattern minus one; 15 * scale is exact in FP32).
-      if (num::add(num::mul(num::half_to_float(scale_h), 15.0f), bias) > limit) --scale_h;
+      if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), 15.0f), bias) > limit) --scale_h;
       const float inv = num::div(1.0f, num::half_to_float(scale_h));
       bool ignored = false;
       detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
