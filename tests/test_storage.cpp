@@ -18,15 +18,10 @@
 
 namespace {
 
+using ref::Combo;
 using ref::dequant;
 using ref::new_row;
 using ref::quant;
-
-template <class S, class R>
-struct Combo {
-  using Storage = S;
-  using Rounding = R;
-};
 
 #define MPE_ALL_COMBOS                                                                                 \
   Combo<mpe::Fp32, mpe::NearestRounding>, Combo<mpe::Fp32, mpe::StochasticRounding>,                   \

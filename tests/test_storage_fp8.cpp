@@ -25,15 +25,10 @@
 
 namespace {
 
+using ref::Combo;
 using ref::dequant;
 using ref::new_row;
 using ref::quant;
-
-template <class S, class R>
-struct Combo {
-  using Storage = S;
-  using Rounding = R;
-};
 
 #define MPE_FP8_COMBOS                                                                                   \
   Combo<mpe::Fp8E4M3Rowwise, mpe::NearestRounding>, Combo<mpe::Fp8E4M3Rowwise, mpe::StochasticRounding>, \

@@ -8,6 +8,13 @@
 
 namespace ref {
 
+/// One Storage x Rounding combination, for typed test lists.
+template <class S, class R>
+struct Combo {
+  using Storage = S;
+  using Rounding = R;
+};
+
 /// One store row of format S (row_alignment 4), every byte 0xAB.
 template <class S>
 std::vector<std::uint8_t> new_row(int D) {
