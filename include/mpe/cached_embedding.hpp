@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mpe/backend/backend.hpp"
 #include "mpe/backend/buffer.hpp"
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/cache/cache_ref.hpp"
@@ -64,11 +65,15 @@ struct CheckpointAccess;
 /// set_weights(), load() and synchronize() do.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend>
 class CachedEmbedding {
+  static_assert(ExecutionBackend<Backend>,
+                "mpe::CachedEmbedding: Backend does not provide the ExecutionBackend members "
+                "(mpe/backend/backend.hpp)");
+
  public:
-  using storage_type = Storage;
-  using cache_policy = Cache;
-  using rounding_type = Rounding;
-  using backend_type = Backend;
+  using storage_type = Storage;    ///< the store's row format (a StoragePolicy)
+  using cache_policy = Cache;      ///< the cache's replacement policy (a CachePolicy)
+  using rounding_type = Rounding;  ///< rounding of every write to the store (a RoundingPolicy)
+  using backend_type = Backend;    ///< where memory lives and functors run (an ExecutionBackend)
 
   /// Builds the store (zero rows: every element reads 0), an empty cache and the
   /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
