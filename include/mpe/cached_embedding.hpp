@@ -30,6 +30,9 @@ namespace mpe {
 namespace detail {
 struct CheckpointAccess;
 }
+namespace io {
+struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits above the core)
+}
 
 /// Table-batched embedding bags in mixed precision.
 ///
@@ -159,14 +162,25 @@ class CachedEmbedding {
   void flush();
 
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
-  /// fsync). Throws std::runtime_error (std::system_error) on I/O failure; the previous
-  /// file is then untouched.
-  void save(const std::filesystem::path& path) const;
+  /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
+  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
+  /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
+  /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
+  /// leave the default.
+  template <class Io = io::CheckpointFile>
+  void save(const std::filesystem::path& path) const {
+    Io::save(*this, path);
+  }
 
   /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
-  /// version, policies, shapes, checksums). Throws mpe::checkpoint_error for a bad file,
-  /// leaving the object unchanged.
-  void load(const std::filesystem::path& path);
+  /// version, policies, shapes, checksums, every value in its format's range, the
+  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file, leaving the
+  /// object unchanged; throws a pending deferred error first (like set_weights()).
+  /// Defined in mpe/io/checkpoint.hpp (see save()).
+  template <class Io = io::CheckpointFile>
+  void load(const std::filesystem::path& path) {
+    Io::load(*this, path);
+  }
 
   /// Cumulative counters (see CacheStats). Reads them from backend memory (waits for
   /// queued work).
@@ -219,6 +233,7 @@ class CachedEmbedding {
 
  private:
   friend struct detail::CheckpointAccess;
+  friend struct io::CheckpointFile;
   using IBuf = detail::Buffer<index_t, Backend>;
   static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
 
@@ -291,4 +306,3 @@ class CachedEmbedding {
 }  // namespace mpe
 
 #include "mpe/detail/cached_embedding.inl"
-#include "mpe/detail/checkpoint.inl"

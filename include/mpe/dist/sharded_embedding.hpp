@@ -25,6 +25,7 @@
 #include "mpe/cached_embedding.hpp"
 #include "mpe/dist/comm.hpp"
 #include "mpe/dist/plan.hpp"
+#include "mpe/io/checkpoint.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/half.hpp"
 #include "mpe/numeric/philox.hpp"
