@@ -85,7 +85,14 @@ class CachedEmbedding {
   /// that is not a power of two in [1, 4096].
   explicit CachedEmbedding(const EmbeddingConfig& config, Backend backend = {});
 
+  /// Takes over the other object's store, cache, optimizer state, counters and pending
+  /// batch: no allocation, no copy of backend memory, no wait. The moved-from object may
+  /// only be destroyed or assigned to; views taken from it (ref(), cache_ref()) are no
+  /// longer valid. Not copyable.
   CachedEmbedding(CachedEmbedding&&) noexcept = default;
+  /// Takes over the other object's state as the move constructor does and frees this
+  /// object's previous memory (Backend::deallocate: CudaBackend's cudaFree waits for the
+  /// device).
   CachedEmbedding& operator=(CachedEmbedding&&) noexcept = default;
 
   /// Replaces global rows [first_row, first_row + weights.size() / D) with `weights`
@@ -200,13 +207,23 @@ class CachedEmbedding {
   MemoryFootprint memory() const;
 
   // ---- introspection ----
+  /// The configuration given to the constructor (host memory, no wait). cache_rows is the
+  /// requested capacity (cache_slots() is the one built); load() replaces seed with the
+  /// checkpoint's.
   const EmbeddingConfig& config() const { return config_; }
+  /// The backend every allocation and call of this object goes through (its own copy of
+  /// the constructor's argument).
   const Backend& backend() const { return backend_; }
+  /// T, the number of tables (config().table_rows.size()).
   std::int64_t num_tables() const { return static_cast<std::int64_t>(config_.table_rows.size()); }
+  /// Rows of all tables together: global rows are [0, total_rows()).
   std::int64_t total_rows() const { return total_rows_; }
+  /// D, elements (FP32 values) per row, the same for every table.
   std::int32_t dim() const { return config_.dim; }
   /// Bytes of one stored row including padding.
   std::size_t store_row_bytes() const { return stride_; }
+  /// Cache sets: floor(C / Ways), C = min(cache_rows, total rows rounded up to Ways); 0
+  /// without a cache.
   std::int64_t num_sets() const { return num_sets_; }
   /// Cache capacity in rows (num_sets * Ways).
   std::int64_t cache_slots() const { return num_sets_ * Cache::ways; }

@@ -9,22 +9,28 @@
 /// asynchronous). A new backend (another accelerator, a pinned-host/UVM variant, a thread
 /// pool) provides the members below and nothing else; no library file needs an edit.
 ///
-/// | member | contract |
-/// |---|---|
-/// | `static constexpr bool device_spans` | true when indices, offsets, outputs and gradients passed to
-/// CachedEmbedding live in the backend's memory (false: host memory) | | `static constexpr bool asynchronous`
-/// | true when calls only queue work; reading backend memory then needs `copy_to_host` (which waits) | |
-/// `static constexpr const char* name` | shown in messages and benchmark names | | `allocate(bytes,
-/// MemoryPurpose)` / `deallocate(p, bytes, MemoryPurpose)` | backend memory, 64-byte aligned at least;
-/// allocate throws std::bad_alloc or std::runtime_error, never returns null | | `copy_to_host(dst, src,
-/// bytes)` | backend to host; returns when the bytes are on the host (waits for queued work) | |
-/// `copy_from_host(dst, src, bytes)`, `copy(dst, src, bytes)`, `fill_bytes(dst, value, bytes)` | host to
-/// backend, backend to backend, memset; may be queued | | `synchronize()` | waits for all queued work | |
-/// `for_each(n, f)` | calls `f(i)` once for every i in [0, n), in any order and concurrently; f writes
-/// disjoint outputs (integer atomics allowed) | | `stable_sort_by_key(keys, values, n)` | stable: equal keys
-/// keep their order, so the result does not depend on the thread or block count | | `exclusive_scan(in, out,
-/// n)` | integers only (exact in any order) | | `reduce_to(n, f, out)` | `*out` (backend memory) = sum of
-/// f(i) over [0, n) for an integer or integer-aggregate type; exact in any order |
+/// The members and their contracts:
+/// - `static constexpr bool device_spans`: true when the indices, offsets, outputs and
+///   gradients passed to CachedEmbedding live in the backend's memory (false: host memory).
+/// - `static constexpr bool asynchronous`: true when calls only queue work; reading backend
+///   memory then needs `copy_to_host` (which waits).
+/// - `static constexpr const char* name`: shown in messages and benchmark names.
+/// - `allocate(bytes, MemoryPurpose)` / `deallocate(p, bytes, MemoryPurpose)`: backend
+///   memory, 64-byte aligned at least; allocate throws std::bad_alloc or
+///   std::runtime_error, never returns null.
+/// - `copy_to_host(dst, src, bytes)`: backend to host; returns when the bytes are on the
+///   host (waits for queued work).
+/// - `copy_from_host(dst, src, bytes)`, `copy(dst, src, bytes)` and
+///   `fill_bytes(dst, value, bytes)`: host to backend, backend to backend, memset; may be
+///   queued.
+/// - `synchronize()`: waits for all queued work.
+/// - `for_each(n, f)`: calls `f(i)` once for every i in [0, n), in any order and
+///   concurrently; f writes disjoint outputs (integer atomics allowed).
+/// - `stable_sort_by_key(keys, values, n)`: stable: equal keys keep their order, so the
+///   result does not depend on the thread or block count.
+/// - `exclusive_scan(in, out, n)`: integers only (exact in any order).
+/// - `reduce_to(n, f, out)`: `*out` (backend memory) = sum of f(i) over [0, n) for an
+///   integer or integer-aggregate type; exact in any order.
 ///
 /// Float math never goes through a backend primitive: every float reduction is written in
 /// the functors in one fixed order (docs/numerics.md), which is why any backend that meets
@@ -43,10 +49,12 @@ namespace mpe {
 namespace backend_probe {
 /// A per-item functor of the shape mpe's kernels have (used only to check the concept).
 struct Item {
+  /// Does nothing for item i: only its signature matters (`for_each(n, f)`).
   MPE_HOST_DEVICE void operator()(index_t) const {}
 };
 /// An integer-valued per-item functor (used only to check the concept).
 struct Count {
+  /// Returns 1 for every item: only its signature matters (`reduce_to(n, f, out)`).
   MPE_HOST_DEVICE std::int64_t operator()(index_t) const { return 1; }
 };
 }  // namespace backend_probe
