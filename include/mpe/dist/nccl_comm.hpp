@@ -129,6 +129,12 @@ class NcclComm {
   char* stage(std::size_t bytes) {
     bytes = align(bytes) + 256;
     if (bytes > staging_bytes_) {
+      int previous = 0;  // the caller's current device, restored on the way out
+      cuda(cudaGetDevice(&previous), "cudaGetDevice");
+      struct Restore {
+        int device;
+        ~Restore() { cudaSetDevice(device); }
+      } restore{previous};
       cuda(cudaSetDevice(device_), "cudaSetDevice");
       cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       if (staging_) cudaFree(staging_);
