@@ -68,7 +68,7 @@ struct Int8Rowwise {
     detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
     const float range = num::sub(mx, mn);
     float scale = num::div(range, 255.0f);
-    if (!(scale > 0.0f)) {  // constant row, or a range too small for a normal scale
+    if (!(scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0
       scale = 0.0f;
       for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
     } else {
