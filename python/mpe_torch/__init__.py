@@ -1,0 +1,349 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mpe_torch: PyTorch table-batched embedding bags over mpe's mixed-precision cached embeddings.
+
+``TableBatchedEmbeddingBags`` keeps its tables in mpe's low-precision store (fp32, fp16, int8
+or int4 row-wise) with an optional FP32 LRU cache of hot rows, takes FBGEMM TBE's input
+(table-major int64 CSR) and returns the pooled vectors as a ``(B, sum D_t)`` float32 tensor.
+The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
+the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
+
+Everything runs on the CPU (mpe's host backend, OpenMP). Tensors of the wrong dtype raise
+``TypeError``; of the wrong device, shape, number of dimensions or contiguity ``ValueError``;
+they are never converted. mpe's own errors arrive as ``ValueError`` (``std::invalid_argument``:
+bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic_error``:
+misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
+``RuntimeError``: a state that fails mpe's checkpoint verification).
+"""
+import torch
+from torch import nn
+
+from . import _C
+
+__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "STORAGES", "CACHES",
+           "ROUNDINGS", "OPTIMIZERS"]
+
+CheckpointError = _C.CheckpointError
+
+STORAGES = ("fp32", "fp16", "int8", "int4")
+CACHES = ("none", "lru")
+ROUNDINGS = ("stochastic", "nearest")
+OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+_DEFAULT_EPS = {"sgd": 1e-8, "rowwise_adagrad": 1e-8, "adagrad": 1e-10, "adam": 1e-8}
+_CACHE_WAYS = 32  # Lru<32>
+_STATE_FORMAT = 1
+
+
+def built_combinations():
+    """The storage/cache/rounding combinations compiled into this build, as strings
+    ``"int8/lru/stochastic"``. Cache ``none`` is ``Lru<32>`` with no cache rows."""
+    return list(_C.built_combinations())
+
+
+def _name(x, what):
+    """Accepts a string or an enum (e.g. fbgemm_gpu's PoolingMode.SUM) by its name."""
+    if isinstance(x, str):
+        return x.lower()
+    name = getattr(x, "name", None)
+    if isinstance(name, str):
+        return name.lower()
+    raise TypeError(f"mpe_torch: {what} must be a string, got {type(x).__name__}")
+
+
+class _TbeFunction(torch.autograd.Function):
+    """Training forward; backward runs the fused optimizer step and returns no gradient."""
+
+    @staticmethod
+    def forward(ctx, anchor, tbe, indices, offsets, per_sample_weights):
+        out = tbe.forward(indices, offsets, per_sample_weights, True)
+        ctx.tbe = tbe
+        ctx.forward_id = tbe.forward_id
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output):
+        # Autograd may hand over an expanded or otherwise strided gradient (e.g. from
+        # out.sum()); the fused step needs it dense and row-major.
+        ctx.tbe.backward(grad_output.contiguous(), ctx.forward_id)
+        return None, None, None, None, None
+
+
+class TableBatchedEmbeddingBags(nn.Module):
+    r"""Table-batched embedding bags in mixed precision, with a fused optimizer (CPU).
+
+    Args:
+        specs: list of ``(rows, D)`` pairs, one per table (T tables), like FBGEMM TBE's
+            ``embedding_specs``. Tables may have different D: the module then holds one mpe
+            ``CachedEmbedding`` per distinct D ("group": groups in order of first appearance,
+            tables inside a group in spec order) and scatters each group's pooled vectors into
+            the table's columns of the output (a copy of the output, of the gradient and of the
+            indices per step; one set of workspaces and one cache per group).
+        storage: ``"fp32"``, ``"fp16"``, ``"int8"`` (FBGEMM fused 8-bit row-wise) or ``"int4"``
+            (fused 4-bit row-wise).
+        cache: ``"none"`` or ``"lru"`` (``Lru<32>``: 32-way set-associative FP32 cache).
+        cache_fraction: cache rows as a fraction of each group's rows (rounded; at least 32
+            when > 0). 0 with ``cache="lru"`` means no cache; > 0 needs ``cache="lru"``.
+        rounding: ``"stochastic"`` or ``"nearest"``: how every write to the store rounds.
+        optimizer: ``"sgd"``, ``"rowwise_adagrad"`` (FBGEMM's EXACT_ROWWISE_ADAGRAD),
+            ``"adagrad"`` or ``"adam"`` (sparse/lazy, FBGEMM's ADAM), fused into backward.
+        learning_rate: the optimizer's learning rate (change it with ``set_learning_rate``).
+        eps: the optimizer's epsilon; default 1e-8 (rowwise_adagrad, adam) or 1e-10 (adagrad).
+        beta1, beta2: Adam's moment decays.
+        pooling_mode: ``"sum"`` or ``"mean"`` (or fbgemm_gpu's ``PoolingMode.SUM`` / ``.MEAN``).
+        seed: seed of the stochastic-rounding stream and of ``init_uniform``; group 0 uses it
+            as given, other groups a stream derived from it.
+
+    The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
+
+    Raises:
+        ValueError: bad specs or hyperparameters (mpe's message), unknown names, or a
+            storage/cache/rounding combination that is not built (the message lists the
+            built ones, see ``built_combinations()``).
+        TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs.
+    """
+
+    def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
+                 optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
+                 seed=0):
+        super().__init__()
+        pairs = []
+        try:
+            spec_list = list(specs)
+        except TypeError:
+            raise TypeError("mpe_torch: specs must be a list of (rows, D) pairs") from None
+        for t, s in enumerate(spec_list):
+            try:
+                rows, dim = s
+            except (TypeError, ValueError):
+                raise TypeError(f"mpe_torch: specs[{t}] = {s!r} is not a (rows, D) pair") from None
+            if isinstance(rows, bool) or isinstance(dim, bool) or not all(
+                    isinstance(v, int) or (torch.is_tensor(v) and v.dim() == 0 and not v.is_floating_point())
+                    for v in (rows, dim)):
+                raise TypeError(f"mpe_torch: specs[{t}] = {s!r}: rows and D must be integers")
+            pairs.append((int(rows), int(dim)))
+        optimizer = _name(optimizer, "optimizer")
+        pooling_mode = _name(pooling_mode, "pooling_mode")
+        storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
+        if eps is None:
+            eps = _DEFAULT_EPS.get(optimizer, 1e-8)
+        self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
+                            rounding=rounding, pooling_mode=pooling_mode, optimizer=optimizer, seed=int(seed))
+        self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, pooling_mode, optimizer,
+                           float(learning_rate), float(eps), float(beta1), float(beta2), int(seed), _CACHE_WAYS)
+        # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
+        self._anchor = torch.empty(0, requires_grad=True)
+
+    # ---- shape ----
+    @property
+    def num_tables(self):
+        """T, the number of tables."""
+        return self._tbe.num_tables
+
+    @property
+    def total_dim(self):
+        """sum D_t, the output's width."""
+        return self._tbe.total_dim
+
+    @property
+    def specs(self):
+        """The ``(rows, D)`` pairs given at construction."""
+        return list(self._config["specs"])
+
+    @property
+    def num_groups(self):
+        """Number of mpe CachedEmbedding objects held: one per distinct D."""
+        return len(self._tbe.groups())
+
+    # ---- forward / backward ----
+    def forward(self, indices, offsets, per_sample_weights=None):
+        r"""Pooled lookup of B bags per table.
+
+        Args:
+            indices: ``(n,)`` torch.int64, CPU, contiguous: row ids local to their table.
+            offsets: ``(T*B + 1,)`` torch.int64, CPU, contiguous, table-major like FBGEMM TBE:
+                bag ``j = t*B + b`` holds ``indices[offsets[j]:offsets[j+1]]`` of table t.
+            per_sample_weights: ``None`` or ``(n,)`` torch.float32, CPU, contiguous, finite;
+                scales each index (``pooling_mode="sum"`` only).
+
+        Returns:
+            ``(B, sum D_t)`` torch.float32 on the CPU; sample b's table-t vector in columns
+            ``[sum_{s<t} D_s, + D_t)``. Empty bags give zeros; mean pooling divides by the bag
+            length.
+
+        In training mode with gradients enabled the call populates the cache and is remembered
+        for backward: ``backward`` of this output applies the fused optimizer step once, and
+        must come before the next training forward. Otherwise (``eval()`` or ``torch.no_grad()``)
+        it only reads (mpe's ``forward_inference``: no cache fill, no statistics).
+
+        Raises:
+            TypeError: a tensor of the wrong dtype.
+            ValueError: wrong device, shape, dimensions or contiguity; offsets not of length
+                T*B + 1, not starting at 0, decreasing or not ending at n; an index outside its
+                table; non-finite per-sample weights or per-sample weights with mean pooling.
+        """
+        if self.training and torch.is_grad_enabled():
+            return _TbeFunction.apply(self._anchor, self._tbe, indices, offsets, per_sample_weights)
+        return self._tbe.forward(indices, offsets, per_sample_weights, False)
+
+    # ---- optimizer ----
+    def set_learning_rate(self, lr):
+        """Sets the learning rate used by the following backward steps.
+
+        Raises:
+            ValueError: ``lr`` not finite (mpe's check).
+        """
+        self._tbe.set_learning_rate(float(lr))
+
+    def get_learning_rate(self):
+        """The current learning rate (float32 value)."""
+        return self._tbe.learning_rate
+
+    @property
+    def optimizer_params(self):
+        """Dict: optimizer name, learning_rate, eps, beta1, beta2 (as float32 values)."""
+        return dict(self._tbe.optimizer_params())
+
+    @property
+    def step(self):
+        """Number of applied optimizer steps."""
+        return self._tbe.step
+
+    # ---- weights ----
+    def init_uniform(self, low, high):
+        """Every row ~ U[low, high) from the seed (mpe's Philox stream), stored with the
+        module's rounding; the cache is dropped. Raises ValueError unless low < high, finite
+        and within the storage's range."""
+        self._tbe.init_uniform(float(low), float(high))
+
+    def get_weights(self, table):
+        """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the
+        cache (cached rows in FP32, others dequantized). Raises IndexError for a bad table."""
+        return self._tbe.get_weights(int(table))
+
+    def set_weights(self, table, weights):
+        """Replaces table ``table`` with ``weights`` (``(rows, D)`` torch.float32, CPU,
+        contiguous), quantized with the module's rounding; its cache lines are dropped.
+        Optimizer state is kept. Raises TypeError/ValueError for a wrong tensor, ValueError for
+        a value the storage cannot hold, IndexError for a bad table."""
+        self._tbe.set_weights(int(table), weights)
+
+    def split_embedding_weights(self):
+        """List of ``get_weights(t)`` for every table (FBGEMM TBE's name; copies, not views)."""
+        return [self.get_weights(t) for t in range(self.num_tables)]
+
+    def flush(self):
+        """Writes every dirty cache row back to the store (rounding); rows stay cached."""
+        self._tbe.flush()
+
+    # ---- FBGEMM / TorchRec layouts ----
+    def export_table(self, table, layout="fbgemm_fused", format=None, alignment=1, scale_bias_last=False):
+        r"""Table ``table``'s rows in an FBGEMM layout, as a ``(rows, row_bytes)`` uint8 tensor.
+
+        Args:
+            layout: ``"fbgemm_fused"``: FBGEMM's fused row-wise rows (int8: D codes, f32 scale,
+                f32 bias, as ``torch.ops.fbgemm.FloatToFused8BitRowwiseQuantized``; int4:
+                ceil(D/2) bytes, f16 scale, f16 bias, as ``FloatToFusedNBitRowwiseQuantizedSBHalf``;
+                fp16/fp32: plain rows). ``"tbe_inference"``: the weights of fbgemm_gpu's
+                ``IntNBitTableBatchedEmbeddingBagsCodegen`` / TorchRec's quantized EBC (f16 scale,
+                f16 bias, then the codes, each row padded to ``alignment``).
+            format: ``None`` (the store's own format: a byte move, except int8 to
+                ``tbe_inference``, which re-quantizes to f16 scale/bias), or ``"fp32"``,
+                ``"fp16"``, ``"int8"``, ``"int4"`` (dequantize and re-encode, round to nearest).
+            alignment: ``fbgemm_fused``: int8 code padding (1 = FBGEMM's CPU op, 4 = its CUDA
+                op); ``tbe_inference``: row alignment (1 = the TBE's CPU default, 16 = CUDA).
+            scale_bias_last: ``tbe_inference`` with FBGEMM's ``reverse_qparam``.
+
+        Flushes the cache first (dirty rows are written back, counted in ``stats()``).
+        Raises ValueError (bad layout/format/alignment, a value the format cannot hold),
+        IndexError (bad table).
+        """
+        return self._tbe.export_table(int(table), layout, int(alignment), bool(scale_bias_last),
+                                      "" if format is None else str(format))
+
+    def import_table(self, table, data, layout="fbgemm_fused", alignment=1, scale_bias_last=False):
+        """Replaces table ``table`` with ``data``: a ``(rows, row_bytes)`` torch.uint8 CPU
+        contiguous tensor in ``layout`` (see ``export_table``) of the store's own format (int8
+        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4). Exact byte conversion;
+        rows decoding beyond the format's range by at most one quantization step (FBGEMM's
+        quantizers near +-65504) are saturated and counted. Every row is validated before
+        anything changes; the table's cache lines are dropped. Returns the number of saturated
+        rows. Raises TypeError/ValueError for a wrong tensor or a row the store cannot hold
+        (naming row and value), IndexError for a bad table."""
+        return self._tbe.import_table(int(table), data, layout, int(alignment), bool(scale_bias_last))
+
+    # ---- statistics ----
+    def stats(self):
+        """Dict of cumulative cache counters summed over groups (mpe::CacheStats: lookups,
+        unique_rows, hits, misses, conflict_misses, evictions, writebacks, lfu_rejections,
+        saturated_rows, bytes_filled, bytes_written_back, skipped_steps)."""
+        return dict(self._tbe.stats())
+
+    def reset_stats(self):
+        """Zeroes the counters of ``stats()``."""
+        self._tbe.reset_stats()
+
+    def memory(self):
+        """Dict of bytes as allocated, summed over groups: store_bytes, cache_bytes,
+        optimizer_bytes, metadata_bytes, workspace_bytes, embedding_bytes (store + cache +
+        metadata) and total_bytes."""
+        return dict(self._tbe.memory())
+
+    def groups(self):
+        """List of dicts, one per group (distinct D): dim, tables (spec indices), type
+        (``storage/cache/rounding`` of mpe), cache_slots, seed, stats, memory."""
+        return [dict(g) for g in self._tbe.groups()]
+
+    # ---- state_dict ----
+    def _group_keys(self, prefix):
+        return [f"{prefix}mpe_group_{g}" for g in range(self.num_groups)]
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """State: ``mpe_group_<g>`` = mpe's checkpoint bytes of group g (uint8, MPECKPT1: store,
+        cache, optimizer state, step, seed, counters) and ``_extra_state`` = the configuration
+        and the optimizer's hyperparameters. mpe saves to files only, so each group is written
+        to a temporary file and read back."""
+        for key, state in zip(self._group_keys(prefix), self._tbe.state()):
+            destination[key] = state
+        destination[prefix + "_extra_state"] = self.get_extra_state()
+
+    def get_extra_state(self):
+        return dict(format=_STATE_FORMAT, config=dict(self._config), optimizer_params=self.optimizer_params)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """All or nothing: the configuration is compared first, then every group's bytes are
+        loaded (and verified by mpe) into new objects, swapped in only when all succeed."""
+        keys = self._group_keys(prefix)
+        extra_key = prefix + "_extra_state"
+        absent = [k for k in keys + [extra_key] if k not in state_dict]
+        if absent:
+            missing_keys.extend(absent)
+            return
+        if strict:
+            for k in state_dict:
+                if k.startswith(prefix) and k not in keys and k != extra_key and "." not in k[len(prefix):]:
+                    unexpected_keys.append(k)
+        extra = state_dict[extra_key]
+        if not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT:
+            raise ValueError(f"mpe_torch: {extra_key} is not a mpe_torch state (format {_STATE_FORMAT})")
+        mine, theirs = self._config, extra.get("config", {})
+        for field in ("specs", "pooling_mode", "optimizer"):
+            a, b = mine[field], theirs.get(field)
+            if field == "specs" and b is not None:
+                b = [tuple(x) for x in b]
+            if a != b:
+                raise ValueError(f"mpe_torch: the state's {field} = {b!r} differs from this module's {a!r}")
+        p, old = extra["optimizer_params"], self.optimizer_params
+        self._tbe.set_hyperparameters(p["learning_rate"], p["eps"], p["beta1"], p["beta2"])  # checks them
+        try:
+            self._tbe.load_state([state_dict[k] for k in keys])
+        except BaseException:
+            self._tbe.set_hyperparameters(old["learning_rate"], old["eps"], old["beta1"], old["beta2"])
+            raise
+
+    def extra_repr(self):
+        c = self._config
+        return (f"specs={c['specs']}, storage={c['storage']!r}, cache={c['cache']!r}, "
+                f"cache_fraction={c['cache_fraction']}, rounding={c['rounding']!r}, "
+                f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
+                f"learning_rate={self.get_learning_rate():g}, groups={self.num_groups}")
