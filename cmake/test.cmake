@@ -14,3 +14,8 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env OMP_WAIT_POLICY=passive ${CMAKE_
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "mpe: tests failed")
 endif()
+# The PyTorch extension's tests, when a Python with torch is found (cmake/test_python.cmake);
+# -DMPE_SKIP_PYTHON=ON skips them (CI runs them separately once its environment is ready).
+if(NOT MPE_SKIP_PYTHON)
+  include("${CMAKE_CURRENT_LIST_DIR}/test_python.cmake")
+endif()

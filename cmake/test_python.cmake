@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: Apache-2.0
+# Builds the PyTorch extension (python/, mpe_torch) and runs its pytest suite, when a Python
+# with torch is available:   cmake [-DMPE_PYTHON=/path/to/python] -P cmake/test_python.cmake
+# Python: -DMPE_PYTHON, else $MPE_PYTHON, else python3. Without torch it says so and stops
+# (not an error). The extension is built in python/build (incremental) and installed into
+# build/python-site (nothing is installed into the Python environment itself).
+cmake_minimum_required(VERSION 3.25)
+get_filename_component(MPE_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+if(NOT MPE_PYTHON)
+  if(DEFINED ENV{MPE_PYTHON})
+    set(MPE_PYTHON "$ENV{MPE_PYTHON}")
+  else()
+    find_program(MPE_PYTHON python3)
+  endif()
+endif()
+if(NOT MPE_PYTHON)
+  message(STATUS "mpe_torch: no python3 found; PyTorch extension tests skipped")
+  return()
+endif()
+execute_process(COMMAND "${MPE_PYTHON}" -c "import torch, pytest; print(torch.__version__)"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE torch_version OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT rc EQUAL 0)
+  message(STATUS "mpe_torch: ${MPE_PYTHON} cannot import torch and pytest; PyTorch extension tests skipped "
+                 "(python/ci_venv.sh creates an environment with both)")
+  return()
+endif()
+message(STATUS "mpe_torch: building the extension against torch ${torch_version} (${MPE_PYTHON})")
+set(site "${MPE_SOURCE_DIR}/build/python-site")
+string(TIMESTAMP t0 "%s")
+if(NOT DEFINED ENV{MAX_JOBS})
+  set(ENV{MAX_JOBS} 2)
+endif()
+execute_process(COMMAND "${MPE_PYTHON}" -m pip install -q --no-build-isolation --no-deps --upgrade
+                        --target "${site}" "${MPE_SOURCE_DIR}/python"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mpe_torch: building the extension failed")
+endif()
+string(TIMESTAMP t1 "%s")
+math(EXPR dt "${t1} - ${t0}")
+message(STATUS "mpe_torch: extension built in ${dt} s; running pytest")
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${site}" OMP_WAIT_POLICY=passive
+                        "${MPE_PYTHON}" -m pytest -q -p no:cacheprovider "${MPE_SOURCE_DIR}/python/tests"
+                WORKING_DIRECTORY "${MPE_SOURCE_DIR}/python/tests"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mpe_torch: pytest failed (exit ${rc})")
+endif()

@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Bad tensors and bad names raise, with clear messages; nothing is converted silently."""
+import pytest
+import torch
+
+import mpe_torch
+
+SPECS = [(10, 4), (6, 4)]
+
+
+@pytest.fixture
+def m():
+    mod = mpe_torch.TableBatchedEmbeddingBags(SPECS)
+    mod.init_uniform(-1, 1)
+    return mod
+
+
+def ok():
+    return torch.tensor([1, 2, 3, 0], dtype=torch.int64), torch.tensor([0, 2, 3, 3, 4], dtype=torch.int64)
+
+
+def test_dtype(m):
+    idx, off = ok()
+    with pytest.raises(TypeError, match="indices must have dtype torch.int64, got torch.int32"):
+        m(idx.int(), off)
+    with pytest.raises(TypeError, match="offsets must have dtype torch.int64, got torch.float32"):
+        m(idx, off.float())
+    with pytest.raises(TypeError, match="per_sample_weights must have dtype torch.float32, got torch.float64"):
+        m(idx, off, torch.ones(4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="weights must have dtype torch.float32"):
+        m.set_weights(0, torch.zeros(10, 4, dtype=torch.float16))
+    with pytest.raises(TypeError, match="data must have dtype torch.uint8"):
+        m.import_table(0, torch.zeros(10, 16, dtype=torch.int8))
+
+
+def test_device(m):
+    idx, off = ok()
+    with pytest.raises(ValueError, match="must be on the CPU.*meta"):
+        m(idx.to("meta"), off)
+    with pytest.raises(ValueError, match="must be on the CPU"):
+        m.set_weights(0, torch.zeros(10, 4, device="meta"))
+
+
+def test_shape_and_contiguity(m):
+    idx, off = ok()
+    with pytest.raises(ValueError, match="indices must have 1 dimension, got shape \\(2, 2\\)"):
+        m(idx.view(2, 2), off)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        m(torch.arange(8, dtype=torch.int64)[::2] % 6, off)
+    with pytest.raises(ValueError, match="offsets has 4 elements; it must have T\\*B \\+ 1 with T = 2"):
+        m(idx, off[:4])
+    with pytest.raises(ValueError, match="per_sample_weights has 3 elements but indices has 4"):
+        m(idx, off, torch.ones(3))
+    with pytest.raises(ValueError, match="weights has shape \\(10, 5\\), table 0 is \\(10, 4\\)"):
+        m.set_weights(0, torch.zeros(10, 5))
+    with pytest.raises(ValueError, match="expected \\(10, 12\\)"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="int8").import_table(0, torch.zeros(10, 11, dtype=torch.uint8))
+    with pytest.raises(IndexError, match="table = 2 is outside \\[0, 2\\)"):
+        m.get_weights(2)
+
+
+def test_mpe_input_messages(m):
+    idx, off = ok()
+    bad = idx.clone()
+    bad[3] = 6
+    with pytest.raises(ValueError, match="indices\\[3\\] = 6 is outside table 1"):
+        m(bad, off)
+    with pytest.raises(ValueError, match="offsets"):
+        m(idx, torch.tensor([0, 3, 2, 3, 4], dtype=torch.int64))
+    with pytest.raises(ValueError, match="not finite|non-finite"):
+        m(idx, off, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    mean = mpe_torch.TableBatchedEmbeddingBags(SPECS, pooling_mode="mean")
+    with pytest.raises(ValueError, match="pooling_mode 'sum'"):
+        mean(idx, off, torch.ones(4))
+    with pytest.raises(ValueError, match="cannot be held|not finite|finite"):
+        m.set_weights(0, torch.full((10, 4), float("inf")))
+
+
+def test_names():
+    with pytest.raises(ValueError, match="bf16/none/stochastic is not built; built: fp32/none/stochastic, "):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf16")
+    with pytest.raises(ValueError, match="cache = 'lfu' is not built; built storage/cache/rounding: .*int4/lru/nearest"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, cache="lfu", cache_fraction=0.1)
+    with pytest.raises(ValueError, match="fp32/none/up is not built"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, rounding="up")
+    with pytest.raises(ValueError, match="optimizer = 'lamb' is not one of"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="lamb")
+    with pytest.raises(ValueError, match="pooling_mode = 'max'"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, pooling_mode="max")
+    with pytest.raises(ValueError, match="cache = 'none' with cache_fraction"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, cache_fraction=0.1)
+    with pytest.raises(ValueError, match="Sgd.learning_rate = nan is not finite"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, learning_rate=float("nan"))
+    with pytest.raises(ValueError, match="Adam.beta1 = 1 must be in \\[0, 1\\)"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", beta1=1.0)
+    with pytest.raises(ValueError, match="rows must be >= 1"):
+        mpe_torch.TableBatchedEmbeddingBags([(0, 4)])
+    with pytest.raises(TypeError, match="not a \\(rows, D\\) pair"):
+        mpe_torch.TableBatchedEmbeddingBags([(10, 4, 1)])
+    with pytest.raises(TypeError, match="integers"):
+        mpe_torch.TableBatchedEmbeddingBags([(10, 4.0)])
+    with pytest.raises(ValueError, match="layout = 'x'"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, layout="x")
+    with pytest.raises(ValueError, match="format = 'int2'"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, format="int2")
+    assert len(mpe_torch.built_combinations()) == 16
+
+
+def test_set_learning_rate(m):
+    m.set_learning_rate(0.25)
+    assert m.get_learning_rate() == 0.25
+    with pytest.raises(ValueError, match="Sgd.learning_rate = inf is not finite"):
+        m.set_learning_rate(float("inf"))
+    assert m.get_learning_rate() == 0.25
+
+
+def test_backward_misuse(m):
+    idx, off = ok()
+    out1 = m(idx, off)
+    out2 = m(idx, off)
+    with pytest.raises(RuntimeError, match="not from the module's last training forward"):
+        out1.sum().backward()
+    out2.sum().backward()
+    assert m.step == 1
+    out3 = m(idx, off)
+    out3.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="last training forward"):
+        out3.sum().backward()
+    out4 = m(idx, off)
+    with pytest.raises(ValueError, match="grad_output\\[0, 1\\] = nan is not finite|not finite"):
+        out4.backward(torch.full((2, 8), float("nan")))
+    assert m.step == 2
+
+
+def test_mixed_group_gradient_nonfinite_all_or_nothing():
+    m = mpe_torch.TableBatchedEmbeddingBags([(10, 4), (6, 2)])
+    m.init_uniform(-1, 1)
+    idx, off = ok()
+    w = [m.get_weights(t) for t in range(2)]
+    out = m(idx, off)
+    g = torch.ones(2, 6)
+    g[1, 5] = float("inf")
+    with pytest.raises(ValueError, match="grad_output\\[1, 5\\] = inf is not finite"):
+        out.backward(g)
+    assert all(torch.equal(m.get_weights(t), w[t]) for t in range(2))
+    assert m.step == 0
+
+
+def test_stats_and_memory_dicts():
+    m = mpe_torch.TableBatchedEmbeddingBags([(1000, 8), (500, 4)], storage="int8", cache="lru", cache_fraction=0.1)
+    idx, off = ok()
+    m(idx, off).sum().backward()
+    s = m.stats()
+    assert s["lookups"] == 4 and s["hits"] + s["misses"] == s["unique_rows"]
+    mem = m.memory()
+    assert mem["store_bytes"] == 1000 * 16 + 500 * 12
+    assert mem["embedding_bytes"] == mem["store_bytes"] + mem["cache_bytes"] + mem["metadata_bytes"]
+    assert set(s) >= {"lookups", "hits", "misses", "evictions", "writebacks", "saturated_rows", "skipped_steps"}

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""state_dict round trip: training resumed from it is bit-identical to uninterrupted training."""
+import io
+
+import pytest
+import torch
+
+import mpe_torch
+from conftest import make_csr
+
+CONFIGS = [
+    dict(specs=[(300, 16), (50, 16)], storage="fp32", cache="none", optimizer="sgd", learning_rate=0.1),
+    dict(specs=[(300, 16), (50, 16)], storage="int8", cache="lru", cache_fraction=0.2, rounding="stochastic",
+         optimizer="rowwise_adagrad", learning_rate=0.05),
+    dict(specs=[(300, 8), (50, 3), (70, 8)], storage="int4", cache="lru", cache_fraction=0.3, rounding="nearest",
+         optimizer="adam", learning_rate=0.01),
+    dict(specs=[(300, 4), (50, 12)], storage="fp16", cache="none", rounding="stochastic", optimizer="adagrad",
+         learning_rate=0.1),
+]
+
+
+def batches(specs, n, seed):
+    B = 32
+    total = sum(d for _, d in specs)
+    out = []
+    for s in range(n):
+        idx, off = make_csr([r for r, _ in specs], B, 4, seed=seed + s)
+        g = torch.randn(B, total, generator=torch.Generator().manual_seed(seed + 1000 + s))
+        out.append((idx, off, g))
+    return out
+
+
+def train(m, data, lr_schedule=None):
+    outs = []
+    for k, (idx, off, g) in enumerate(data):
+        if lr_schedule:
+            m.set_learning_rate(lr_schedule(k))
+        out = m(idx, off)
+        out.backward(g)
+        outs.append(out.detach().clone())
+    return outs
+
+
+def snapshot(m):
+    return [m.get_weights(t) for t in range(m.num_tables)], m.stats(), m.step
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['storage']}-{c['cache']}-{c['optimizer']}")
+def test_resume_bit_identical(cfg):
+    data = batches(cfg["specs"], 12, seed=7)
+    sched = lambda k: cfg["learning_rate"] * (1 + 0.1 * (k % 3))  # noqa: E731
+    a = mpe_torch.TableBatchedEmbeddingBags(seed=11, **cfg)
+    a.init_uniform(-0.1, 0.1)
+    outs_a = train(a, data, sched)
+
+    b = mpe_torch.TableBatchedEmbeddingBags(seed=11, **cfg)
+    b.init_uniform(-0.1, 0.1)
+    train(b, data[:5], sched)
+    buf = io.BytesIO()
+    torch.save(b.state_dict(), buf)
+    del b
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=False)
+    c = mpe_torch.TableBatchedEmbeddingBags(seed=999, **cfg)  # another seed: the state carries it
+    c.load_state_dict(sd)
+    outs_c = train(c, data[5:], sched)
+    for x, y in zip(outs_a[5:], outs_c):
+        assert torch.equal(x, y)
+    wa, sa, ka = snapshot(a)
+    wc, sc, kc = snapshot(c)
+    assert ka == kc == 12 and sa == sc
+    for x, y in zip(wa, wc):
+        assert torch.equal(x, y)
+    # and the checkpoint bytes themselves agree
+    for k, v in a.state_dict().items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, c.state_dict()[k]), k
+
+
+def test_state_dict_keys_and_nested():
+    cfg = CONFIGS[2]
+    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    sd = m.state_dict()
+    assert sorted(sd) == ["_extra_state", "mpe_group_0", "mpe_group_1"]
+    assert all(sd[k].dtype == torch.uint8 and sd[k].dim() == 1 for k in sd if k.startswith("mpe_group"))
+    assert bytes(sd["mpe_group_0"][:8].tolist()) == b"MPECKPT1"
+    outer = torch.nn.Sequential()
+    outer.add_module("emb", mpe_torch.TableBatchedEmbeddingBags(**cfg))
+    outer.add_module("lin", torch.nn.Linear(3, 1))
+    keys = set(outer.state_dict())
+    assert {"emb.mpe_group_0", "emb.mpe_group_1", "emb._extra_state", "lin.weight", "lin.bias"} == keys
+    outer.load_state_dict(outer.state_dict())
+
+
+def test_bad_state_changes_nothing():
+    cfg = CONFIGS[1]
+    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    m.init_uniform(-0.1, 0.1)
+    train(m, batches(cfg["specs"], 2, seed=1))
+    before = snapshot(m)
+    sd = m.state_dict()
+    bad = dict(sd)
+    bad["mpe_group_0"] = sd["mpe_group_0"].clone()
+    bad["mpe_group_0"][200] ^= 0xFF  # a flipped byte: a section checksum fails
+    with pytest.raises(mpe_torch.CheckpointError, match="checksum|crc|CRC"):
+        m.load_state_dict(bad)
+    after = snapshot(m)
+    assert before[1:] == after[1:] and all(torch.equal(x, y) for x, y in zip(before[0], after[0]))
+    # another storage format's state is refused by mpe, naming both
+    other = mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, storage="int4"))
+    with pytest.raises(mpe_torch.CheckpointError, match="int4_rowwise"):
+        m.load_state_dict(other.state_dict())
+    # another shape is refused before mpe is asked
+    with pytest.raises(ValueError, match="specs"):
+        m.load_state_dict(mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, specs=[(300, 16)])).state_dict())
+    with pytest.raises(RuntimeError, match="Missing key"):
+        m.load_state_dict({k: v for k, v in sd.items() if k != "mpe_group_0"})
+
+
+def test_backward_after_load_refused():
+    cfg = CONFIGS[0]
+    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    (idx, off, g), = batches(cfg["specs"], 1, seed=3)
+    out = m(idx, off)
+    m.load_state_dict(m.state_dict())
+    with pytest.raises(RuntimeError, match="last training forward"):
+        out.backward(g)
