@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MPE_INCLUDE = os.path.join(os.path.dirname(HERE), "include")
 
 try:
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 except ImportError:  # build isolation hides the environment's torch
     sys.exit("mpe_torch: torch is not importable in the build environment. Install torch first, then run "
              "`pip install --no-build-isolation ./python` (the extension must be built against the torch it "
@@ -58,8 +58,11 @@ setup(
             name="mpe_torch._C",
             sources=SOURCES,
             include_dirs=[MPE_INCLUDE, cccl_include()],
-            # -std=c++20 after torch's own -std=c++17 (the last one wins).
-            extra_compile_args=["-std=c++20", "-O2", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"],
+            # -std=c++20 after torch's own -std=c++17 (the last one wins); torch's headers as
+            # system headers (-isystem overrides their -I), so -Wall -Wextra report our code only;
+            # -g0: no debug info (Python's own CFLAGS add -g).
+            extra_compile_args=["-std=c++20", "-O2", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
+            + [f for p in include_paths() for f in ("-isystem", p)],
             extra_link_args=["-fopenmp"],
         )
     ],

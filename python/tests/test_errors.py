@@ -46,7 +46,7 @@ def test_shape_and_contiguity(m):
     with pytest.raises(ValueError, match="indices must have 1 dimension, got shape \\(2, 2\\)"):
         m(idx.view(2, 2), off)
     with pytest.raises(ValueError, match="must be contiguous"):
-        m(torch.arange(8, dtype=torch.int64)[::2] % 6, off)
+        m((torch.arange(8, dtype=torch.int64) % 6)[::2], off)
     with pytest.raises(ValueError, match="offsets has 4 elements; it must have T\\*B \\+ 1 with T = 2"):
         m(idx, off[:4])
     with pytest.raises(ValueError, match="per_sample_weights has 3 elements but indices has 4"):

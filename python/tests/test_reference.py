@@ -2,9 +2,13 @@
 """Fp32 store, no cache, SGD against torch.nn.EmbeddingBag + torch.optim.SGD on the same weights.
 
 Tolerances and why:
-  * forward, sum and mean without per-sample weights: bit for bit. Both add the bag's rows in
-    index order starting from the first row (mpe: acc = add(acc, x) from 0; torch's CPU
-    EmbeddingBag kernel likewise), and mean multiplies by 1.0f / L in both.
+  * forward, sum without per-sample weights: bit for bit. Both add the bag's rows in index
+    order starting from the first row (mpe: acc = add(acc, x) from 0; torch's CPU EmbeddingBag
+    kernel likewise).
+  * forward, mean: the sums are the same bits; mpe then multiplies by fl(1 / L) (its numerics
+    contract), torch divides by L. Both are within 2^-24 (torch) and 2^-23 (mpe, two roundings)
+    relative of the exact S / L, so |mpe - torch| <= 2^-22 |torch| (measured: 2 * 2^-24 at
+    most). The test also checks mpe's mean == (torch's sum) * fl(1 / L) bit for bit.
   * forward with per-sample weights: mpe rounds w*x and then the sum (two roundings, FMA
     contraction off by contract); torch's CPU kernel may use a fused multiply-add (one
     rounding). Bound per output element: 2^-23 * L * sum_i |w_i x_i| (one extra relative
@@ -54,16 +58,23 @@ SPECS = [(40, 8), (7, 8), (100, 8)]
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean"])
-def test_forward_bit_exact(mode):
+def test_forward(mode):
     m, weights = make_module(SPECS, mode)
     B = 16
     idx, off = make_csr([r for r, _ in SPECS], B, 6, seed=1)
     out = m(idx, off)
     _, ref = reference_bags(weights, idx, off, B, mode)
     assert out.shape == (B, 24) and out.dtype == torch.float32
-    assert torch.equal(out, ref)
+    if mode == "sum":
+        assert torch.equal(out, ref)
+    else:
+        assert torch.all((out - ref).abs() <= 2.0 ** -22 * ref.abs())
+        _, ref_sum = reference_bags(weights, idx, off, B, "sum")
+        lengths = torch.stack([off[t * B + 1:(t + 1) * B + 1] - off[t * B:(t + 1) * B] for t in range(3)], 1)
+        inv = torch.where(lengths > 0, 1.0 / lengths.clamp_min(1).float(), 0.0).repeat_interleave(8, 1)
+        assert torch.equal(out, ref_sum * inv)
     m.eval()
-    assert torch.equal(m(idx, off), ref)
+    assert torch.equal(m(idx, off), out.detach())
 
 
 def test_forward_per_sample_weights():

@@ -30,9 +30,9 @@ def batches(specs, n, seed):
     return out
 
 
-def train(m, data, lr_schedule=None):
+def train(m, data, lr_schedule=None, first_step=0):
     outs = []
-    for k, (idx, off, g) in enumerate(data):
+    for k, (idx, off, g) in enumerate(data, start=first_step):
         if lr_schedule:
             m.set_learning_rate(lr_schedule(k))
         out = m(idx, off)
@@ -63,7 +63,7 @@ def test_resume_bit_identical(cfg):
     sd = torch.load(buf, weights_only=False)
     c = mpe_torch.TableBatchedEmbeddingBags(seed=999, **cfg)  # another seed: the state carries it
     c.load_state_dict(sd)
-    outs_c = train(c, data[5:], sched)
+    outs_c = train(c, data[5:], sched, first_step=5)
     for x, y in zip(outs_a[5:], outs_c):
         assert torch.equal(x, y)
     wa, sa, ka = snapshot(a)

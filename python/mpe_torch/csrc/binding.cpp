@@ -33,7 +33,22 @@ namespace py = pybind11;
 namespace mpe_torch {
 namespace {
 
-std::string dtype_name(at::ScalarType t) { return std::string("torch.") + c10::toString(t); }
+/// The dtype as Python spells it (torch.int64, not c10's "Long").
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
 
 std::string shape_str(const at::Tensor& t) {
   std::string s = "(";
