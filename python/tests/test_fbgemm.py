@@ -164,3 +164,56 @@ def test_fp32_export_matches_weights():
     back = torch.ops.fbgemm.Fused8BitRowwiseQuantizedToFloat(e8)
     scale = e8[:, 5:9].contiguous().view(torch.float32)
     assert torch.all((back - w).abs() <= 0.5 * scale * (1 + 2.0 ** -10) + 2.0 ** -22 * w.abs())
+
+
+def test_rowwise_adagrad_matches_fbgemm_training_tbe():
+    """Fp32 store, no cache, rowwise_adagrad against fbgemm_gpu's CPU
+    SplitTableBatchedEmbeddingBagsCodegen with EXACT_ROWWISE_ADAGRAD, three steps.
+
+    Tolerance: both compute G += mean_d(g_d^2) and w -= lr / (sqrt(G) + eps) * g, but FBGEMM
+    sums the squares in its own order with fused multiply-adds, so G may differ by about
+    D * 2^-24 relative (D = 8 here), the update u by half that plus the few roundings of
+    sqrt, add, div and mul: |u_mpe - u_fbgemm| <= 2^-18 |u| per step (about 16 * 2^-24, over
+    the 8 * 2^-24 + 4 * 2^-24 derived), and each subtraction from w adds an ulp: 2^-22 |w|.
+    Summed over the three steps. Measured: at most one ulp of w (1.2e-7 at |w| ~ 1)."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (ComputeDevice,
+                                                                        SplitTableBatchedEmbeddingBagsCodegen)
+    specs = [(40, 8), (25, 8)]
+    lr = 0.1
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=[(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU) for r, d in specs],
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=lr, eps=1e-8, pooling_mode=PoolingMode.SUM)
+    m = mpe_torch.TableBatchedEmbeddingBags(specs, optimizer="rowwise_adagrad", learning_rate=lr, eps=1e-8)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for t, w in enumerate(tbe.split_embedding_weights()):
+            init = torch.randn(w.shape, generator=g)
+            w.copy_(init)
+            m.set_weights(t, init)
+    B = 8
+    bound = [torch.zeros(r, d) for r, d in specs]
+    for step in range(3):
+        idx, off = make_csr([r for r, _ in specs], B, 4, seed=50 + step)
+        grad = torch.randn(B, 16, generator=g)
+        out_f = tbe(idx, off)
+        out_m = m(idx, off)
+        # pooled outputs: the same summation order (bit for bit at step 0), so they differ by the
+        # weights' accumulated bound summed over the bag, plus the sum's propagation of it
+        for t, (rows, D) in enumerate(specs):
+            w_m = m.get_weights(t)
+            for b in range(B):
+                lo, hi = int(off[t * B + b]), int(off[t * B + b + 1])
+                r = idx[lo:hi]
+                tol = bound[t][r].sum(0) * (1 + 2.0 ** -20) + 2.0 ** -22 * (hi - lo) * w_m[r].abs().sum(0)
+                d = (out_f[b, t * D:(t + 1) * D] - out_m[b, t * D:(t + 1) * D]).abs()
+                assert torch.all(d <= tol) if step else torch.equal(out_f, out_m)
+        before = [m.get_weights(t) for t in range(2)]
+        out_f.backward(grad)
+        out_m.backward(grad)
+        for t in range(2):
+            u = (m.get_weights(t) - before[t]).abs()
+            bound[t] += 2.0 ** -18 * u + 2.0 ** -22 * before[t].abs()
+    for t, w in enumerate(tbe.split_embedding_weights()):
+        diff = (w - m.get_weights(t)).abs()
+        assert torch.all(diff <= bound[t] + 1e-30), (t, diff.max())
