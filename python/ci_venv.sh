@@ -22,7 +22,6 @@ else
   start=$(date +%s)
   echo "mpe_torch: creating $VENV (torch 2.14.x, fbgemm-gpu-cpu 1.9.x)" >&2
   "$PY_BASE" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >&2 || true
   if "$VENV/bin/python" -m pip install -q --index-url https://download.pytorch.org/whl/cpu 'torch==2.14.*' >&2 2>/dev/null; then
     echo "mpe_torch: torch from the CPU wheel index" >&2
   else

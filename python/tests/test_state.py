@@ -60,7 +60,7 @@ def test_resume_bit_identical(cfg):
     torch.save(b.state_dict(), buf)
     del b
     buf.seek(0)
-    sd = torch.load(buf, weights_only=False)
+    sd = torch.load(buf)  # weights_only=True (the default): the state is tensors and plain values
     c = mpe_torch.TableBatchedEmbeddingBags(seed=999, **cfg)  # another seed: the state carries it
     c.load_state_dict(sd)
     outs_c = train(c, data[5:], sched, first_step=5)
