@@ -162,8 +162,9 @@ class TableBatchedEmbeddingBags(nn.Module):
             indices: ``(n,)`` torch.int64, CPU, contiguous: row ids local to their table.
             offsets: ``(T*B + 1,)`` torch.int64, CPU, contiguous, table-major like FBGEMM TBE:
                 bag ``j = t*B + b`` holds ``indices[offsets[j]:offsets[j+1]]`` of table t.
-            per_sample_weights: ``None`` or ``(n,)`` torch.float32, CPU, contiguous, finite;
-                scales each index (``pooling_mode="sum"`` only).
+            per_sample_weights: ``None`` or ``(n,)`` torch.float32, CPU, contiguous, finite,
+                not requiring grad (no gradient is computed for them); scales each index
+                (``pooling_mode="sum"`` only).
 
         Returns:
             ``(B, sum D_t)`` torch.float32 on the CPU; sample b's table-t vector in columns

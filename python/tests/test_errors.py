@@ -49,6 +49,8 @@ def test_shape_and_contiguity(m):
         m((torch.arange(8, dtype=torch.int64) % 6)[::2], off)
     with pytest.raises(ValueError, match="offsets has 4 elements; it must have T\\*B \\+ 1 with T = 2"):
         m(idx, off[:4])
+    with pytest.raises(ValueError, match="per_sample_weights must not require grad"):
+        m(idx, off, torch.ones(4, requires_grad=True))
     with pytest.raises(ValueError, match="per_sample_weights has 3 elements but indices has 4"):
         m(idx, off, torch.ones(3))
     with pytest.raises(ValueError, match="weights has shape \\(10, 5\\), table 0 is \\(10, 4\\)"):

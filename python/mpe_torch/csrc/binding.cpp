@@ -73,8 +73,8 @@ void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::Sca
                                 ", got shape " + shape_str(t));
   if (!t.is_contiguous())
     throw std::invalid_argument(where + " must be contiguous (call .contiguous()), got strides that are not");
-  if (t.requires_grad() && dtype == at::kFloat && std::string(name) != "grad_output")
-    throw std::invalid_argument(where + " must not require grad (per-sample weights are not differentiated)");
+  if (t.requires_grad() && std::string(name) == "per_sample_weights")
+    throw std::invalid_argument(where + " must not require grad (mpe_torch does not differentiate them)");
 }
 
 template <class T>
