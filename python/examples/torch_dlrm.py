@@ -20,6 +20,11 @@ Same model, data and defaults as the C++ trainer (examples/train_dlrm/README.md)
   python python/examples/torch_dlrm.py --data /work/shared/data/criteo-terabyte-day0-head1k.tsv --test-fraction 0.2
   python python/examples/torch_dlrm.py --bench 200 --emb fbgemm --emb-optimizer rowwise_adagrad
 
+Needs mpe_torch (pip install --no-build-isolation ./python, or PYTHONPATH=build/python-site after
+cmake -P cmake/test_python.cmake), Eigen's headers (/usr/include/eigen3, libeigen3-dev: the C++
+data code includes them) and, for --emb fbgemm, fbgemm-gpu-cpu. The data helper is compiled
+once into torch's extension cache (~1 minute).
+
 Prints one result line (log loss, AUC, accuracy, step time, embedding memory) and, with
 --json, writes it as a JSON record. The dense model's init differs in bits from the C++
 trainer's (torch's generator, not the trainer's splitmix), so log losses agree statistically,
