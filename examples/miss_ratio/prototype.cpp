@@ -35,6 +35,7 @@ struct Knobs {
   int protected_ways = 24;      // W-TinyLFU: protected SLRU segment ways per set
   bool conservative = false;    // W-TinyLFU / LFU: conservative-update sketch
   int sketch_mult = 2;          // sketch width >= mult x slots
+  bool batch_stamps = false;    // W-TinyLFU: recency = batch id (ties to the lowest way)
 };
 
 /// One model of the cache over a whole trace; returns misses.
@@ -141,8 +142,12 @@ class Sim {
     lock_[s] = id_;
     switch (kind_) {
       case Kind::Lru:
-      case Kind::Lfu: stamp_[s] = id_; break;
-      case Kind::S3Fifo: freq_[s] = static_cast<std::uint8_t>(std::min<int>(freq_[s] + 1, kn_.max_freq)); break;
+      case Kind::Lfu:
+        stamp_[s] = id_;
+        break;
+      case Kind::S3Fifo:
+        freq_[s] = static_cast<std::uint8_t>(std::min<int>(freq_[s] + 1, kn_.max_freq));
+        break;
       case Kind::WTinyLfu:
         if (q_[s] == 1) {  // probation -> protected
           q_[s] = 2;
@@ -153,7 +158,7 @@ class Sim {
             if (d >= 0) q_[d] = 1;
           }
         }
-        stamp_[s] = clock_;
+        stamp_[s] = kn_.batch_stamps ? id_ : clock_;
         break;
       case Kind::Arc:
         q_[s] = 1;  // T2
@@ -193,6 +198,7 @@ class Sim {
     tag_[s] = r;
     lock_[s] = id_;
     stamp_[s] = ++clock_;
+    if (kn_.batch_stamps) stamp_[s] = id_;
     q_[s] = static_cast<std::uint8_t>(q);
     freq_[s] = 0;
   }
@@ -249,7 +255,7 @@ class Sim {
         if (mv >= 0 && (c < 0 || true) && est(cand_row) > est(tag_[mv])) {
           if (c >= 0) {  // window LRU moves to probation, r fills the main victim's way as window
             q_[c] = 1;
-            stamp_[c] = ++clock_;
+            if (!kn_.batch_stamps) stamp_[c] = ++clock_;
             fill(mv, r, 0);
           } else {
             fill(mv, r, 1);
@@ -342,7 +348,8 @@ std::uint64_t run(Kind k, const Trace& t, std::int64_t total, std::int64_t c, Kn
 
 int main(int argc, char** argv) {
   CLI::App app{"prototypes of a fourth cache policy"};
-  std::int64_t rows = 1000000, bags = 2048, pooling = 32, batches = 100, criteo_rows = 65536, criteo_bags = 128;
+  std::int64_t rows = 1000000, bags = 2048, pooling = 32, batches = 100, criteo_rows = 65536,
+               criteo_bags = 128;
   std::vector<double> exponents{0.8, 1.05, 1.2}, sizes{1, 5};
   std::string criteo, variants = "lru,lfu,s3fifo,wtinylfu,arc";
   Knobs kn;
@@ -363,6 +370,7 @@ int main(int argc, char** argv) {
   app.add_option("--conservative", kn.conservative);
   app.add_option("--sketch-mult", kn.sketch_mult);
   app.add_option("--policies", variants);
+  app.add_option("--batch-stamps", kn.batch_stamps);
   CLI11_PARSE(app, argc, argv);
   std::vector<Trace> traces;
   std::vector<std::string> labels;
@@ -393,8 +401,9 @@ int main(int argc, char** argv) {
                   << 100.0 * static_cast<double>(run(k, traces[i], total, c, kn)) /
                          static_cast<double>(stream.size());
       }
-      std::cout << " belady " << 100.0 * static_cast<double>(belady_misses(stream, total, c)) /
-                                     static_cast<double>(stream.size())
+      std::cout << " belady "
+                << 100.0 * static_cast<double>(belady_misses(stream, total, c)) /
+                       static_cast<double>(stream.size())
                 << std::endl;
     }
   }

@@ -57,8 +57,8 @@ class ZipfRows {
   std::vector<std::int64_t> perm_;
 };
 
-inline Trace zipf_trace(std::int64_t rows, double s, std::int64_t batches, std::int64_t bags, std::int64_t pooling,
-                 std::uint64_t seed) {
+inline Trace zipf_trace(std::int64_t rows, double s, std::int64_t batches, std::int64_t bags,
+                        std::int64_t pooling, std::uint64_t seed) {
   Trace t;
   t.table_rows = {rows};
   ZipfRows z(rows, s, seed);
@@ -129,7 +129,7 @@ inline std::vector<std::int64_t> unique_stream(const Trace& t) {
 /// Belady's MIN with bypass: misses of a fully associative cache of `capacity` rows on
 /// `stream`. O(n log n) with a lazy max-heap on next use.
 inline std::uint64_t belady_misses(const std::vector<std::int64_t>& stream, std::int64_t total_rows,
-                            std::int64_t capacity) {
+                                   std::int64_t capacity) {
   const auto n = static_cast<std::int64_t>(stream.size());
   const std::int64_t never = n;  // "no next use"
   std::vector<std::int64_t> next(stream.size()), last(static_cast<std::size_t>(total_rows), never);
