@@ -266,12 +266,12 @@ class CachedEmbedding {
   IBuf table_offsets_;                           // (T + 1)
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
-  detail::Buffer<float, Backend> cache_rows_;           // (slots, D)
-  IBuf tags_;                                           // (slots)
-  detail::Buffer<std::uint64_t, Backend> last_use_;     // (slots)
-  detail::Buffer<std::uint8_t, Backend> dirty_;         // (slots)
-  detail::Buffer<std::uint32_t, Backend> policy_meta_;  // (Cache::meta_words(slots)) the policy's own
-  detail::Buffer<float, Backend> opt_state_;            // (rows * state floats)
+  detail::Buffer<float, Backend> cache_rows_;        // (slots, D)
+  IBuf tags_;                                        // (slots)
+  detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
+  detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
+  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy's
+  detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
   std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
   std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)

@@ -98,7 +98,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   tags_.set_backend(backend_);
   last_use_.set_backend(backend_);
   dirty_.set_backend(backend_);
-  policy_meta_.set_backend(backend_);
+  meta_.set_backend(backend_);
   opt_state_.set_backend(backend_);
   error_.set_backend(backend_);
   flush_outcome_.set_backend(backend_);
@@ -114,7 +114,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   tags_.set_purpose(MemoryPurpose::Cache);
   last_use_.set_purpose(MemoryPurpose::Cache);
   dirty_.set_purpose(MemoryPurpose::Cache);
-  policy_meta_.set_purpose(MemoryPurpose::Cache);
+  meta_.set_purpose(MemoryPurpose::Cache);
   opt_state_.set_purpose(MemoryPurpose::Optimizer);
 
   table_offsets_.reset(table_offsets_host_.size());
@@ -146,8 +146,8 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
     dirty_.reset(slots);
     backend_.fill_bytes(dirty_.data(), 0, dirty_.bytes());
     flush_outcome_.reset(slots);
-    policy_meta_.reset(static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(slots))));
-    backend_.fill_bytes(policy_meta_.data(), 0, policy_meta_.bytes());
+    meta_.reset(static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(slots))));
+    backend_.fill_bytes(meta_.data(), 0, meta_.bytes());
   }
 }
 
@@ -391,7 +391,7 @@ void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   b.order.reserve_discard(sz);
   b.slot_of_unique.reserve_discard(sz);
   b.outcome.reserve_discard(sz);
-  const auto view = Cache::view(policy_meta_.data(), cache_slots());
+  const auto view = Cache::view(meta_.data(), cache_slots());
   b.estimates.reserve_discard(sz);
   if constexpr (Cache::observes) {
     for (int pass = 0; pass < 2; ++pass) {
@@ -735,7 +735,7 @@ MemoryFootprint MPE_CE::memory() const {
   MemoryFootprint m;
   m.store_bytes = store_.bytes();
   m.cache_bytes =
-      cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + policy_meta_.bytes();
+      cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
   m.optimizer_bytes = opt_state_.bytes();
   m.metadata_bytes = table_offsets_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +

@@ -296,7 +296,7 @@ struct CheckpointAccess {
     s[2] = {e.tags_.data(), e.tags_.bytes()};
     s[3] = {e.last_use_.data(), e.last_use_.bytes()};
     s[4] = {e.dirty_.data(), e.dirty_.bytes()};
-    s[io::checkpoint::kPolicySection] = {e.policy_meta_.data(), e.policy_meta_.bytes()};
+    s[io::checkpoint::kPolicySection] = {e.meta_.data(), e.meta_.bytes()};
     s[6] = {e.opt_state_.data(), e.opt_state_.bytes()};
   }
 
@@ -579,7 +579,7 @@ struct CheckpointAccess {
                                           e.tags_.data(),
                                           e.last_use_.data(),
                                           e.dirty_.data(),
-                                          e.policy_meta_.data(),
+                                          e.meta_.data(),
                                           new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
     for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
