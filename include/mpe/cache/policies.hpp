@@ -109,3 +109,4 @@ struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
 }  // namespace mpe
 
 // Policies defined in their own headers (one line each).
+#include "mpe/cache/wtinylfu.hpp"
