@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <mpe/mpe.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache_harness.hpp"
@@ -68,9 +69,11 @@ void run_trace(H& h, const std::vector<TraceBatch>& trace) {
   h.flush();
 }
 
-/// Payload of the checkpoint section named `name` (walks the framing: header length at
-/// offset 12, then str name, u64 length, payload, u32 crc per section).
-std::vector<std::uint8_t> section_of(const std::vector<std::uint8_t>& file, const std::string& name) {
+/// Offset and length of the payload of the checkpoint section named `name` (walks the
+/// framing: header length at offset 12, then str name, u64 length, payload, u32 crc per
+/// section).
+std::pair<std::size_t, std::size_t> section_at(const std::vector<std::uint8_t>& file,
+                                               const std::string& name) {
   std::uint32_t H = 0;
   std::memcpy(&H, file.data() + 12, 4);
   std::size_t p = H;
@@ -83,11 +86,16 @@ std::vector<std::uint8_t> section_of(const std::vector<std::uint8_t>& file, cons
     std::uint64_t len = 0;
     std::memcpy(&len, file.data() + p, 8);
     p += 8;
-    if (got == name) return {file.begin() + static_cast<long>(p), file.begin() + static_cast<long>(p + len)};
+    if (got == name) return {p, static_cast<std::size_t>(len)};
     p += len + 4;
   }
   FAIL("no section " << name);
   return {};
+}
+
+std::vector<std::uint8_t> section_of(const std::vector<std::uint8_t>& file, const std::string& name) {
+  const auto [at, len] = section_at(file, name);
+  return {file.begin() + static_cast<long>(at), file.begin() + static_cast<long>(at + len)};
 }
 
 /// The library's policy metadata (from its checkpoint section) equals the reference's:
@@ -266,15 +274,7 @@ TEST_CASE("WTinyLfu checkpoint: section named by the policy; a bad segment is re
   std::int64_t slot = 0;
   while (c.tags[slot] < 0) ++slot;
   const std::size_t seg_at = static_cast<std::size_t>(4 * mpe::WTinyLfu<4>::sketch_width(slots) * 4 + slot);
-  // Locate the payload in the file: the section's bytes are unique enough to search for
-  // the name followed by its length.
-  std::size_t at = 0;
-  for (std::size_t p = 0; p + 8 < bytes.size(); ++p) {
-    if (std::memcmp(bytes.data() + p, "\x08\x00wtinylfu", 10) == 0) {
-      at = p + 10 + 8;
-      break;
-    }
-  }
+  const std::size_t at = section_at(bytes, "wtinylfu").first;
   REQUIRE(at > 0);
   bytes[at + seg_at] = 7;
   const std::uint32_t crc = mpe::io::checkpoint::crc32c(bytes.data() + at, sec.size());
@@ -284,10 +284,8 @@ TEST_CASE("WTinyLfu checkpoint: section named by the policy; a bad segment is re
   ckt::write_bytes(dir / "bad.ckpt", bytes);
   E f(cfg);
   const auto before = ckt::snapshot(f);
-  CHECK_THROWS_WITH_AS(
-      f.load(dir / "bad.ckpt"),
-      doctest::Contains("section 'wtinylfu': slot " + std::to_string(slot) + " has segment 7"),
-      mpe::checkpoint_error);
+  const std::string why = "section 'wtinylfu': slot " + std::to_string(slot) + " has segment 7";
+  CHECK_THROWS_WITH_AS(f.load(dir / "bad.ckpt"), doctest::Contains(why.c_str()), mpe::checkpoint_error);
   CHECK(ckt::snapshot(f) == before);
   E g(cfg);
   g.load(dir / "ok.ckpt");

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // miss_ratio: cache sizing tool. Runs a real mpe::CachedEmbedding (Fp32 store, tiny D,
 // host backend, forward only: the decisions do not depend on the values) over Zipf
-// traces and reports the miss ratio of each cache policy (LRU, LFU, direct-mapped)
+// traces and reports the miss ratio of each cache policy (LRU, LFU, direct-mapped, W-TinyLFU)
 // against the cache size, beside the optimal offline miss ratio (Belady's MIN with
 // bypass, fully associative, same capacity) and the compulsory floor.
 //
@@ -72,6 +72,15 @@ std::string pct(std::uint64_t num, std::uint64_t den) {
   return o.str();
 }
 
+/// (a - b) / den in percentage points.
+std::string points(std::uint64_t a, std::uint64_t b, std::uint64_t den) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2)
+    << (den ? 100.0 * (static_cast<double>(a) - static_cast<double>(b)) / static_cast<double>(den) : 0.0)
+    << " pp";
+  return o.str();
+}
+
 void report(const std::string& label, const Trace& t, const std::vector<double>& sizes, int threads) {
   std::int64_t total = 0;
   for (auto r : t.table_rows) total += r;
@@ -84,33 +93,38 @@ void report(const std::string& label, const Trace& t, const std::vector<double>&
   }
   std::uint64_t lookups = 0;
   for (const auto& b : t.batches) lookups += b.indices.size();
-  std::cout << "\n### " << label << "\n\n"
-            << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
-            << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
-            << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
-            << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | Belady (MIN) |\n"
-            << "|---:|---:|---:|---:|---:|---:|\n";
+  std::cout
+      << "\n### " << label << "\n\n"
+      << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
+      << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
+      << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
+      << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | W-TinyLFU<32> | Belady (MIN) | "
+         "W-TinyLFU - Belady |\n"
+      << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const double f : sizes) {
     const auto c = std::max<std::int64_t>(
         32, static_cast<std::int64_t>(std::llround(f / 100.0 * static_cast<double>(total))));
     const Result lru = run_cache<mpe::Lru<32>>(t, c, threads);
     const Result lfu = run_cache<mpe::Lfu<32>>(t, c, threads);
     const Result dm = run_cache<mpe::DirectMapped>(t, c, threads);
+    const Result wt = run_cache<mpe::WTinyLfu<32>>(t, c, threads);
     const std::uint64_t opt = belady_misses(stream, total, c);
     if (lru.unique_rows != stream.size() || lfu.unique_rows != stream.size() ||
-        dm.unique_rows != stream.size()) {
+        dm.unique_rows != stream.size() || wt.unique_rows != stream.size()) {
       throw std::logic_error("unique-row counts disagree with the trace");
     }
     std::cout << "| " << f << " % | " << c << " | " << pct(lru.misses, lru.unique_rows) << " | "
               << pct(lfu.misses, lfu.unique_rows) << " | " << pct(dm.misses, dm.unique_rows) << " | "
-              << pct(opt, stream.size()) << " |" << std::endl;
+              << pct(wt.misses, wt.unique_rows) << " | " << pct(opt, stream.size()) << " | "
+              << points(wt.misses, opt, stream.size()) << " |" << std::endl;
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped and Belady (MIN)"};
+  CLI::App app{
+      "mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped, W-TinyLFU and Belady (MIN)"};
   std::int64_t rows = 1000000, bags = 2048, pooling = 32, batches = 100;
   std::vector<double> exponents{0.8, 1.05, 1.2};
   std::vector<double> sizes{0.5, 1, 2, 5, 10, 20};

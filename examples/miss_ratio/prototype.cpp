@@ -252,7 +252,7 @@ class Sim {
         std::int64_t mv = oldest(base, 1, true);
         if (mv < 0) mv = oldest(base, 2, true);
         const std::int64_t cand_row = c >= 0 ? tag_[c] : r;
-        if (mv >= 0 && (c < 0 || true) && est(cand_row) > est(tag_[mv])) {
+        if (mv >= 0 && est(cand_row) > est(tag_[mv])) {
           if (c >= 0) {  // window LRU moves to probation, r fills the main victim's way as window
             q_[c] = 1;
             if (!kn_.batch_stamps) stamp_[c] = ++clock_;
@@ -281,7 +281,7 @@ class Sim {
             v = b;
           }
           if (v < 0) return;
-          ghost_add(base + (q_[v] ? W / 2 : 0) * 0, tag_[v] * 2 + q_[v], 2 * W);
+          ghost_add(base, tag_[v] * 2 + q_[v], 2 * W);  // B1 (from T1) or B2 (from T2)
         }
         fill(v, r, (b1 || b2) ? 1 : 0);
         return;
