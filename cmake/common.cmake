@@ -7,7 +7,7 @@ get_filename_component(MPE_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 set(MPE_BUILD_DIR "${MPE_SOURCE_DIR}/build")
 
 set(MPE_DEBIAN_PACKAGES g++ ninja-build doctest-dev libbenchmark-dev libeigen3-dev libcli11-dev
-                        nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin)
+                        nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin doxygen)
 
 function(mpe_install_missing)
   find_program(DPKG dpkg-query)

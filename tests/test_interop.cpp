@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// storage/interop.hpp: mpe rows <-> FBGEMM fused row-wise and TBE-inference / TorchRec rows,
+// io/interop.hpp: mpe rows <-> FBGEMM fused row-wise and TBE-inference / TorchRec rows,
 // checked with decoders and encoders written here from the published layouts.
 #include <doctest/doctest.h>
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <mpe/storage/interop.hpp>
+#include <mpe/io/interop.hpp>
 #include <random>
 #include <stdexcept>
 #include <type_traits>

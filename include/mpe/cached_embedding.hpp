@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mpe/backend/backend.hpp"
 #include "mpe/backend/buffer.hpp"
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/cache/cache_ref.hpp"
@@ -29,6 +30,9 @@ namespace mpe {
 
 namespace detail {
 struct CheckpointAccess;
+}
+namespace io {
+struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits above the core)
 }
 
 /// Table-batched embedding bags in mixed precision.
@@ -65,11 +69,15 @@ struct CheckpointAccess;
 /// set_weights(), load() and synchronize() do.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend>
 class CachedEmbedding {
+  static_assert(ExecutionBackend<Backend>,
+                "mpe::CachedEmbedding: Backend does not provide the ExecutionBackend members "
+                "(mpe/backend/backend.hpp)");
+
  public:
-  using storage_type = Storage;
-  using cache_policy = Cache;
-  using rounding_type = Rounding;
-  using backend_type = Backend;
+  using storage_type = Storage;    ///< the store's row format (a StoragePolicy)
+  using cache_policy = Cache;      ///< the cache's replacement policy (a CachePolicy)
+  using rounding_type = Rounding;  ///< rounding of every write to the store (a RoundingPolicy)
+  using backend_type = Backend;    ///< where memory lives and functors run (an ExecutionBackend)
 
   /// Builds the store (zero rows: every element reads 0), an empty cache and the
   /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
@@ -78,7 +86,14 @@ class CachedEmbedding {
   /// that is not a power of two in [1, 4096].
   explicit CachedEmbedding(const EmbeddingConfig& config, Backend backend = {});
 
+  /// Takes over the other object's store, cache, optimizer state, counters and pending
+  /// batch: no allocation, no copy of backend memory, no wait. The moved-from object may
+  /// only be destroyed or assigned to; views taken from it (ref(), cache_ref()) are no
+  /// longer valid. Not copyable.
   CachedEmbedding(CachedEmbedding&&) noexcept = default;
+  /// Takes over the other object's state as the move constructor does and frees this
+  /// object's previous memory (Backend::deallocate: CudaBackend's cudaFree waits for the
+  /// device).
   CachedEmbedding& operator=(CachedEmbedding&&) noexcept = default;
 
   /// Replaces global rows [first_row, first_row + weights.size() / D) with `weights`
@@ -155,14 +170,25 @@ class CachedEmbedding {
   void flush();
 
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
-  /// fsync). Throws std::runtime_error (std::system_error) on I/O failure; the previous
-  /// file is then untouched.
-  void save(const std::filesystem::path& path) const;
+  /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
+  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
+  /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
+  /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
+  /// leave the default.
+  template <class Io = io::CheckpointFile>
+  void save(const std::filesystem::path& path) const {
+    Io::save(*this, path);
+  }
 
   /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
-  /// version, policies, shapes, checksums). Throws mpe::checkpoint_error for a bad file,
-  /// leaving the object unchanged.
-  void load(const std::filesystem::path& path);
+  /// version, policies, shapes, checksums, every value in its format's range, the
+  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file, leaving the
+  /// object unchanged; throws a pending deferred error first (like set_weights()).
+  /// Defined in mpe/io/checkpoint.hpp (see save()).
+  template <class Io = io::CheckpointFile>
+  void load(const std::filesystem::path& path) {
+    Io::load(*this, path);
+  }
 
   /// Cumulative counters (see CacheStats). Reads them from backend memory (waits for
   /// queued work).
@@ -182,13 +208,23 @@ class CachedEmbedding {
   MemoryFootprint memory() const;
 
   // ---- introspection ----
+  /// The configuration given to the constructor (host memory, no wait). cache_rows is the
+  /// requested capacity (cache_slots() is the one built); load() replaces seed with the
+  /// checkpoint's.
   const EmbeddingConfig& config() const { return config_; }
+  /// The backend every allocation and call of this object goes through (its own copy of
+  /// the constructor's argument).
   const Backend& backend() const { return backend_; }
+  /// T, the number of tables (config().table_rows.size()).
   std::int64_t num_tables() const { return static_cast<std::int64_t>(config_.table_rows.size()); }
+  /// Rows of all tables together: global rows are [0, total_rows()).
   std::int64_t total_rows() const { return total_rows_; }
+  /// D, elements (FP32 values) per row, the same for every table.
   std::int32_t dim() const { return config_.dim; }
   /// Bytes of one stored row including padding.
   std::size_t store_row_bytes() const { return stride_; }
+  /// Cache sets: floor(C / Ways), C = min(cache_rows, total rows rounded up to Ways); 0
+  /// without a cache.
   std::int64_t num_sets() const { return num_sets_; }
   /// Cache capacity in rows (num_sets * Ways).
   std::int64_t cache_slots() const { return num_sets_ * Cache::ways; }
@@ -215,6 +251,7 @@ class CachedEmbedding {
 
  private:
   friend struct detail::CheckpointAccess;
+  friend struct io::CheckpointFile;
   using IBuf = detail::Buffer<index_t, Backend>;
   static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
 
@@ -286,4 +323,3 @@ class CachedEmbedding {
 }  // namespace mpe
 
 #include "mpe/detail/cached_embedding.inl"
-#include "mpe/detail/checkpoint.inl"

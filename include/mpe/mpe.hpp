@@ -8,6 +8,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policies.hpp"
 #include "mpe/cached_embedding.hpp"
+#include "mpe/io/checkpoint.hpp"
 #include "mpe/numeric/half.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"

@@ -45,7 +45,9 @@ struct EmbeddingConfig {
   Validation validation = Validation::Synchronous;  ///< when invalid input is reported
 };
 
-/// How a bag's rows are combined.
+/// How a bag's rows are combined: `Sum` adds them in index order (each times its
+/// per-sample weight when weights are given); `Mean` multiplies that sum by 1.0f / L, L the
+/// bag's length (no per-sample weights). An empty bag gives zeros either way.
 enum class Pooling { Sum, Mean };
 
 /// Cumulative counters since construction or reset_stats(); load() restores the counters
@@ -73,7 +75,8 @@ struct MemoryFootprint {
   std::size_t optimizer_bytes = 0;  ///< optimizer state (after the first backward)
   std::size_t metadata_bytes = 0;   ///< table offsets and sizes
   std::size_t workspace_bytes = 0;  ///< per-call workspace currently held
-  /// "Embedding memory" as DESIGN.md counts it: store + cache + metadata.
+  /// "Embedding memory" as the memory accounting of docs/architecture.md counts it: store +
+  /// cache + metadata.
   std::size_t embedding_bytes() const { return store_bytes + cache_bytes + metadata_bytes; }
   /// Every byte above.
   std::size_t total() const {

@@ -38,7 +38,12 @@ namespace mpe {
 class CudaAllocator {
  public:
   virtual ~CudaAllocator() = default;
+  /// Returns `bytes` (>= 1) of device memory for `purpose`, usable by work queued on
+  /// `stream` from now on and 64-byte aligned at least (the ExecutionBackend contract);
+  /// throws, never returns null, when it cannot.
   virtual void* allocate(std::size_t bytes, MemoryPurpose purpose, cudaStream_t stream) = 0;
+  /// Takes back `p` from allocate() (same `bytes`, `purpose` and `stream`). Work on
+  /// `stream` that uses `p` may still be queued: reuse it in stream order. Must not throw.
   virtual void deallocate(void* p, std::size_t bytes, MemoryPurpose purpose,
                           cudaStream_t stream) noexcept = 0;
 };
@@ -132,6 +137,7 @@ struct CudaBackend {
 
   cudaStream_t stream = nullptr;  ///< stream every operation is queued on (null: legacy default)
   int device = 0;                 ///< CUDA device ordinal
+  /// Where the store lives; every other allocation is device memory whatever this says.
   Placement placement = Placement::Device;
   /// Optional pool for device memory (all purposes; the store only with Placement::Device).
   std::shared_ptr<CudaAllocator> allocator;
@@ -140,7 +146,9 @@ struct CudaBackend {
   static constexpr bool device_spans = true;
   /// Work is queued on the stream; reading backend memory waits for it.
   static constexpr bool asynchronous = true;
-  static constexpr const char* name = "cuda";
+  static constexpr const char* name = "cuda";  ///< shown in messages and benchmark names
+  /// Threads per block of every kernel launched here (for_each, fill_bytes); grids are
+  /// capped at 65536 blocks and stride over the rest.
   static constexpr int kBlock = 256;
 
   /// Allocates `bytes` for `purpose`: the store per `placement`, anything else in device

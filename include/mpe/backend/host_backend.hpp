@@ -38,33 +38,40 @@ namespace mpe {
 /// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
 /// with this backend are ordinary host memory. All calls are synchronous.
 struct HostBackend {
+  /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential
+  /// (`thrust::cpp::par`), n > 1 = n OpenMP threads for that call only.
   int num_threads = 0;
 
   /// Indices, outputs and gradients live in host memory with this backend.
   static constexpr bool device_spans = false;
   /// Calls run to completion before they return, so reading backend memory never waits.
   static constexpr bool asynchronous = false;
-  static constexpr const char* name = "host";
+  static constexpr const char* name = "host";  ///< shown in messages and benchmark names
 
   /// Allocates `bytes` of host memory, 64-byte aligned, whatever the purpose. Throws
   /// std::bad_alloc.
   void* allocate(std::size_t bytes, MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const {
     return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
   }
+  /// Frees memory from allocate() (size and purpose are ignored). Never throws.
   void deallocate(void* p, std::size_t /*bytes*/,
                   MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const noexcept {
     ::operator delete (p, std::align_val_t{64});
   }
-  /// Copies between backend memory and host memory (both host here).
+  /// Copies `bytes` from backend memory to host memory (both host here: a memcpy; the
+  /// ranges must not overlap). The data are there on return.
   void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  /// Copies `bytes` from host memory to backend memory (a memcpy; no overlap). Synchronous.
   void copy_from_host(void* dst, const void* src, std::size_t bytes) const {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  /// Copies `bytes` between two non-overlapping backend ranges (a memcpy). Synchronous.
   void copy(void* dst, const void* src, std::size_t bytes) const {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  /// Sets `bytes` of backend memory to the byte `value` (a memset). Synchronous.
   void fill_bytes(void* dst, int value, std::size_t bytes) const {
     if (bytes) std::memset(dst, value, bytes);
   }

@@ -18,7 +18,7 @@ MPE_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/// Set of a global row: mix64(row) mod num_sets (DESIGN.md, cache semantics).
+/// Set of a global row: mix64(row) mod num_sets (cache semantics, docs/architecture.md).
 MPE_HOST_DEVICE inline std::int64_t set_of_row(std::int64_t row, std::int64_t num_sets) {
   return static_cast<std::int64_t>(mix64(static_cast<std::uint64_t>(row)) %
                                    static_cast<std::uint64_t>(num_sets));

@@ -2,7 +2,7 @@
 /// @file comm.hpp
 /// @brief The communicator concept of mpe's sharded training (`mpe::dist`): the few
 /// collectives ShardedEmbedding needs, implemented by MpiComm (mpi_comm.hpp) and NcclComm
-/// (nccl_comm.cuh) on existing engines. This header needs neither MPI nor NCCL.
+/// (nccl_comm.hpp) on existing engines. This header needs neither MPI nor NCCL.
 #pragma once
 
 #include <concepts>

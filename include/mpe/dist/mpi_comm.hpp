@@ -27,13 +27,20 @@ namespace mpe::dist {
 /// MPI_ERRORS_RETURN).
 class MpiComm {
  public:
+  /// Wraps `comm` (not duplicated, not freed: the caller keeps it valid for this object's
+  /// lifetime): sets `comm`'s error handler to MPI_ERRORS_RETURN (which the caller's own
+  /// calls on `comm` see too), then reads its rank and size. Throws std::runtime_error
+  /// naming the MPI call when any of them fails.
   explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
+  /// This process's rank in [0, size()) (read at construction; local, no communication).
   int rank() const { return rank_; }
+  /// Number of ranks of the communicator (read at construction; local).
   int size() const { return size_; }
+  /// The wrapped MPI communicator (still the caller's).
   MPI_Comm handle() const { return comm_; }
 
   /// Typed MPI_Alltoallv; counts in elements, displacements their prefix sums.
@@ -47,19 +54,38 @@ class MpiComm {
                         type<T>(), comm_),
           "MPI_Alltoallv");
   }
+  /// Element-wise maximum over all ranks, in place (MPI_Allreduce, MPI_IN_PLACE, MPI_MAX);
+  /// `v` (host) has the same size on every rank, at most INT_MAX elements (else
+  /// std::length_error before any transfer). Collective and blocking; throws
+  /// std::runtime_error on an MPI error.
   void allreduce_max(std::span<std::int64_t> v) {
-    check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm_),
+    check(MPI_Allreduce(MPI_IN_PLACE, v.data(), int_count(v.size(), "allreduce_max"), MPI_INT64_T, MPI_MAX,
+                        comm_),
           "MPI_Allreduce(max)");
   }
+  /// Element-wise sum over all ranks, in place (MPI_Allreduce, MPI_IN_PLACE, MPI_SUM;
+  /// unsigned integers wrap modulo 2^64, so the result does not depend on the order).
+  /// Same size on every rank, at most INT_MAX elements (else std::length_error before any
+  /// transfer). Collective and blocking; throws std::runtime_error on an MPI error.
   void allreduce_sum(std::span<std::uint64_t> v) {
-    check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_SUM, comm_),
+    check(MPI_Allreduce(MPI_IN_PLACE, v.data(), int_count(v.size(), "allreduce_sum"), MPI_UINT64_T, MPI_SUM,
+                        comm_),
           "MPI_Allreduce(sum)");
   }
+  /// Copies rank `root`'s `bytes` (host) into every rank's `bytes`, in place (MPI_Bcast);
+  /// the same size on every rank, at most INT_MAX bytes (else std::length_error before
+  /// any transfer). Collective and blocking; throws std::runtime_error on an MPI error.
   void broadcast(std::span<char> bytes, int root) {
-    check(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, root, comm_), "MPI_Bcast");
+    check(MPI_Bcast(bytes.data(), int_count(bytes.size(), "broadcast"), MPI_CHAR, root, comm_), "MPI_Bcast");
   }
 
  private:
+  static int int_count(std::size_t n, const char* what) {
+    if (n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+      throw std::length_error(std::string("MpiComm::") + what + ": " + std::to_string(n) +
+                              " elements exceed MPI's int counts");
+    return static_cast<int>(n);
+  }
   template <class T>
   static MPI_Datatype type() {
     if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;

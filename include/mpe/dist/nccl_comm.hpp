@@ -36,6 +36,10 @@ namespace mpe::dist {
 /// (cudaGetErrorString / ncclGetErrorString).
 class NcclComm {
  public:
+  /// Wraps `comm` (the caller's; not destroyed here) for operations queued on `stream` of
+  /// CUDA device `device`, and reads its rank and size (ncclCommUserRank, ncclCommCount;
+  /// std::runtime_error on failure). Allocates nothing: the device staging buffer of the
+  /// host-span members is allocated on first use, grown as needed, freed by the destructor.
   NcclComm(ncclComm_t comm, cudaStream_t stream, int device = 0)
       : comm_(comm), stream_(stream), device_(device) {
     nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
@@ -54,9 +58,13 @@ class NcclComm {
     if (staging_) cudaFree(staging_);
   }
 
+  /// This process's rank in [0, size()) (read at construction; no communication).
   int rank() const { return rank_; }
+  /// Number of ranks of the communicator (read at construction).
   int size() const { return size_; }
+  /// The wrapped NCCL communicator (still the caller's).
   ncclComm_t handle() const { return comm_; }
+  /// The stream every operation is queued on.
   cudaStream_t stream() const { return stream_; }
 
   /// Device-memory all-to-all (see the class comment). Queued; does not wait.
@@ -91,8 +99,15 @@ class NcclComm {
          "cudaMemcpyAsync");
     cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  /// Element-wise maximum over all ranks, in place: `v` (host, same size on every rank)
+  /// goes through device staging and ncclAllReduce (ncclMax); waits for the stream.
   void allreduce_max(std::span<std::int64_t> v) { reduce(v, ncclInt64, ncclMax); }
+  /// Element-wise sum over all ranks, in place (ncclAllReduce, ncclSum; unsigned integers
+  /// wrap modulo 2^64, so the result does not depend on the order). Host span through
+  /// device staging; waits for the stream.
   void allreduce_sum(std::span<std::uint64_t> v) { reduce(v, ncclUint64, ncclSum); }
+  /// Copies rank `root`'s `bytes` (host, same size on every rank) into every rank's
+  /// `bytes`, in place, through device staging and ncclBroadcast; waits for the stream.
   void broadcast(std::span<char> bytes, int root) {
     char* d = stage(bytes.size());
     cuda(cudaMemcpyAsync(d, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
@@ -114,6 +129,12 @@ class NcclComm {
   char* stage(std::size_t bytes) {
     bytes = align(bytes) + 256;
     if (bytes > staging_bytes_) {
+      int previous = 0;  // the caller's current device, restored on the way out
+      cuda(cudaGetDevice(&previous), "cudaGetDevice");
+      struct Restore {
+        int device;
+        ~Restore() { cudaSetDevice(device); }
+      } restore{previous};
       cuda(cudaSetDevice(device_), "cudaSetDevice");
       cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       if (staging_) cudaFree(staging_);

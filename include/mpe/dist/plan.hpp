@@ -26,6 +26,7 @@ enum class ShardKind {
   Column,  ///< rank r holds columns [bounds[r], bounds[r+1]) of every row
 };
 
+/// The kind's name in the plan's text form: "table", "row" or "column".
 inline const char* to_string(ShardKind k) {
   return k == ShardKind::Table ? "table" : k == ShardKind::Row ? "row" : "column";
 }
@@ -33,31 +34,42 @@ inline const char* to_string(ShardKind k) {
 /// One table's sharding. `bounds` has world_size + 1 non-decreasing entries for Row
 /// (0 .. rows) and Column (0 .. D), and is empty for Table.
 struct TableSharding {
-  ShardKind kind = ShardKind::Table;
+  ShardKind kind = ShardKind::Table;  ///< how the table is split
+  /// The rank holding the whole table (Table only; keep 0 otherwise: == compares it and
+  /// to_string() drops it).
   int owner = 0;
+  /// Row bounds (Row: 0 .. rows) or column bounds (Column: 0 .. D), world_size + 1
+  /// non-decreasing entries; rank r holds [bounds[r], bounds[r+1]). Empty for Table.
   std::vector<std::int64_t> bounds;
+  /// Field-by-field equality (kind, owner, bounds).
   friend bool operator==(const TableSharding&, const TableSharding&) = default;
 };
 
 /// What one rank holds of one table: rows [row_begin, row_end), columns [col_begin,
 /// col_end). Never empty.
 struct Piece {
-  int table = 0;
-  int rank = 0;
-  ShardKind kind = ShardKind::Table;
-  std::int64_t row_begin = 0, row_end = 0;
-  std::int32_t col_begin = 0, col_end = 0;
+  int table = 0;                      ///< global table id, in [0, T)
+  int rank = 0;                       ///< the rank holding the piece
+  ShardKind kind = ShardKind::Table;  ///< the table's sharding kind
+  /// First row held, local to the table (0 unless Row).
+  std::int64_t row_begin = 0, row_end = 0;  ///< one past the last row held (the table's rows unless Row)
+  /// First column held (0 unless Column).
+  std::int32_t col_begin = 0, col_end = 0;  ///< one past the last column held (D unless Column)
+  /// Rows held: row_end - row_begin (>= 1 in pieces_of()'s pieces).
   std::int64_t rows() const { return row_end - row_begin; }
+  /// Columns held, the piece's dim: col_end - col_begin (>= 1 in pieces_of()'s pieces).
   std::int32_t cols() const { return col_end - col_begin; }
 };
 
 /// A plan for T tables of dim D over world_size ranks. A plain value: compare with ==,
 /// print with to_string(), save()/load() as text.
 struct ShardingPlan {
-  int world_size = 1;
-  std::int32_t dim = 0;
+  int world_size = 1;    ///< number of ranks (the communicator's size())
+  std::int32_t dim = 0;  ///< D, the same for every table
+  /// Rows of each table, T entries (as EmbeddingConfig::table_rows).
   std::vector<std::int64_t> table_rows;
   std::vector<TableSharding> tables;  ///< one per table
+  /// Field-by-field equality (world_size, dim, table_rows, tables): same plan.
   friend bool operator==(const ShardingPlan&, const ShardingPlan&) = default;
 
   /// Throws std::invalid_argument naming the table and field unless: world_size >= 1,

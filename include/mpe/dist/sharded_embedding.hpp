@@ -25,6 +25,7 @@
 #include "mpe/cached_embedding.hpp"
 #include "mpe/dist/comm.hpp"
 #include "mpe/dist/plan.hpp"
+#include "mpe/io/checkpoint.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/half.hpp"
 #include "mpe/numeric/philox.hpp"
@@ -50,13 +51,15 @@ struct CommStats {
   std::uint64_t index_bytes = 0;   ///< indices, bag lengths, per-sample weights, headers
   std::uint64_t vector_bytes = 0;  ///< pooled vectors (forward) and their gradients (backward)
   std::uint64_t calls = 0;         ///< all-to-all calls
+  /// All bytes sent: index_bytes + vector_bytes.
   std::uint64_t total() const { return index_bytes + vector_bytes; }
 };
 
 /// T tables of dim D sharded over the ranks of `comm` by a ShardingPlan.
 ///
-/// Every call except the introspection members is **collective**: all ranks call it in
-/// the same order. Each rank passes its own local batch: B_local samples (may differ per
+/// Every call except the introspection members and the local ones (flush(), stats(),
+/// reset_stats(), comm_stats(), memory()) is **collective**: all ranks call it in the same
+/// order. Each rank passes its own local batch: B_local samples (may differ per
 /// rank) of all T tables in the usual CSR (offsets T*B_local + 1, table-major, row ids
 /// local to their table), and receives its own (B_local, T*D) FP32 output. The global
 /// batch is the concatenation of the ranks' local batches in rank order.
@@ -111,6 +114,7 @@ class ShardedEmbedding {
                 "ShardedEmbedding routes batches on the host: only HostBackend is supported so far");
 
  public:
+  /// One local table of this rank: a CachedEmbedding holding the pieces of one local dim.
   using local_type = CachedEmbedding<Storage, Cache, Rounding, Backend>;
 
   /// `config` describes the global tables (table_rows, dim) and is applied to every local
@@ -361,6 +365,8 @@ class ShardedEmbedding {
     comm_->allreduce_sum(std::span<std::uint64_t>(v));
     return CacheStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
   }
+  /// Zeroes this rank's counters (every local table's CacheStats and comm_stats()); local,
+  /// no communication: call it on every rank for consistent stats_reduced().
   void reset_stats() {
     for (auto& l : locals_) l->reset_stats();
     comm_stats_ = {};
@@ -479,18 +485,30 @@ class ShardedEmbedding {
   }
 
   // ---- introspection (local) ----
+  /// The sharding plan given to the constructor.
   const ShardingPlan& plan() const { return plan_; }
+  /// The global configuration given to the constructor (cache_rows is the global total).
   const EmbeddingConfig& config() const { return config_; }
+  /// This process's rank in [0, size()), the communicator's.
   int rank() const { return comm_->rank(); }
+  /// Number of ranks, the communicator's (= plan().world_size).
   int size() const { return comm_->size(); }
+  /// T, the number of global tables.
   std::int64_t num_tables() const { return T(); }
+  /// D, the global dim (column-wise pieces hold fewer columns).
   std::int32_t dim() const { return config_.dim; }
+  /// Rows of all global tables together.
   std::int64_t total_rows() const { return table_off_.back(); }
   /// Completed backward() calls.
   std::uint64_t step() const { return steps_; }
   /// This rank's local tables (one per distinct local dim), and what they hold.
   std::size_t num_local_tables() const { return locals_.size(); }
+  /// Local table i in [0, num_local_tables()), local tables in increasing dim order; the
+  /// reference is valid until load() (which replaces the local tables). Throws
+  /// std::out_of_range for another i.
   const local_type& local(std::size_t i) const { return *locals_.at(i); }
+  /// The pieces local table i holds, in table order: piece k is the local table's table k
+  /// (its rows in local row order). Throws std::out_of_range for i >= num_local_tables().
   const std::vector<Piece>& local_pieces(std::size_t i) const { return my_groups().at(i).pieces; }
 
  private:

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file fbgemm.hpp
 /// @brief Per-table export of a CachedEmbedding to FBGEMM's and TorchRec's weight layouts,
-/// and import back, on top of the per-row conversions of mpe/storage/interop.hpp.
+/// and import back, on top of the per-row conversions of mpe/io/interop.hpp.
 ///
 /// Layouts (the row formats are documented, with their sources, in interop.hpp):
 ///   - `interop::FbgemmFused{}`: FBGEMM's training-side TBE / fused row-wise layouts —
@@ -30,7 +30,8 @@
 #include <vector>
 
 #include "mpe/cached_embedding.hpp"
-#include "mpe/storage/interop.hpp"
+#include "mpe/io/checkpoint.hpp"
+#include "mpe/io/interop.hpp"
 
 namespace mpe::io {
 

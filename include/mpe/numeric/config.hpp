@@ -7,16 +7,24 @@
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDA_ARCH__)
+/// Marks a function compiled for both sides: `__host__ __device__` under nvcc, so the
+/// same per-item source runs on the host and in CUDA kernels (bit-identical results);
+/// empty under a plain C++ compiler.
 #define MPE_HOST_DEVICE __host__ __device__
+/// Marks a device-only function: `__device__` under nvcc; empty under a plain C++
+/// compiler. Reserved: no mpe header uses it today.
 #define MPE_DEVICE __device__
 #else
 #define MPE_HOST_DEVICE
 #define MPE_DEVICE
 #endif
 
+/// Expands to plain `inline` on every compiler (header-only definitions, ODR-safe across
+/// translation units); it forces nothing, the name only marks a hot helper. Reserved: no
+/// mpe header uses it today.
 #define MPE_FORCEINLINE inline
 
-// The numerics contract (DESIGN.md) requires correctly rounded float operations in a
+// The numerics contract (docs/numerics.md) requires correctly rounded float operations in a
 // fixed order. -ffast-math breaks both, so refuse to compile under it.
 #if defined(__FAST_MATH__)
 #error "mpe: -ffast-math breaks the numerics contract (bit-identical host/GPU results); compile without it"

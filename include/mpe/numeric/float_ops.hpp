@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file float_ops.hpp
-/// @brief Correctly rounded float helpers of the numerics contract (DESIGN.md).
+/// @brief Correctly rounded float helpers of the numerics contract (docs/numerics.md).
 ///
 /// Every float operation in mpe's per-item code goes through these helpers so that
 /// host (g++, contraction off) and device (explicit `_rn` intrinsics, which nvcc never

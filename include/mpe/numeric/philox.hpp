@@ -15,6 +15,14 @@ namespace mpe::num {
 
 /// Four 32-bit words: a Philox counter or its output block.
 struct Uint4 {
+  /// @var x
+  /// Word 0 (as RowRng's counter: bits 0..31 of the row).
+  /// @var y
+  /// Word 1 (as RowRng's counter: bits 32..63 of the row).
+  /// @var z
+  /// Word 2 (as RowRng's counter: the step).
+  /// @var w
+  /// Word 3 (as RowRng's counter: `site << 24 | element_group`).
   std::uint32_t x, y, z, w;
 };
 
@@ -55,13 +63,14 @@ enum class RoundingSite : std::uint32_t {
   Init = 5,         ///< in-place initializers
 };
 
-/// The stochastic-rounding stream of one row write: DESIGN.md's counter
+/// The stochastic-rounding stream of one row write: the counter of docs/numerics.md,
 /// `{row_lo, row_hi, step, site << 24 | element_group}` keyed by the 64-bit seed.
 /// One draw yields four 32-bit words, used by elements 4g .. 4g+3.
 struct RowRng {
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;  ///< Philox key: k0 = low 32 bits, k1 = high 32 bits
   std::uint64_t row = 0;   ///< global row
   std::uint32_t step = 0;  ///< completed backward() calls (low 32 bits)
+  /// Which operation rounds (bits 24..31 of counter word 3).
   RoundingSite site = RoundingSite::SetWeights;
 
   /// Four random words for element group `group` (elements 4*group .. 4*group+3).

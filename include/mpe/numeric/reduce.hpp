@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file reduce.hpp
-/// @brief The one fixed summation order used for reductions across D (DESIGN.md,
-/// numerics contract): pairwise summation over blocks of 8, written once for host and
+/// @brief The one fixed summation order used for reductions across D (numerics contract,
+/// docs/numerics.md): pairwise summation over blocks of 8, written once for host and
 /// device so both sides give the same bits.
 #pragma once
 

@@ -19,8 +19,10 @@ namespace mpe {
 /// updates smaller than half a step (they vanish), which is why training prefers
 /// StochasticRounding.
 struct NearestRounding {
-  static constexpr bool stochastic = false;
-  static constexpr const char* name = "nearest";
+  static constexpr bool stochastic = false;       ///< deterministic: callers draw no random words
+  static constexpr const char* name = "nearest";  ///< policy name (messages, checkpoints, benchmarks)
+  /// `v` rounded to the nearest integer, ties to even (num::rint_even); the random word is
+  /// ignored. Returns an integer-valued float.
   MPE_HOST_DEVICE static float round(float v, std::uint32_t /*random_word*/) { return num::rint_even(v); }
 };
 
@@ -29,8 +31,10 @@ struct NearestRounding {
 /// (zero when frac(v) is a multiple of 2^-24). Source of the technique: Gupta et al.,
 /// "Deep learning with limited numerical precision", ICML 2015.
 struct StochasticRounding {
-  static constexpr bool stochastic = true;
-  static constexpr const char* name = "stochastic";
+  static constexpr bool stochastic = true;  ///< callers draw one Philox word per element (num::RowRng)
+  static constexpr const char* name = "stochastic";  ///< policy name (messages, checkpoints, benchmarks)
+  /// floor(v) + 1 when u < frac(v), else floor(v), with u = (random_word >> 8) * 2^-24
+  /// (the word's top 24 bits); every step is exact. Returns an integer-valued float.
   MPE_HOST_DEVICE static float round(float v, std::uint32_t random_word) {
     const float fl = num::floor(v);
     const float frac = num::sub(v, fl);                                        // exact

@@ -12,15 +12,18 @@ namespace mpe {
 /// Row format D x f32, little-endian, 4D bytes. The reference: with Fp32 storage the
 /// cache is invisible (same bits with or without it).
 struct Fp32 {
-  static constexpr const char* name = "fp32";
-  static constexpr int bits = 32;
-  static constexpr float limit = FLT_MAX;
+  static constexpr const char* name = "fp32";  ///< format name (messages, checkpoints)
+  static constexpr int bits = 32;              ///< bits per element
+  static constexpr float limit = FLT_MAX;      ///< largest magnitude held: every finite float
+  /// Bytes of one row before padding: 4 * dim.
   static constexpr std::size_t data_bytes(std::int32_t dim) { return 4 * static_cast<std::size_t>(dim); }
 
   /// Reads element d of a row.
   struct Reader {
-    const std::uint8_t* row;
+    const std::uint8_t* row;  ///< first byte of the row (any alignment; read with memcpy)
+    /// Views the stored row at `r`; `dim` is unused (no parameters after the data).
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t /*dim*/) : row(r) {}
+    /// Element d in [0, dim), exactly as stored.
     MPE_HOST_DEVICE float operator[](std::int32_t d) const { return num::load_f32(row + 4 * d); }
   };
 
@@ -33,6 +36,8 @@ struct Fp32 {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that Fp32 cannot hold, i.e. the first NaN or
+  /// +-Inf, or -1 when every element is finite.
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }

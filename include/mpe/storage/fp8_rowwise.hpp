@@ -26,38 +26,44 @@ namespace mpe {
 
 namespace num {
 
-/// OCP FP8 E4M3 ("E4M3FN"): 3 mantissa bits, exponent bias 7, no infinities.
+/// OCP FP8 E4M3 ("E4M3FN"): 3 mantissa bits, exponent bias 7, no infinities. A code is
+/// S.EEEE.MMM (sign bit 7, exponent bits 6..3, mantissa bits 2..0).
 struct Fp8E4M3 {
-  static constexpr const char* name = "e4m3";
-  static constexpr int mant_bits = 3;
-  static constexpr int exp_bits = 4;
-  static constexpr int bias = 7;
-  static constexpr int min_exp = -6;              // smallest normal exponent
-  static constexpr float max = 448.0f;            // 0x7E: S.1111.110
-  static constexpr std::uint8_t max_code = 0x7e;  // largest finite magnitude code
-  static constexpr bool has_inf = false;          // S.1111.111 is the only NaN
+  static constexpr const char* name = "e4m3";     ///< short name of the format
+  static constexpr int mant_bits = 3;             ///< mantissa (fraction) bits
+  static constexpr int exp_bits = 4;              ///< exponent bits
+  static constexpr int bias = 7;                  ///< exponent bias: a normal code is 1.M x 2^(E - 7)
+  static constexpr int min_exp = -6;              ///< smallest normal exponent (2^-6)
+  static constexpr float max = 448.0f;            ///< largest finite value, 0x7E: S.1111.110
+  static constexpr std::uint8_t max_code = 0x7e;  ///< code of the largest finite magnitude
+  static constexpr bool has_inf = false;          ///< no infinities: S.1111.111 is the only NaN
 };
 
-/// OCP FP8 E5M2: 2 mantissa bits, exponent bias 15, IEEE-style infinities and NaNs.
+/// OCP FP8 E5M2: 2 mantissa bits, exponent bias 15, IEEE-style infinities and NaNs. A
+/// code is S.EEEEE.MM (sign bit 7, exponent bits 6..2, mantissa bits 1..0).
 struct Fp8E5M2 {
-  static constexpr const char* name = "e5m2";
-  static constexpr int mant_bits = 2;
-  static constexpr int exp_bits = 5;
-  static constexpr int bias = 15;
-  static constexpr int min_exp = -14;
-  static constexpr float max = 57344.0f;  // 0x7B: S.11110.11
-  static constexpr std::uint8_t max_code = 0x7b;
-  static constexpr bool has_inf = true;  // S.11111.00
+  static constexpr const char* name = "e5m2";     ///< short name of the format
+  static constexpr int mant_bits = 2;             ///< mantissa (fraction) bits
+  static constexpr int exp_bits = 5;              ///< exponent bits
+  static constexpr int bias = 15;                 ///< exponent bias: a normal code is 1.M x 2^(E - 15)
+  static constexpr int min_exp = -14;             ///< smallest normal exponent (2^-14)
+  static constexpr float max = 57344.0f;          ///< largest finite value, 0x7B: S.11110.11
+  static constexpr std::uint8_t max_code = 0x7b;  ///< code of the largest finite magnitude
+  /// IEEE-style infinities: S.11111.00 is +-Inf, S.11111.{01,10,11} NaN.
+  static constexpr bool has_inf = true;
 };
 
 /// Result of a narrowing FP8 conversion: the code and whether the value had to be clamped
 /// to the format's finite range (or was not finite).
 struct Fp8Result {
-  std::uint8_t bits;
-  bool saturated;
+  std::uint8_t bits;  ///< the FP8 code
+  bool saturated;     ///< true when the input was NaN, +-Inf or rounded beyond +-F::max
 };
 
-/// FP8 code -> float (exact). NaN codes give a quiet NaN, E5M2's infinities +-Inf.
+/// FP8 code -> float (exact). E4M3's NaN codes give a quiet NaN (0x7FC00000 with the
+/// code's sign), E5M2's infinities +-Inf and its NaN codes an f32 NaN whose top mantissa
+/// bits are the code's (S.11111.01 gives the signalling pattern 0x7FA00000 with the sign).
+/// Stored rows never hold NaN or infinity codes.
 template <class F>
 MPE_HOST_DEVICE inline float fp8_to_float(std::uint8_t c) {
   const std::uint32_t sign = static_cast<std::uint32_t>(c & 0x80u) << 24;
@@ -143,23 +149,42 @@ MPE_HOST_DEVICE inline Fp8Result float_to_fp8(float x, std::uint32_t random_word
 /// as saturated. Error per element: at most half an FP8 step of x / scale (nearest) or one
 /// step (stochastic), times scale, plus the f32 roundings; subnormal scales (rows with
 /// max |x| < F::max x 2^-126) add absolute errors of order F::max x 2^-149.
+///
+/// @tparam F the FP8 format of the codes: num::Fp8E4M3 or num::Fp8E5M2.
 template <class F>
 struct Fp8Rowwise {
-  using format = F;
+  using format = F;  ///< the FP8 format of the codes (num::Fp8E4M3 or num::Fp8E5M2)
+  /// Format name (messages, checkpoints): "fp8_e4m3_rowwise" or "fp8_e5m2_rowwise".
   static constexpr const char* name = F::has_inf ? "fp8_e5m2_rowwise" : "fp8_e4m3_rowwise";
-  static constexpr int bits = 8;
-  static constexpr float limit = FLT_MAX;
+  static constexpr int bits = 8;           ///< bits per element (one FP8 code)
+  static constexpr float limit = FLT_MAX;  ///< largest magnitude held: every finite float
+  /// Bytes of one row before padding: dim codes + 4 (scale).
   static constexpr std::size_t data_bytes(std::int32_t dim) { return static_cast<std::size_t>(dim) + 4; }
 
+  /// Reads element d of a row; the scale is read once, at construction.
   struct Reader {
-    const std::uint8_t* row;
-    float scale;
+    const std::uint8_t* row;  ///< first byte of the row: the codes (any alignment)
+    float scale;              ///< the row's scale (f32 at byte dim); 0 when the row is all zeros
+    /// Views the stored row at `r` of `dim` elements and reads its scale.
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t dim) : row(r), scale(num::load_f32(r + dim)) {}
+    /// Element d in [0, dim): `num::mul(scale, num::fp8_to_float<F>(code_d))`, the exact
+    /// FP8 value times the scale, one correctly rounded f32 multiplication.
     MPE_HOST_DEVICE float operator[](std::int32_t d) const {
       return num::mul(scale, num::fp8_to_float<F>(row[d]));
     }
   };
 
+  /// Quantizes the `dim` floats of `src` into `row` (data_bytes(dim) bytes) with rounding
+  /// policy `R`; `rng` gives the random words of stochastic rounding (one per element,
+  /// unused by NearestRounding).
+  ///
+  /// Each element is first sanitized (NaN -> 0, +-Inf -> +-FLT_MAX). amax = max_d |x_d|;
+  /// scale = amax / F::max (f32 division; 2^-149 where it rounds to 0; the f32 just below
+  /// where scale * F::max would overflow), or 0 when amax = 0 (then every code is 0);
+  /// code_d = num::float_to_fp8<F, R>(x_d / scale), clamped to +-F::max. See the struct
+  /// comment for the error bound.
+  /// @return true when an element was NaN or infinite and had to be replaced (saturated);
+  ///         a code clamped to +-F::max by f32 rounding is not counted.
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
@@ -192,6 +217,8 @@ struct Fp8Rowwise {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that the format cannot hold, i.e. the first NaN
+  /// or +-Inf, or -1 when every element is finite.
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }

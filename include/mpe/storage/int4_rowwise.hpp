@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file int4_rowwise.hpp
-/// @brief `Int4Rowwise` storage: FBGEMM's fused N-bit (N = 4) row-wise layout.
+/// @brief `Int4Rowwise` storage: FBGEMM's fused N-bit (N = 4) row-wise layout, ceil(D/2)
+/// bytes of packed 4-bit codes then FP16 scale and FP16 bias (ceil(D/2) + 4 bytes).
 #pragma once
 
 #include "mpe/numeric/half.hpp"
@@ -8,32 +9,54 @@
 
 namespace mpe {
 
-/// Row format (FBGEMM "fused N-bit row-wise", N = 4): ceil(D/2) bytes of codes, element
-/// 2i in the low nibble of byte i and 2i+1 in the high nibble, then f16 scale, then f16
-/// bias: ceil(D/2) + 4 bytes.
-/// Quantization: bias = min rounded down to FP16, scale = (max - bias) / 15 rounded up to
-/// FP16 (so every code lands in [0, 15] before clamping), q = clamp(Rounding((x - bias) /
-/// scale), 0, 15); x' = scale * q + bias. Where bias + 15 * scale would read back above
-/// 65504, scale is the FP16 just below instead (the top codes clamp to 15; the error stays
-/// below one scale), so every stored row reads back within +-65504. A constant row stores scale 0 and bias =
-/// nearest FP16 of the value (exact to FP16 rounding). Holds finite |x| <= 65504 (scale and
-/// bias must fit FP16).
+/// Row format (FBGEMM "fused N-bit row-wise", N = 4: the layout of FBGEMM's
+/// `FloatToFusedNBitRowwiseQuantizedSBHalf` with bit_rate 4; see io/interop.hpp),
+/// ceil(D/2) + 4 bytes, with nb = ceil(D/2):
+///   - bytes [0, nb): the 4-bit codes q_d (0..15), two per byte: element 2i in the low
+///     nibble of byte i, element 2i+1 in the high nibble (for odd D the last high nibble
+///     is 0);
+///   - bytes [nb, nb + 2): scale (IEEE binary16, little-endian);
+///   - bytes [nb + 2, nb + 4): bias (binary16, little-endian).
+///
+/// The bytes are FBGEMM's; the quantizer is mpe's own (fixed correctly rounded operations
+/// and the Rounding policy, docs/numerics.md), so its codes and parameters need not match
+/// FBGEMM's bit for bit.
+///
+/// Quantization (asymmetric min/max, FBGEMM's scheme with FP16 parameters): bias = min
+/// rounded down to FP16, scale = (max - bias) / 15 rounded up to FP16 (so every code lands
+/// in [0, 15] before clamping, up to f32 rounding),
+/// q = clamp(Rounding((x - bias) * (1 / scale)), 0, 15); x' = scale * q + bias. Where
+/// bias + 15 * scale would read back above 65504, scale is the FP16 just below instead (the
+/// top codes clamp to 15; the error stays below one scale), so every stored row reads back
+/// within +-65504. A constant row stores scale 0 and bias = nearest FP16 of the value
+/// (exact to FP16 rounding). Holds finite |x| <= 65504 (scale and bias must fit FP16).
 struct Int4Rowwise {
-  static constexpr const char* name = "int4_rowwise";
-  static constexpr int bits = 4;
+  static constexpr const char* name = "int4_rowwise";  ///< format name (messages, checkpoints)
+  static constexpr int bits = 4;                       ///< bits per element (one nibble)
+  /// Largest magnitude held: 65504 (num::kHalfMax), the largest finite FP16, since the
+  /// scale and bias are FP16.
   static constexpr float limit = num::kHalfMax;
+  /// Bytes of one row before padding: ceil(dim / 2) code bytes + 2 (scale) + 2 (bias).
   static constexpr std::size_t data_bytes(std::int32_t dim) {
     return (static_cast<std::size_t>(dim) + 1) / 2 + 4;
   }
 
+  /// Reads element d of a row; the FP16 scale and bias are decoded to f32 (exactly) once, at
+  /// construction.
   struct Reader {
-    const std::uint8_t* row;
-    float scale, bias;
+    const std::uint8_t* row;  ///< first byte of the row: the packed codes (any alignment)
+    /// The row's scale (FP16 at byte ceil(dim/2), as f32): one code step; 0 for a constant
+    /// row.
+    float scale, bias;  ///< the row's bias (FP16 at byte ceil(dim/2) + 2, as f32): code 0's value
+    /// Views the stored row at `r` of `dim` elements and decodes its scale and bias.
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t dim) : row(r) {
       const std::int32_t nb = (dim + 1) / 2;
       scale = num::half_to_float(num::load_u16(r + nb));
       bias = num::half_to_float(num::load_u16(r + nb + 2));
     }
+    /// Element d in [0, dim): its nibble q_d (low nibble of byte d/2 for even d, high for
+    /// odd d) decoded as `num::add(num::mul(scale, q_d), bias)`, two correctly rounded f32
+    /// operations (no fused multiply-add).
     MPE_HOST_DEVICE float operator[](std::int32_t d) const {
       const std::uint8_t b = row[d >> 1];
       const std::uint32_t q = (d & 1) ? (b >> 4) : (b & 0xfu);
@@ -41,6 +64,21 @@ struct Int4Rowwise {
     }
   };
 
+  /// Quantizes the `dim` floats of `src` into `row` (data_bytes(dim) bytes) with rounding
+  /// policy `R` for the codes; `rng` gives the random words of stochastic rounding (one
+  /// per element, unused by NearestRounding). The FP16 scale and bias are rounded as
+  /// described below, whatever `R`.
+  ///
+  /// Each element is first sanitized (NaN -> 0, values beyond +-65504, infinities
+  /// included, -> +-65504). For min < max: bias = FP16 of min rounded down, scale = FP16
+  /// of (max - bias) / 15 rounded up (never below 2^-24, the smallest FP16, even where the
+  /// f32 division underflows to 0; one FP16 step lower where bias + 15 * scale would read
+  /// back above 65504),
+  /// q = clamp(R::round((x - bias) * (1 / scale)), 0, 15). For min == max: scale 0, bias
+  /// = FP16 of min rounded to nearest, every code 0.
+  /// @return true when an element was NaN, infinite or beyond +-65504 and had to be
+  ///         replaced (saturated) before quantization; clamping a code to [0, 15] is not
+  ///         counted.
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
@@ -77,6 +115,8 @@ struct Int4Rowwise {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that Int4Rowwise cannot hold, i.e. the first NaN,
+  /// +-Inf or value with |x| > 65504, or -1 when every element fits.
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }

@@ -1,34 +1,65 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file int8_rowwise.hpp
-/// @brief `Int8Rowwise` storage: FBGEMM's fused 8-bit row-wise layout.
+/// @brief `Int8Rowwise` storage: FBGEMM's fused 8-bit row-wise layout, D x u8 codes then
+/// f32 scale and f32 bias (D + 8 bytes).
 #pragma once
 
 #include "mpe/storage/storage.hpp"
 
 namespace mpe {
 
-/// Row format (FBGEMM "fused 8-bit row-wise"): D x u8 codes, then f32 scale, then f32
-/// bias, D + 8 bytes (scale/bias unaligned when D % 4 != 0, as in FBGEMM).
-/// Asymmetric min/max quantization (DESIGN.md): bias = min, scale = (max - min) / 255,
+/// Row format (FBGEMM "fused 8-bit row-wise": the layout FBGEMM's
+/// `FloatOrHalfToFused8BitRowwiseQuantizedSBFloat` writes on the CPU; fbgemm_gpu's CUDA op
+/// pads the codes to a multiple of 4, see io/interop.hpp), D + 8 bytes:
+///   - bytes [0, D): code q_d of element d (u8, 0..255), one byte each;
+///   - bytes [D, D + 4): scale (f32, little-endian);
+///   - bytes [D + 4, D + 8): bias (f32, little-endian).
+///
+/// scale/bias are unaligned when D % 4 != 0, as in FBGEMM. The bytes are FBGEMM's; the
+/// quantizer is mpe's own (fixed correctly rounded operations and the Rounding policy,
+/// docs/numerics.md), so its codes need not match FBGEMM's bit for bit.
+///
+/// Asymmetric min/max quantization, FBGEMM's scheme: bias = min, scale = (max - min) / 255,
 /// q = clamp(Rounding((x - bias) * (255 / (max - min))), 0, 255); x' = scale * q + bias.
 /// A constant row stores scale 0 and is exact. Holds finite |x| <= 2^126 (so max - min
 /// stays finite).
 struct Int8Rowwise {
-  static constexpr const char* name = "int8_rowwise";
-  static constexpr int bits = 8;
+  static constexpr const char* name = "int8_rowwise";  ///< format name (messages, checkpoints)
+  static constexpr int bits = 8;                       ///< bits per element (one u8 code)
+  /// Largest magnitude held: 2^126, so that max - min <= 2^127 is a finite f32.
   static constexpr float limit = 0x1p126f;
+  /// Bytes of one row before padding: dim codes + 4 (scale) + 4 (bias).
   static constexpr std::size_t data_bytes(std::int32_t dim) { return static_cast<std::size_t>(dim) + 8; }
 
+  /// Reads element d of a row; the scale and bias are decoded once, at construction.
   struct Reader {
-    const std::uint8_t* row;
-    float scale, bias;
+    const std::uint8_t* row;  ///< first byte of the row: the codes (any alignment)
+    /// The row's scale (f32 at byte dim): one code step, 0 for a constant row.
+    float scale, bias;  ///< the row's bias (f32 at byte dim + 4): the value of code 0, the row's minimum
+    /// Views the stored row at `r` of `dim` elements and reads its scale and bias.
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t dim)
         : row(r), scale(num::load_f32(r + dim)), bias(num::load_f32(r + dim + 4)) {}
+    /// Element d in [0, dim): `num::add(num::mul(scale, q_d), bias)`, two correctly rounded
+    /// f32 operations (no fused multiply-add).
     MPE_HOST_DEVICE float operator[](std::int32_t d) const {
       return num::add(num::mul(scale, static_cast<float>(row[d])), bias);
     }
   };
 
+  /// Quantizes the `dim` floats of `src` into `row` (data_bytes(dim) bytes) with rounding
+  /// policy `R`; `rng` gives the random words of stochastic rounding (one per element,
+  /// unused by NearestRounding).
+  ///
+  /// Each element is first sanitized (NaN -> 0, values beyond +-limit, infinities
+  /// included, -> +-limit). min and max of the sanitized row give bias = min and
+  /// scale = (max - min) / 255 (f32 division); the codes are
+  /// q = clamp(R::round((x - min) * (255 / (max - min))), 0, 255). When 255 / (max - min)
+  /// overflows (max - min below about 2^-120), both factors are scaled by 2^64 first
+  /// (exact), so such rows still use the whole code range. When the scale rounds to 0 (a
+  /// constant row, or max - min < 2^-142) every code is 0 and the row reads back as min.
+  /// @return true when an element was NaN, infinite or beyond +-limit and had to be
+  ///         replaced (saturated) before quantization; clamping a code to [0, 255] is
+  ///         not counted.
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
@@ -37,7 +68,7 @@ struct Int8Rowwise {
     detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
     const float range = num::sub(mx, mn);
     float scale = num::div(range, 255.0f);
-    if (!(scale > 0.0f)) {  // constant row, or a range too small for a normal scale
+    if (!(scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0
       scale = 0.0f;
       for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
     } else {
@@ -63,6 +94,8 @@ struct Int8Rowwise {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that Int8Rowwise cannot hold, i.e. the first NaN,
+  /// +-Inf or value with |x| > 2^126, or -1 when every element fits.
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }

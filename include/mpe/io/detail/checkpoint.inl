@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// CachedEmbedding::save() / load(): the checkpoint writer and verifying reader
-// (included by cached_embedding.hpp). The format is documented in
-// mpe/io/checkpoint_format.hpp.
+// The checkpoint writer and verifying reader behind CachedEmbedding::save() / load()
+// (included by mpe/io/checkpoint.hpp). The format is documented in
+// mpe/io/checkpoint_format.hpp and docs/checkpoint_format.md.
 #pragma once
 
 #include <fcntl.h>
@@ -735,20 +735,3 @@ struct CheckpointAccess {
 };
 
 }  // namespace mpe::detail
-
-namespace mpe {
-
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
-void CachedEmbedding<Storage, Cache, Rounding, Backend>::save(const std::filesystem::path& path) const {
-  detail::CheckpointAccess::save(*this, path);
-}
-
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
-void CachedEmbedding<Storage, Cache, Rounding, Backend>::load(const std::filesystem::path& path) {
-  throw_deferred();
-  const std::string prefix = "mpe::CachedEmbedding::load: '" + path.string() + "': ";
-  const std::vector<std::uint8_t> bytes = detail::ckpt::read_file(path, prefix);
-  detail::CheckpointAccess::load_bytes(*this, bytes.data(), bytes.size(), path.string());
-}
-
-}  // namespace mpe

@@ -382,7 +382,12 @@ void import_one(const TbeInference& layout, const std::uint8_t* in, std::int32_t
 }  // namespace detail
 
 /// Export one mpe store row of format `S` to an external layout.
+/// @param layout  the external layout, FbgemmFused or TbeInference, with its options.
 /// @param mpe_row one store row, `row_bytes<S>(dim, row_alignment)` bytes (mpe's padding).
+/// @param dim     D, elements per row (>= 1).
+/// @param row_alignment mpe's store row padding in bytes, a power of two (as
+///                EmbeddingConfig::row_alignment; TbeInference::row_alignment pads the
+///                external rows).
 /// @param out     `external_row_bytes<S>(layout, dim)` bytes; padding is zeroed.
 /// @throws std::invalid_argument on a wrong span size, dim < 1, a bad alignment, or (TBE
 ///         INT8) a row value beyond FP16; `out` is then unchanged.
@@ -404,7 +409,12 @@ void export_row(const Layout& layout, std::span<const std::uint8_t> mpe_row, std
 }
 
 /// Import one external row into an mpe store row of format `S`.
+/// @param layout  the external layout, FbgemmFused or TbeInference, with its options.
 /// @param in      `external_row_bytes<S>(layout, dim)` bytes.
+/// @param dim     D, elements per row (>= 1).
+/// @param row_alignment mpe's store row padding in bytes, a power of two (as
+///                EmbeddingConfig::row_alignment; TbeInference::row_alignment pads the
+///                external rows).
 /// @param mpe_row `row_bytes<S>(dim, row_alignment)` bytes; mpe's padding is zeroed.
 /// @return true when the row was saturated (the saturation rule in the file comment).
 /// @throws std::invalid_argument on a wrong span size, dim < 1, a bad alignment, or a row
@@ -423,8 +433,14 @@ bool import_row(const Layout& layout, std::span<const std::uint8_t> in, std::int
 }
 
 /// Export a whole table: `rows` consecutive mpe store rows -> `rows` external rows.
-/// @param store (rows, row_bytes<S>(dim, row_alignment)) bytes, row-major.
-/// @param out   (rows, external_row_bytes<S>(layout, dim)) bytes, row-major.
+/// @param layout  the external layout, FbgemmFused or TbeInference, with its options.
+/// @param store   (rows, row_bytes<S>(dim, row_alignment)) bytes, row-major.
+/// @param rows    number of rows (>= 0; negative throws std::invalid_argument).
+/// @param dim     D, elements per row (>= 1).
+/// @param row_alignment mpe's store row padding in bytes, a power of two (as
+///                EmbeddingConfig::row_alignment; TbeInference::row_alignment pads the
+///                external rows).
+/// @param out     (rows, external_row_bytes<S>(layout, dim)) bytes, row-major.
 /// @throws std::invalid_argument as export_row (naming the row); `out` is then unchanged
 ///         for the TBE INT8 re-quantization check, which runs on every row first.
 template <StoragePolicy S, class Layout>
@@ -448,8 +464,14 @@ void export_table(const Layout& layout, std::span<const std::uint8_t> store, std
 
 /// Import a whole table: `rows` external rows -> `rows` consecutive mpe store rows. Every
 /// row is validated before any is written.
-/// @param in    (rows, external_row_bytes<S>(layout, dim)) bytes, row-major.
-/// @param store (rows, row_bytes<S>(dim, row_alignment)) bytes, row-major.
+/// @param layout  the external layout, FbgemmFused or TbeInference, with its options.
+/// @param in      (rows, external_row_bytes<S>(layout, dim)) bytes, row-major.
+/// @param rows    number of rows (>= 0; negative throws std::invalid_argument).
+/// @param dim     D, elements per row (>= 1).
+/// @param row_alignment mpe's store row padding in bytes, a power of two (as
+///                EmbeddingConfig::row_alignment; TbeInference::row_alignment pads the
+///                external rows).
+/// @param store   (rows, row_bytes<S>(dim, row_alignment)) bytes, row-major.
 /// @return the number of rows imported saturated (the saturation rule in the file comment).
 /// @throws std::invalid_argument as import_row (naming the row); `store` is then unchanged.
 template <StoragePolicy S, class Layout>

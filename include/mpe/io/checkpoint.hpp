@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file checkpoint.hpp
+/// @brief Checkpoint files of CachedEmbedding: the definitions of save() and load().
+///
+/// The core (mpe/cached_embedding.hpp) declares save()/load() but holds no file code;
+/// this header supplies it (mpe/mpe.hpp includes it). The byte format (MPECKPT1, version
+/// in checkpoint_format.hpp) is documented in docs/checkpoint_format.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mpe/cached_embedding.hpp"
+#include "mpe/io/detail/checkpoint.inl"
+
+namespace mpe::io {
+
+/// The file side of CachedEmbedding::save() / load() (the default `Io` of both).
+struct CheckpointFile {
+  /// Writes `e`'s exact state to `path` atomically: a temporary file beside it, fsync,
+  /// rename over `path`, fsync of the directory. Waits for `e`'s queued work. Throws
+  /// std::system_error (a std::runtime_error) naming the path on any I/O failure; the
+  /// temporary file is removed and a previous file at `path` is untouched.
+  template <class Embedding>
+  static void save(const Embedding& e, const std::filesystem::path& path) {
+    ::mpe::detail::CheckpointAccess::save(e, path);
+  }
+
+  /// Reads the whole file at `path`, verifies all of it (magic, version, policies,
+  /// shapes, CRC-32C checksums, values) and only then replaces `e`'s state. A pending
+  /// deferred validation error of `e` is thrown first (nothing loaded). Throws
+  /// mpe::checkpoint_error naming the path and the first fault; `e` is then unchanged.
+  template <class Embedding>
+  static void load(Embedding& e, const std::filesystem::path& path) {
+    e.throw_deferred();
+    const std::string prefix = "mpe::CachedEmbedding::load: '" + path.string() + "': ";
+    const std::vector<std::uint8_t> bytes = ::mpe::detail::ckpt::read_file(path, prefix);
+    ::mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), path.string());
+  }
+};
+
+}  // namespace mpe::io
