@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file wtinylfu.hpp
-/// @brief `WTinyLfu<Ways>`: W-TinyLFU (Einziger, Friedman and Manes, ACM Transactions on
-/// Storage 2017) adapted to mpe's set-associative cache and batch populate.
+/// @brief `WTinyLfu<Ways>`: the W-TinyLFU replacement policy (a small LRU window, a
+/// segmented-LRU main area, admission to main by a frequency sketch) adapted to mpe's
+/// set-associative cache and batch populate.
 ///
 /// Each set is split into a window of `window_ways` = max(1, Ways / 32) ways and a main
 /// area, itself split into a probation and a protected segment of at most
-/// `protected_ways` = (Ways - window_ways) * 4 / 5 ways (the paper's 1 % window and 80 %
-/// protected share, rounded per set). Recency within a segment is the slot's last-use batch
-/// number (ties: the lowest way is the least recent). Frequencies come from a count-min
-/// sketch of the same shape as Lfu's (4 lines x width u32 counters, width the smallest power
-/// of two >= max(16, 2 x slots), halved every 10 x slots unique rows), updated by the
-/// paper's "minimal increment" (conservative update): each unique row of a batch raises
-/// each of its 4 counters to at least (its estimate before the batch) + 1, with atomic max,
-/// so the result does not depend on order.
+/// `protected_ways` = (Ways - window_ways) * 4 / 5 ways (the 1 % window and 80 % protected
+/// share of W-TinyLFU's usual configuration, rounded per set). Recency within a segment is
+/// the slot's last-use batch number (ties: the lowest way is the least recent). Frequencies
+/// come from a count-min sketch of the same shape as Lfu's (4 lines x width u32 counters,
+/// width the smallest power of two >= max(16, 2 x slots), halved every 10 x slots unique
+/// rows), updated by "minimal increment" (conservative update): each unique row of a batch
+/// raises each of its 4 counters to at least (its estimate before the batch) + 1, with
+/// atomic max, so the result does not depend on order.
 ///
 /// Rules (one set; its hits, then its misses, each in admission order: descending
 /// estimate, then ascending row):
