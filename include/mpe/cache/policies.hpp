@@ -30,9 +30,9 @@ namespace mpe {
 template <int Ways = 32>
 struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
   static_assert(Ways >= 1 && Ways <= 256, "mpe::Lru: Ways must be in [1, 256]");
-  static constexpr int ways = Ways;
+  static constexpr int ways = Ways;           ///< ways per set
   static constexpr bool uses_sketch = false;  ///< keeps no count-min sketch
-  static constexpr const char* name = "lru";
+  static constexpr const char* name = "lru";  ///< checkpoint name
   using ScoredPolicy<Lru<Ways>>::choose;
   /// Score: the populate counter of the slot's last batch.
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
@@ -53,9 +53,10 @@ struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
 template <int Ways = 32>
 struct Lfu : ScoredPolicy<Lfu<Ways>> {
   static_assert(Ways >= 1 && Ways <= 256, "mpe::Lfu: Ways must be in [1, 256]");
-  static constexpr int ways = Ways;
-  static constexpr bool uses_sketch = true;  ///< keeps a count-min sketch
-  static constexpr const char* name = "lfu";
+  static constexpr int ways = Ways;           ///< ways per set
+  static constexpr bool uses_sketch = true;   ///< keeps a count-min sketch
+  static constexpr const char* name = "lfu";  ///< checkpoint name and section name
+  /// The metadata is the sketch (backend memory).
   using View = SketchRef;
   /// Sketch width for `slots` slots.
   static std::int64_t sketch_width(std::int64_t slots) {
@@ -63,12 +64,15 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
     while (w < 2 * slots) w *= 2;
     return w;
   }
+  /// The sketch's counters: 4 x sketch_width(slots) (0 without a cache).
   static std::int64_t meta_words(std::int64_t slots) {
     return slots > 0 ? SketchRef::depth * sketch_width(slots) : 0;
   }
+  /// The sketch over the metadata words.
   static View view(std::uint32_t* words, std::int64_t slots) {
     return {words, slots > 0 ? sketch_width(slots) : 0};
   }
+  /// Every unique row of a batch is counted before admission.
   static constexpr bool observes = true;
   /// Pass 1: +1 in each line (integer atomics: the result does not depend on order).
   MPE_HOST_DEVICE static void observe(View v, std::int64_t row, std::uint32_t&, int pass) {
@@ -77,7 +81,9 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
   }
   /// Priority and score: the row's estimate now.
   MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row) { return v.estimate(row); }
+  /// A hit changes no policy metadata (it was counted by observe).
   MPE_HOST_DEVICE static void on_hit(View, const CacheRef&, std::int64_t) {}
+  /// Score: the resident row's estimate now.
   MPE_HOST_DEVICE static std::uint64_t score(View v, const CacheRef& c, std::int64_t slot) {
     return v.estimate(c.tags[slot]);
   }
@@ -85,24 +91,29 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
   MPE_HOST_DEVICE static bool admits(View, std::uint32_t priority, std::uint64_t victim_score) {
     return static_cast<std::uint64_t>(priority) > victim_score;
   }
+  /// Counters halve every 10 x slots unique rows.
   static std::uint64_t decay_period(std::int64_t slots) { return static_cast<std::uint64_t>(10 * slots); }
+  /// Every counter decays.
   static std::int64_t decay_items(std::int64_t slots) { return meta_words(slots); }
   /// Halves counter i `times` times.
   MPE_HOST_DEVICE static void decay(View v, std::int64_t i, std::uint64_t times) {
     v.counters[i] = times >= 32 ? 0u : v.counters[i] >> times;
   }
+  /// Any counter values are valid: always the empty string.
   static std::string check_meta(const std::uint32_t*, const std::int64_t*, std::int64_t) { return {}; }
 };
 
 /// Direct-mapped: one way per set (each row has exactly one possible slot). Metadata: none.
 struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
-  static constexpr int ways = 1;
-  static constexpr bool uses_sketch = false;  ///< keeps no count-min sketch
-  static constexpr const char* name = "direct_mapped";
+  static constexpr int ways = 1;                        ///< one way per set
+  static constexpr bool uses_sketch = false;            ///< keeps no count-min sketch
+  static constexpr const char* name = "direct_mapped";  ///< checkpoint name
   using ScoredPolicy<DirectMapped>::choose;
+  /// Score: the populate counter of the slot's last batch (as Lru<1>).
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];
   }
+  /// Every miss replaces the unlocked row.
   MPE_HOST_DEVICE static bool admits(View, std::uint32_t, std::uint64_t) { return true; }
 };
 

@@ -113,15 +113,25 @@ concept CachePolicy = requires(typename P::View v, const CacheRef& c, std::int64
 struct PolicyBase {
   /// Empty view (the policy keeps no metadata).
   struct View {};
+  /// No metadata words.
   static std::int64_t meta_words(std::int64_t) { return 0; }
+  /// The empty view.
   static View view(std::uint32_t*, std::int64_t) { return {}; }
+  /// Nothing is observed before admission.
   static constexpr bool observes = false;
+  /// Not called (observes is false).
   MPE_HOST_DEVICE static void observe(View, std::int64_t, std::uint32_t&, int) {}
+  /// Every row has priority 0: misses are admitted by ascending row.
   MPE_HOST_DEVICE static std::uint32_t priority(View, std::int64_t) { return 0; }
+  /// A hit changes no policy metadata (the cache sets the slot's last use).
   MPE_HOST_DEVICE static void on_hit(View, const CacheRef&, std::int64_t) {}
+  /// No decay.
   static std::uint64_t decay_period(std::int64_t) { return 0; }
+  /// No decay items.
   static std::int64_t decay_items(std::int64_t) { return 0; }
+  /// Not called (no decay).
   MPE_HOST_DEVICE static void decay(View, std::int64_t, std::uint64_t) {}
+  /// Nothing to check: always the empty string.
   static std::string check_meta(const std::uint32_t*, const std::int64_t*, std::int64_t) { return {}; }
 };
 
@@ -132,6 +142,8 @@ struct PolicyBase {
 /// `Derived::admits(view, priority, victim_score)`; no unlocked way: conflict miss.
 template <class Derived>
 struct ScoredPolicy {
+  /// The slot a miss with admission `priority` is filled into in the set starting at slot
+  /// `base`, under lock floor `floor` (see the struct comment).
   template <class View>
   MPE_HOST_DEVICE static CacheChoice choose(View v, const CacheRef& c, std::int64_t base, std::uint64_t floor,
                                             std::int64_t, std::uint32_t priority) {

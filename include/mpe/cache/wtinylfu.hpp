@@ -49,9 +49,9 @@ namespace mpe {
 template <int Ways = 32>
 struct WTinyLfu {
   static_assert(Ways >= 2 && Ways <= 256, "mpe::WTinyLfu: Ways must be in [2, 256]");
-  static constexpr int ways = Ways;
-  static constexpr bool uses_sketch = true;  ///< keeps a count-min sketch
-  static constexpr const char* name = "wtinylfu";
+  static constexpr int ways = Ways;                ///< ways per set
+  static constexpr bool uses_sketch = true;        ///< keeps a count-min sketch
+  static constexpr const char* name = "wtinylfu";  ///< checkpoint name and section name
   /// Window ways per set.
   static constexpr int window_ways = Ways / 32 > 1 ? Ways / 32 : 1;
   /// Most protected rows per set.
@@ -61,8 +61,8 @@ struct WTinyLfu {
 
   /// The sketch and the per-slot segments (backend memory).
   struct View {
-    SketchRef sketch;
-    std::uint8_t* segment = nullptr;  ///< (slots)
+    SketchRef sketch;                 ///< the frequency sketch
+    std::uint8_t* segment = nullptr;  ///< (slots) Segment of each slot
   };
   /// Sketch width for `slots` slots.
   static std::int64_t sketch_width(std::int64_t slots) {
@@ -70,15 +70,18 @@ struct WTinyLfu {
     while (w < 2 * slots) w *= 2;
     return w;
   }
+  /// Sketch counters, then the segment bytes rounded up to whole words (0 without a cache).
   static std::int64_t meta_words(std::int64_t slots) {
     return slots > 0 ? SketchRef::depth * sketch_width(slots) + (slots + 3) / 4 : 0;
   }
+  /// The sketch and the segments over the metadata words.
   static View view(std::uint32_t* words, std::int64_t slots) {
     if (slots == 0) return {};
     const std::int64_t width = sketch_width(slots);
     return {{words, width}, reinterpret_cast<std::uint8_t*>(words + SketchRef::depth * width)};
   }
 
+  /// Every unique row of a batch is counted before admission.
   static constexpr bool observes = true;
   /// Pass 0: the estimate before the batch; pass 1: every counter to at least that + 1.
   MPE_HOST_DEVICE static void observe(View v, std::int64_t row, std::uint32_t& scratch, int pass) {
@@ -91,6 +94,7 @@ struct WTinyLfu {
       detail::atomic_max(&v.sketch.counters[v.sketch.cell(row, k)], scratch + 1u);
     }
   }
+  /// Admission priority: the row's estimate after this batch's update.
   MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row) { return v.sketch.estimate(row); }
 
   /// Least recent occupied slot of `seg` in the set at `base` (unlocked only when
@@ -113,6 +117,7 @@ struct WTinyLfu {
     return n;
   }
 
+  /// A probation hit moves to protected (demoting protected's least recent row past the limit).
   MPE_HOST_DEVICE static void on_hit(View v, const CacheRef& c, std::int64_t slot) {
     if (v.segment[slot] != kProbation) return;
     v.segment[slot] = kProtected;
@@ -122,6 +127,7 @@ struct WTinyLfu {
     }
   }
 
+  /// The miss rules of the file comment; sets the segments of the slots it moves.
   MPE_HOST_DEVICE static CacheChoice choose(View v, const CacheRef& c, std::int64_t base, std::uint64_t floor,
                                             std::int64_t, std::uint32_t priority) {
     const std::int64_t e = first_empty_way(c, base);
@@ -146,7 +152,9 @@ struct WTinyLfu {
     return {-1, victim >= 0};
   }
 
+  /// Counters halve every 10 x slots unique rows.
   static std::uint64_t decay_period(std::int64_t slots) { return static_cast<std::uint64_t>(10 * slots); }
+  /// The sketch counters decay (not the segments).
   static std::int64_t decay_items(std::int64_t slots) {
     return slots > 0 ? SketchRef::depth * sketch_width(slots) : 0;
   }
