@@ -26,8 +26,15 @@
 namespace mpe_test {
 
 template <class Policy>
+struct IsWTinyLfu : std::false_type {};
+template <int W>
+struct IsWTinyLfu<mpe::WTinyLfu<W>> : std::true_type {};
+
+template <class Policy>
 constexpr SimPolicy sim_policy() {
-  if constexpr (Policy::uses_sketch) {
+  if constexpr (IsWTinyLfu<Policy>::value) {
+    return SimPolicy::WTinyLfu;
+  } else if constexpr (Policy::uses_sketch) {
     return SimPolicy::Lfu;
   } else if constexpr (std::is_same_v<Policy, mpe::DirectMapped>) {
     return SimPolicy::DirectMapped;

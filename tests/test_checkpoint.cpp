@@ -84,7 +84,7 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   REQUIRE(std::string(b.begin(), b.begin() + 8) == "MPECKPT1");
   in.p = 8;
   r.version = in.get<std::uint32_t>();
-  CHECK((r.version == 1u || r.version == 2u));
+  CHECK((r.version >= 1u && r.version <= 3u));
   const int n_sections = r.version == 1u ? 7 : 8;
   r.header_bytes = in.get<std::uint32_t>();
   r.storage = in.str();
@@ -194,7 +194,9 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.stride == 8u);  // ceil(3/2) + 4 = 6 bytes rounded up to row_alignment 4
   CHECK(r.slots == 4);
   CHECK(r.sets == 2);
-  CHECK(r.width == 16);  // smallest power of two >= 16 and >= 2 * slots
+  // policy_words: the LFU sketch's 4 lines of width 16 (the smallest power of two >= 16
+  // and >= 2 * slots)
+  CHECK(r.width == 4 * 16);
   CHECK(r.seed == 3u);
   CHECK(r.step == 5u);
   CHECK(r.opt_name == "rowwise_adagrad");
@@ -204,8 +206,8 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.stats[0] == s.lookups);
   CHECK(r.stats[2] == s.hits);
   CHECK(r.stats[11] == s.skipped_steps);
-  CHECK(r.version == 2u);
-  CHECK(r.names == std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "sketch",
+  CHECK(r.version == 3u);
+  CHECK(r.names == std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "lfu",
                                             "optimizer", "pending_batch"});
   CHECK(r.payload_len == std::vector<std::size_t>{12 * 8, 4 * 3 * 4, 4 * 8, 4 * 8, 4, 4 * 16 * 4, 12 * 4, 0});
   // The store section holds the rows as Int4Rowwise bytes: decode row 0 by hand.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoints mid-pipeline and values a file cannot hold: a save with a prefetch pending
-// resumes exactly (the minimal case, and under Validation::Deferred); a version-1 file
-// still loads; a file whose checksums are valid but whose values the state cannot hold
+// resumes exactly (the minimal case, and under Validation::Deferred); version-1 and
+// version-2 files still load; a file whose checksums are valid but whose values the state cannot hold
 // (store rows that decode to NaN/inf, non-finite cached rows, optimizer state outside its
 // domain, an unknown optimizer kind, a bad pending batch) is refused with
 // mpe::checkpoint_error naming section, row and value, and the object is unchanged.
@@ -15,7 +15,7 @@ namespace {
 namespace fmt = mpe::io::checkpoint;
 using A = mpe::detail::CheckpointAccess;
 
-// ---- a small independent walker of the documented layout (version 1 and 2) ----
+// ---- a small independent walker of the documented layout (versions 1 to 3) ----
 struct Layout {
   std::size_t header_bytes = 0, version_at = 8, n_sections_at = 0;
   std::vector<std::string> names;
@@ -50,7 +50,7 @@ Layout walk(const std::vector<std::uint8_t>& b) {
   return l;
 }
 
-/// Offset of the header's `str optimizer` field (version 2), walking the documented header.
+/// Offset of the header's `str optimizer` field (versions 2 and 3), walking the documented header.
 std::size_t optimizer_field(const std::vector<std::uint8_t>& b) {
   std::size_t p = 16;
   auto skip_str = [&] {
@@ -83,6 +83,31 @@ std::size_t section(const Layout& l, const std::string& name) {
   }
   FAIL("no section " << name);
   return 0;
+}
+
+/// The version-2 form of a version-3 file of Lru, Lfu or DirectMapped: version 2, the
+/// header's `policy_words` becomes `sketch_width` (words / 4: the sketch has 4 lines), and
+/// the policy's section is named `sketch`.
+std::vector<std::uint8_t> to_v2(const std::vector<std::uint8_t>& b) {
+  const Layout l = walk(b);
+  const std::size_t words_at = optimizer_field(b) - 5 * 8;  // then seed, step, populate, decay_clock
+  std::int64_t words;
+  std::memcpy(&words, b.data() + words_at, 8);
+  const std::size_t name_at = l.at[5] - 8 - 2 - l.names[5].size();
+  std::vector<std::uint8_t> v(b.begin(), b.begin() + static_cast<long>(name_at));
+  put32(v, 8, 2);
+  const std::int64_t width = words / 4;
+  std::memcpy(v.data() + words_at, &width, 8);
+  const std::string sketch = "sketch";
+  const auto n = static_cast<std::uint16_t>(sketch.size());
+  v.push_back(static_cast<std::uint8_t>(n & 0xff));
+  v.push_back(static_cast<std::uint8_t>(n >> 8));
+  v.insert(v.end(), sketch.begin(), sketch.end());
+  v.insert(v.end(), b.begin() + static_cast<long>(l.at[5] - 8), b.end());
+  const std::uint64_t size = v.size();
+  std::memcpy(v.data() + v.size() - 12, &size, 8);
+  resign(v);
+  return v;
 }
 
 template <class E>
@@ -170,15 +195,24 @@ TEST_CASE("a pending batch that is not used after load changes nothing: a differ
   CHECK(ckt::snapshot(a) == ckt::snapshot(b));
 }
 
-TEST_CASE("a version-1 checkpoint (no pending_batch section) still loads; other versions are refused") {
+TEST_CASE("version-1 and version-2 checkpoints still load; other versions are refused") {
   using E = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>;
   const auto c = ckt::small_config(9);
   const auto dir = ckt::temp_dir("v1");
   E a(c);
   a.init_uniform(-0.5f, 0.5f);
   for (std::uint64_t k = 0; k < 5; ++k) ckt::train_step(a, k, mpe::RowwiseAdagrad{0.1f});
-  a.save(dir / "v2.ckpt");
-  auto b = ckt::read_bytes(dir / "v2.ckpt");
+  a.save(dir / "v3.ckpt");
+  const auto b3 = ckt::read_bytes(dir / "v3.ckpt");
+  REQUIRE(get32(b3, 8) == 3);
+  REQUIRE(walk(b3).names[5] == "lfu");
+  // Version 2: the policy section is named `sketch`, the header holds the sketch width.
+  auto b = to_v2(b3);
+  {
+    E loaded(c);
+    CHECK(load_error(loaded, b).empty());
+    CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
+  }
   Layout l = walk(b);
   REQUIRE(l.names.back() == "pending_batch");
   REQUIRE(l.len.back() == 0);
@@ -206,13 +240,13 @@ TEST_CASE("a version-1 checkpoint (no pending_batch section) still loads; other 
   E loaded(c);
   CHECK(load_error(loaded, v1).empty());
   CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
-  for (std::uint32_t v : {0u, 3u, 99u}) {
-    auto bad = b;
+  for (std::uint32_t v : {0u, 4u, 99u}) {
+    auto bad = b3;
     put32(bad, 8, v);
     resign(bad);
     E e(c);
     expect_refused(e, bad,
-                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 2"});
+                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 3"});
   }
   auto wrong_count = b;  // a version-2 header claiming 7 sections
   put32(wrong_count, l.n_sections_at, 7);

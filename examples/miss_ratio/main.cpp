@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // miss_ratio: cache sizing tool. Runs a real mpe::CachedEmbedding (Fp32 store, tiny D,
 // host backend, forward only: the decisions do not depend on the values) over Zipf
-// traces and reports the miss ratio of each cache policy (LRU, LFU, direct-mapped)
+// traces and reports the miss ratio of each cache policy (LRU, LFU, direct-mapped, W-TinyLFU)
 // against the cache size, beside the optimal offline miss ratio (Belady's MIN with
 // bypass, fully associative, same capacity) and the compulsory floor.
 //
@@ -23,175 +23,20 @@
 // columns): each categorical column is a table of --criteo-table-rows rows, the row is
 // the 32-bit hash mod (table rows - 1) + 1, row 0 for a missing value.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <mpe/mpe.hpp>
-#include <queue>
-#include <random>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include "trace.hpp"
 
 namespace {
 
-/// A trace: batches of T tables x B bags (CSR, table-major, local rows) and the global
-/// row of every occurrence.
-struct Batch {
-  std::vector<std::int64_t> indices, offsets, global;
-};
-struct Trace {
-  std::vector<std::int64_t> table_rows;
-  std::vector<Batch> batches;
-};
-
-/// Zipf(s) over [0, n) by an inverse-CDF table (rank k with probability proportional to
-/// 1 / (k + 1)^s), ranks scattered over the rows by a seeded Fisher-Yates permutation.
-class ZipfRows {
- public:
-  ZipfRows(std::int64_t n, double s, std::uint64_t seed) : gen_(seed), cdf_(static_cast<std::size_t>(n)) {
-    double acc = 0.0;
-    for (std::int64_t k = 0; k < n; ++k) {
-      acc += std::pow(static_cast<double>(k + 1), -s);
-      cdf_[static_cast<std::size_t>(k)] = acc;
-    }
-    for (auto& c : cdf_) c /= acc;
-    perm_.resize(static_cast<std::size_t>(n));
-    for (std::int64_t k = 0; k < n; ++k) perm_[static_cast<std::size_t>(k)] = k;
-    for (std::int64_t k = n - 1; k > 0; --k) {
-      std::swap(perm_[static_cast<std::size_t>(k)],
-                perm_[static_cast<std::size_t>(gen_() % static_cast<std::uint64_t>(k + 1))]);
-    }
-  }
-  std::int64_t next() {
-    const double u = static_cast<double>(gen_() >> 11) * 0x1p-53;
-    auto k = static_cast<std::size_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-    return perm_[std::min(k, cdf_.size() - 1)];
-  }
-
- private:
-  std::mt19937_64 gen_;
-  std::vector<double> cdf_;
-  std::vector<std::int64_t> perm_;
-};
-
-Trace zipf_trace(std::int64_t rows, double s, std::int64_t batches, std::int64_t bags, std::int64_t pooling,
-                 std::uint64_t seed) {
-  Trace t;
-  t.table_rows = {rows};
-  ZipfRows z(rows, s, seed);
-  for (std::int64_t k = 0; k < batches; ++k) {
-    Batch b;
-    for (std::int64_t j = 0; j <= bags; ++j) b.offsets.push_back(j * pooling);
-    for (std::int64_t i = 0; i < bags * pooling; ++i) b.indices.push_back(z.next());
-    b.global = b.indices;
-    t.batches.push_back(std::move(b));
-  }
-  return t;
-}
-
-Trace criteo_trace(const std::string& path, std::int64_t table_rows, std::int64_t bags) {
-  constexpr int kTables = 26;
-  Trace t;
-  t.table_rows.assign(kTables, table_rows);
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<std::vector<std::int64_t>> samples;  // (lines, 26) local rows
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string x;
-    while (std::getline(ss, x, '\t')) f.push_back(x);
-    f.resize(40);
-    std::vector<std::int64_t> s(kTables, 0);
-    for (int c = 0; c < kTables; ++c) {
-      const std::string& h = f[static_cast<std::size_t>(14 + c)];
-      if (!h.empty())
-        s[static_cast<std::size_t>(c)] =
-            static_cast<std::int64_t>(std::stoull(h, nullptr, 16) %
-                                      static_cast<std::uint64_t>(table_rows - 1)) +
-            1;
-    }
-    samples.push_back(std::move(s));
-  }
-  for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(bags)) {
-    const std::size_t B = std::min<std::size_t>(static_cast<std::size_t>(bags), samples.size() - first);
-    Batch b;
-    b.offsets.push_back(0);
-    for (int c = 0; c < kTables; ++c) {
-      for (std::size_t i = 0; i < B; ++i) {
-        const std::int64_t r = samples[first + i][static_cast<std::size_t>(c)];
-        b.indices.push_back(r);
-        b.global.push_back(c * table_rows + r);
-        b.offsets.push_back(static_cast<std::int64_t>(b.indices.size()));
-      }
-    }
-    t.batches.push_back(std::move(b));
-  }
-  return t;
-}
-
-/// The per-batch deduplicated stream (each batch's distinct global rows, ascending).
-std::vector<std::int64_t> unique_stream(const Trace& t) {
-  std::vector<std::int64_t> out;
-  for (const auto& b : t.batches) {
-    std::vector<std::int64_t> u = b.global;
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
-    out.insert(out.end(), u.begin(), u.end());
-  }
-  return out;
-}
-
-/// Belady's MIN with bypass: misses of a fully associative cache of `capacity` rows on
-/// `stream`. O(n log n) with a lazy max-heap on next use.
-std::uint64_t belady_misses(const std::vector<std::int64_t>& stream, std::int64_t total_rows,
-                            std::int64_t capacity) {
-  const auto n = static_cast<std::int64_t>(stream.size());
-  const std::int64_t never = n;  // "no next use"
-  std::vector<std::int64_t> next(stream.size()), last(static_cast<std::size_t>(total_rows), never);
-  for (std::int64_t i = n - 1; i >= 0; --i) {
-    const auto r = static_cast<std::size_t>(stream[static_cast<std::size_t>(i)]);
-    next[static_cast<std::size_t>(i)] = last[r];
-    last[r] = i;
-  }
-  std::vector<std::int64_t> resident_next(static_cast<std::size_t>(total_rows), -1);  // -1: not resident
-  std::priority_queue<std::pair<std::int64_t, std::int64_t>> heap;                    // (next use, row)
-  std::int64_t size = 0;
-  std::uint64_t misses = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t r = stream[static_cast<std::size_t>(i)];
-    const std::int64_t nu = next[static_cast<std::size_t>(i)];
-    auto& rn = resident_next[static_cast<std::size_t>(r)];
-    if (rn >= 0) {
-      rn = nu;
-      heap.emplace(nu, r);
-      continue;
-    }
-    ++misses;
-    if (capacity == 0) continue;
-    if (size < capacity) {
-      rn = nu;
-      heap.emplace(nu, r);
-      ++size;
-      continue;
-    }
-    while (resident_next[static_cast<std::size_t>(heap.top().second)] != heap.top().first) heap.pop();
-    if (nu < heap.top().first) {  // the farthest resident is used later than the newcomer
-      resident_next[static_cast<std::size_t>(heap.top().second)] = -1;
-      heap.pop();
-      rn = nu;
-      heap.emplace(nu, r);
-    }  // else bypass: the newcomer is the one used farthest in the future
-  }
-  return misses;
-}
+using namespace miss_ratio;
 
 struct Result {
   std::uint64_t unique_rows = 0, misses = 0, conflicts = 0;
@@ -227,6 +72,15 @@ std::string pct(std::uint64_t num, std::uint64_t den) {
   return o.str();
 }
 
+/// (a - b) / den in percentage points.
+std::string points(std::uint64_t a, std::uint64_t b, std::uint64_t den) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2)
+    << (den ? 100.0 * (static_cast<double>(a) - static_cast<double>(b)) / static_cast<double>(den) : 0.0)
+    << " pp";
+  return o.str();
+}
+
 void report(const std::string& label, const Trace& t, const std::vector<double>& sizes, int threads) {
   std::int64_t total = 0;
   for (auto r : t.table_rows) total += r;
@@ -239,33 +93,38 @@ void report(const std::string& label, const Trace& t, const std::vector<double>&
   }
   std::uint64_t lookups = 0;
   for (const auto& b : t.batches) lookups += b.indices.size();
-  std::cout << "\n### " << label << "\n\n"
-            << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
-            << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
-            << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
-            << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | Belady (MIN) |\n"
-            << "|---:|---:|---:|---:|---:|---:|\n";
+  std::cout
+      << "\n### " << label << "\n\n"
+      << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
+      << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
+      << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
+      << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | W-TinyLFU<32> | Belady (MIN) | "
+         "W-TinyLFU - Belady |\n"
+      << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const double f : sizes) {
     const auto c = std::max<std::int64_t>(
         32, static_cast<std::int64_t>(std::llround(f / 100.0 * static_cast<double>(total))));
     const Result lru = run_cache<mpe::Lru<32>>(t, c, threads);
     const Result lfu = run_cache<mpe::Lfu<32>>(t, c, threads);
     const Result dm = run_cache<mpe::DirectMapped>(t, c, threads);
+    const Result wt = run_cache<mpe::WTinyLfu<32>>(t, c, threads);
     const std::uint64_t opt = belady_misses(stream, total, c);
     if (lru.unique_rows != stream.size() || lfu.unique_rows != stream.size() ||
-        dm.unique_rows != stream.size()) {
+        dm.unique_rows != stream.size() || wt.unique_rows != stream.size()) {
       throw std::logic_error("unique-row counts disagree with the trace");
     }
     std::cout << "| " << f << " % | " << c << " | " << pct(lru.misses, lru.unique_rows) << " | "
               << pct(lfu.misses, lfu.unique_rows) << " | " << pct(dm.misses, dm.unique_rows) << " | "
-              << pct(opt, stream.size()) << " |" << std::endl;
+              << pct(wt.misses, wt.unique_rows) << " | " << pct(opt, stream.size()) << " | "
+              << points(wt.misses, opt, stream.size()) << " |" << std::endl;
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped and Belady (MIN)"};
+  CLI::App app{
+      "mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped, W-TinyLFU and Belady (MIN)"};
   std::int64_t rows = 1000000, bags = 2048, pooling = 32, batches = 100;
   std::vector<double> exponents{0.8, 1.05, 1.2};
   std::vector<double> sizes{0.5, 1, 2, 5, 10, 20};

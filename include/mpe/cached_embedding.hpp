@@ -17,6 +17,7 @@
 #include "mpe/backend/buffer.hpp"
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/cache/cache_ref.hpp"
+#include "mpe/cache/detail/admission.hpp"
 #include "mpe/cache/policies.hpp"
 #include "mpe/detail/kernels.hpp"
 #include "mpe/embedding_ref.hpp"
@@ -302,17 +303,16 @@ class CachedEmbedding {
   IBuf table_offsets_;                           // (T + 1)
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
-  index_t sketch_width_ = 0;
   detail::Buffer<float, Backend> cache_rows_;        // (slots, D)
   IBuf tags_;                                        // (slots)
   detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
   detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
-  detail::Buffer<std::uint32_t, Backend> sketch_;    // (4, width), LFU only
+  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy's
   detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
   std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
   std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)
-  detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, sketch clock
+  detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, decay clock
   Batch current_, pending_, staging_;
   detail::Buffer<detail::CallRecord, Backend> record_;       // (1) verdict of the running call
   detail::Buffer<detail::DeferredError, Backend> deferred_;  // (1) first unreported error

@@ -22,13 +22,15 @@ template <class S, class C, class R>
 struct Combo {
   using Embedding = mpe::CachedEmbedding<S, C, R>;
 };
-/// The six Cache x Rounding combinations (Lru<4>, Lfu<4>, DirectMapped x Stochastic,
-/// Nearest) for storage S, as a type list for TEST_CASE_TEMPLATE_INVOKE.
+/// The eight Cache x Rounding combinations (Lru<4>, Lfu<4>, DirectMapped, WTinyLfu<4> x
+/// Stochastic, Nearest) for storage S, as a type list for TEST_CASE_TEMPLATE_INVOKE.
 #define CKT_COMBOS(S)                                                                                        \
   ckt::Combo<S, mpe::Lru<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lru<4>, mpe::NearestRounding>,     \
       ckt::Combo<S, mpe::Lfu<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lfu<4>, mpe::NearestRounding>, \
       ckt::Combo<S, mpe::DirectMapped, mpe::StochasticRounding>,                                             \
-      ckt::Combo<S, mpe::DirectMapped, mpe::NearestRounding>
+      ckt::Combo<S, mpe::DirectMapped, mpe::NearestRounding>,                                                \
+      ckt::Combo<S, mpe::WTinyLfu<4>, mpe::StochasticRounding>,                                              \
+      ckt::Combo<S, mpe::WTinyLfu<4>, mpe::NearestRounding>
 
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("mpe_ckpt_test_" + std::to_string(::getpid())) / name;

@@ -207,7 +207,9 @@ Result run_training(const Backend& be, const Scenario& sc) {
   X(S, mpe::Lfu<4>, mpe::StochasticRounding)       \
   X(S, mpe::Lfu<4>, mpe::NearestRounding)          \
   X(S, mpe::DirectMapped, mpe::StochasticRounding) \
-  X(S, mpe::DirectMapped, mpe::NearestRounding)
+  X(S, mpe::DirectMapped, mpe::NearestRounding)    \
+  X(S, mpe::WTinyLfu<4>, mpe::StochasticRounding)  \
+  X(S, mpe::WTinyLfu<4>, mpe::NearestRounding)
 
 #define MPE_TEST_HOST_INSTANTIATE(S, C, R)                                                             \
   template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, \

@@ -27,6 +27,19 @@
 /// - LFU halving: at the end of a populate, every counter is halved once for each
 ///   multiple of 10 x slots that the cumulative number of increments has passed since
 ///   construction (DESIGN.md: "all counters halved every 10 x cache_rows increments").
+///
+/// W-TinyLFU (SimPolicy::WTinyLfu), from the rules in mpe/cache/wtinylfu.hpp's comment:
+/// - Sketch as LFU's, but a batch's update is conservative: each unique row's 4 counters
+///   become max(counter, estimate before the batch + 1).
+/// - Segments per slot: window, probation, protected; window_ways = max(1, Ways / 32),
+///   protected at most (Ways - window_ways) * 4 / 5. "Least recent" = lowest last-use
+///   batch number, ties to the lowest way.
+/// - Hits and misses of a set are taken in descending estimate, then ascending row; a hit
+///   moves a probation row to protected and, past the protected limit, moves protected's
+///   least recent row (locked or not) back to probation.
+/// - A miss takes the lowest empty way (window if the window has room, else probation);
+///   else the window's least recent unlocked row (or the missing row) contests main's
+///   least recent unlocked probation (else protected) row, strictly higher estimate wins.
 #pragma once
 
 #include <algorithm>
@@ -40,7 +53,7 @@
 
 namespace mpe_test {
 
-enum class SimPolicy { Lru, Lfu, DirectMapped };
+enum class SimPolicy { Lru, Lfu, DirectMapped, WTinyLfu };
 
 /// The CacheStats counters the cache decides (same meaning as mpe::CacheStats).
 struct SimStats {
@@ -72,7 +85,12 @@ class CacheSimulator {
     tags_.assign(slots, -1);
     last_use_.assign(slots, 0);
     dirty_.assign(slots, 0);
-    if (policy_ == SimPolicy::Lfu && slots > 0) {
+    segment_.assign(slots, 0);
+    if (policy_ == SimPolicy::WTinyLfu) {
+      window_ways_ = std::max(1, ways_ / 32);
+      protected_ways_ = (ways_ - window_ways_) * 4 / 5;
+    }
+    if (sketched() && slots > 0) {
       width_ = sim_sketch_width(static_cast<std::int64_t>(slots));
       counters_.assign(static_cast<std::size_t>(mpe::SketchRef::depth * width_), 0);
     }
@@ -85,6 +103,9 @@ class CacheSimulator {
   const std::vector<std::int64_t>& tags() const { return tags_; }
   const std::vector<std::uint64_t>& last_use() const { return last_use_; }
   const std::vector<std::uint8_t>& dirty() const { return dirty_; }
+  /// W-TinyLFU segment per slot (0 window, 1 probation, 2 protected; stale when empty).
+  const std::vector<std::uint8_t>& segment() const { return segment_; }
+  const std::vector<std::uint32_t>& counters() const { return counters_; }
   const SimStats& stats() const { return stats_; }
   std::uint64_t halvings() const { return halvings_; }
 
@@ -173,6 +194,10 @@ class CacheSimulator {
     }
     std::set<std::int64_t> locked(uniq);
     locked.insert(also_locked.begin(), also_locked.end());
+    if (policy_ == SimPolicy::WTinyLfu) {
+      populate_wtinylfu(id, uniq, locked, result);
+      return result;
+    }
 
     // Hits, and the misses grouped by set.
     std::map<std::int64_t, std::vector<std::int64_t>> misses_of_set;
@@ -241,7 +266,7 @@ class CacheSimulator {
         result[r] = victim;
       }
     }
-    if (policy_ == SimPolicy::Lfu) {
+    if (sketched()) {
       increments_ += uniq.size();
       while (period_ != UINT64_MAX && increments_ >= (halvings_ + 1) * period_) {
         for (auto& c : counters_) c /= 2;
@@ -251,8 +276,126 @@ class CacheSimulator {
     return result;
   }
 
+  bool sketched() const { return policy_ == SimPolicy::Lfu || policy_ == SimPolicy::WTinyLfu; }
+
+  /// Least recent occupied slot of segment `seg` in `set` (skipping rows in `locked`
+  /// unless it is null), or -1.
+  std::int64_t least_recent(std::int64_t set, std::uint8_t seg, const std::set<std::int64_t>* locked) const {
+    std::int64_t best = -1;
+    for (int w = 0; w < ways_; ++w) {
+      const auto s = static_cast<std::size_t>(set * ways_ + w);
+      if (tags_[s] < 0 || segment_[s] != seg) continue;
+      if (locked && locked->count(tags_[s])) continue;
+      if (best < 0 || last_use_[s] < last_use_[static_cast<std::size_t>(best)])
+        best = static_cast<std::int64_t>(s);
+    }
+    return best;
+  }
+  int segment_count(std::int64_t set, std::uint8_t seg) const {
+    int n = 0;
+    for (int w = 0; w < ways_; ++w) {
+      const auto s = static_cast<std::size_t>(set * ways_ + w);
+      if (tags_[s] >= 0 && segment_[s] == seg) ++n;
+    }
+    return n;
+  }
+
+  void populate_wtinylfu(std::uint64_t id, const std::set<std::int64_t>& uniq,
+                         const std::set<std::int64_t>& locked, std::map<std::int64_t, std::int64_t>& result) {
+    // Conservative update from the estimates before the batch.
+    mpe::SketchRef ref{counters_.data(), width_};
+    std::map<std::int64_t, std::uint32_t> before;
+    for (std::int64_t r : uniq) before[r] = estimate(r);
+    for (std::int64_t r : uniq) {
+      for (int k = 0; k < mpe::SketchRef::depth; ++k) {
+        auto& c = counters_[static_cast<std::size_t>(ref.cell(r, k))];
+        c = std::max(c, before[r] + 1);
+      }
+    }
+    std::map<std::int64_t, std::vector<std::int64_t>> rows_of_set;
+    for (std::int64_t r : uniq) rows_of_set[mpe::set_of_row(r, num_sets_)].push_back(r);
+    for (auto& [set, rows] : rows_of_set) {
+      std::stable_sort(rows.begin(), rows.end(),
+                       [&](std::int64_t a, std::int64_t b) { return estimate(a) > estimate(b); });
+      std::vector<std::int64_t> misses;
+      for (std::int64_t r : rows) {
+        const std::int64_t s = find(r);
+        if (s < 0) {
+          misses.push_back(r);
+          continue;
+        }
+        ++stats_.hits;
+        last_use_[static_cast<std::size_t>(s)] = id;
+        result[r] = s;
+        if (segment_[static_cast<std::size_t>(s)] == 1) {
+          segment_[static_cast<std::size_t>(s)] = 2;
+          if (segment_count(set, 2) > protected_ways_) {
+            segment_[static_cast<std::size_t>(least_recent(set, 2, nullptr))] = 1;
+          }
+        }
+      }
+      for (std::int64_t r : misses) {
+        ++stats_.misses;
+        std::int64_t fill = -1;
+        std::uint8_t fill_segment = 0;
+        for (int w = 0; w < ways_ && fill < 0; ++w) {
+          if (tags_[static_cast<std::size_t>(set * ways_ + w)] < 0) fill = set * ways_ + w;
+        }
+        if (fill >= 0) {
+          fill_segment = segment_count(set, 0) < window_ways_ ? 0 : 1;
+        } else {
+          const std::int64_t cand = least_recent(set, 0, &locked);
+          std::int64_t victim = least_recent(set, 1, &locked);
+          if (victim < 0) victim = least_recent(set, 2, &locked);
+          const std::uint32_t cand_est = estimate(cand >= 0 ? tags_[static_cast<std::size_t>(cand)] : r);
+          if (victim >= 0 && cand_est > estimate(tags_[static_cast<std::size_t>(victim)])) {
+            fill = victim;
+            if (cand >= 0) {
+              segment_[static_cast<std::size_t>(cand)] = 1;
+              fill_segment = 0;
+            } else {
+              fill_segment = 1;
+            }
+          } else if (cand >= 0) {
+            fill = cand;
+            fill_segment = 0;
+          } else {
+            if (victim >= 0) {
+              ++stats_.lfu_rejections;
+            } else {
+              ++stats_.conflict_misses;
+            }
+            result[r] = -1;
+            continue;
+          }
+        }
+        const auto v = static_cast<std::size_t>(fill);
+        if (tags_[v] >= 0) {
+          ++stats_.evictions;
+          if (dirty_[v]) {
+            ++stats_.writebacks;
+            stats_.bytes_written_back += static_cast<std::uint64_t>(data_bytes_);
+          }
+        }
+        tags_[v] = r;
+        last_use_[v] = id;
+        dirty_[v] = 0;
+        segment_[v] = fill_segment;
+        stats_.bytes_filled += static_cast<std::uint64_t>(data_bytes_);
+        result[r] = fill;
+      }
+    }
+    increments_ += uniq.size();
+    while (period_ != UINT64_MAX && increments_ >= (halvings_ + 1) * period_) {
+      for (auto& c : counters_) c /= 2;
+      ++halvings_;
+    }
+  }
+
   SimPolicy policy_;
   int ways_;
+  int window_ways_ = 0, protected_ways_ = 0;
+  std::vector<std::uint8_t> segment_;
   std::int64_t data_bytes_;
   std::int64_t num_sets_ = 0;
   std::int64_t width_ = 0;

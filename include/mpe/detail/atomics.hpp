@@ -28,6 +28,17 @@ MPE_HOST_DEVICE inline void atomic_add(std::uint32_t* p, std::uint32_t v) {
   std::atomic_ref<std::uint32_t>(*p).fetch_add(v, std::memory_order_relaxed);
 #endif
 }
+/// *p = max(*p, v); the result does not depend on the order of concurrent calls.
+MPE_HOST_DEVICE inline void atomic_max(std::uint32_t* p, std::uint32_t v) {
+#ifdef __CUDA_ARCH__
+  atomicMax(p, v);
+#else
+  std::atomic_ref<std::uint32_t> a(*p);
+  std::uint32_t cur = a.load(std::memory_order_relaxed);
+  while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+#endif
+}
 }  // namespace detail
 
 }  // namespace mpe

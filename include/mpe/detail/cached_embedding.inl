@@ -98,7 +98,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   tags_.set_backend(backend_);
   last_use_.set_backend(backend_);
   dirty_.set_backend(backend_);
-  sketch_.set_backend(backend_);
+  meta_.set_backend(backend_);
   opt_state_.set_backend(backend_);
   error_.set_backend(backend_);
   flush_outcome_.set_backend(backend_);
@@ -114,7 +114,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   tags_.set_purpose(MemoryPurpose::Cache);
   last_use_.set_purpose(MemoryPurpose::Cache);
   dirty_.set_purpose(MemoryPurpose::Cache);
-  sketch_.set_purpose(MemoryPurpose::Cache);
+  meta_.set_purpose(MemoryPurpose::Cache);
   opt_state_.set_purpose(MemoryPurpose::Optimizer);
 
   table_offsets_.reset(table_offsets_host_.size());
@@ -146,12 +146,8 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
     dirty_.reset(slots);
     backend_.fill_bytes(dirty_.data(), 0, dirty_.bytes());
     flush_outcome_.reset(slots);
-    if constexpr (Cache::uses_sketch) {
-      sketch_width_ = 16;
-      while (sketch_width_ < 2 * static_cast<index_t>(slots)) sketch_width_ *= 2;
-      sketch_.reset(static_cast<std::size_t>(SketchRef::depth * sketch_width_));
-      backend_.fill_bytes(sketch_.data(), 0, sketch_.bytes());
-    }
+    meta_.reset(static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(slots))));
+    backend_.fill_bytes(meta_.data(), 0, meta_.bytes());
   }
 }
 
@@ -395,33 +391,34 @@ void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   b.order.reserve_discard(sz);
   b.slot_of_unique.reserve_discard(sz);
   b.outcome.reserve_discard(sz);
-  SketchRef sketch{sketch_.data(), sketch_width_};
-  if constexpr (Cache::uses_sketch) {
-    b.estimates.reserve_discard(sz);
-    backend_.for_each(U, detail::SketchIncrement{b.uniq.data(), sketch, count, gate});
+  const auto view = Cache::view(meta_.data(), cache_slots());
+  b.estimates.reserve_discard(sz);
+  if constexpr (Cache::observes) {
+    for (int pass = 0; pass < 2; ++pass) {
+      backend_.for_each(
+          U, detail::ObserveRows<Cache>{b.uniq.data(), view, b.estimates.data(), pass, count, gate});
+    }
   }
-  backend_.for_each(
-      U, detail::AdmissionKeys<Cache::uses_sketch>{b.uniq.data(), sketch, num_sets_, b.estimates.data(),
-                                                   b.keys.data(), b.order.data(), count});
+  backend_.for_each(U, detail::AdmissionKeys<Cache>{b.uniq.data(), view, num_sets_, b.estimates.data(),
+                                                    b.keys.data(), b.order.data(), count});
   backend_.stable_sort_by_key(b.keys.data(), b.order.data(), U);
-  backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache::uses_sketch>{
+  backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache>{
                            b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
-                           cache_ref(), sketch, store_.data(), stride_, b.id, &counters->lock_floor,
+                           cache_ref(), view, store_.data(), stride_, b.id, &counters->lock_floor,
                            config_.seed, step_ptr(), b.slot_of_unique.data(), b.outcome.data()});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
-  if constexpr (Cache::uses_sketch) {
-    const auto period = static_cast<std::uint64_t>(10 * cache_slots());
-    backend_.for_each(1, detail::SketchTick{counters, count, period, gate});
-    bool halve = true;
+  if (const std::uint64_t period = Cache::decay_period(cache_slots()); period > 0) {
+    backend_.for_each(1, detail::DecayTick{counters, count, period, gate});
+    bool due = true;
     if constexpr (!Backend::asynchronous) {
       std::uint64_t h = 0;
-      backend_.copy_to_host(&h, &counters->halvings, sizeof h);
-      halve = h > 0;
+      backend_.copy_to_host(&h, &counters->decays_due, sizeof h);
+      due = h > 0;
     }
-    if (halve) {
-      backend_.for_each(static_cast<index_t>(sketch_.size()),
-                        detail::SketchHalve{sketch_.data(), &counters->halvings});
+    if (due) {
+      backend_.for_each(static_cast<index_t>(Cache::decay_items(cache_slots())),
+                        detail::Decay<Cache>{view, &counters->decays_due});
     }
   }
 }
@@ -737,7 +734,8 @@ MPE_CE_TEMPLATE
 MemoryFootprint MPE_CE::memory() const {
   MemoryFootprint m;
   m.store_bytes = store_.bytes();
-  m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + sketch_.bytes();
+  m.cache_bytes =
+      cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
   m.optimizer_bytes = opt_state_.bytes();
   m.metadata_bytes = table_offsets_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +

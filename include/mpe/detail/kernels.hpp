@@ -118,161 +118,6 @@ struct ScatterUnique {
   }
 };
 
-/// LFU: +1 per unique row of the batch in each sketch line (integer atomics: the
-/// result does not depend on order).
-struct SketchIncrement {
-  const index_t* uniq;
-  SketchRef sketch;
-  const index_t* count;  // (1) U; items u >= U do nothing
-  const index_t* gate;   // batch ok flag, or null
-  MPE_HOST_DEVICE void operator()(index_t u) const {
-    if (u >= *count || !open(gate)) return;
-    for (int k = 0; k < SketchRef::depth; ++k) atomic_add(&sketch.counters[sketch.cell(uniq[u], k)], 1u);
-  }
-};
-
-/// Halves every sketch counter `*halvings` times (0: nothing).
-struct SketchHalve {
-  std::uint32_t* counters;
-  const std::uint64_t* halvings;
-  MPE_HOST_DEVICE void operator()(index_t i) const {
-    const std::uint64_t h = *halvings;
-    if (h == 0) return;
-    counters[i] = h >= 32 ? 0u : counters[i] >> h;
-  }
-};
-
-/// Admission sort keys: set in the high 32 bits; LFU puts the complemented estimate in
-/// the low bits (descending estimate); the stable sort keeps ascending rows within ties.
-template <bool UseSketch>
-struct AdmissionKeys {
-  const index_t* uniq;
-  SketchRef sketch;
-  std::int64_t num_sets;
-  std::uint32_t* estimates;  // (U), LFU only
-  std::uint64_t* keys;       // (U)
-  index_t* order;            // (U)
-  const index_t* count;      // (1) U; items u >= U get the largest key (sorted last)
-  MPE_HOST_DEVICE void operator()(index_t u) const {
-    order[u] = u;
-    if (u >= *count) {
-      keys[u] = ~std::uint64_t{0};
-      return;
-    }
-    const std::uint64_t set = static_cast<std::uint64_t>(set_of_row(uniq[u], num_sets));
-    std::uint64_t key = set << 32;
-    if constexpr (UseSketch) {
-      const std::uint32_t e = sketch.estimate(uniq[u]);
-      estimates[u] = e;
-      key |= static_cast<std::uint64_t>(~e);
-    }
-    keys[u] = key;
-  }
-};
-
-/// One set of one batch: hits first, then misses in admission order take victims
-/// (empty way first, else lowest score, ties to the lowest way; locked ways never), write
-/// back dirty victims and fill from the store. Runs once per set (at each run head).
-template <class Storage, class Rounding, bool UseSketch>
-struct AdmitSet {
-  const std::uint64_t* keys;       // (U) sorted admission keys
-  const index_t* order;            // (U) unique index in admission order
-  const index_t* count;            // (1) U; items p >= U do nothing
-  const index_t* gate;             // batch ok flag, or null
-  const index_t* uniq;             // (U)
-  const std::uint32_t* estimates;  // (U) LFU only
-  CacheRef cache;
-  SketchRef sketch;
-  std::uint8_t* store;
-  std::size_t stride;
-  std::uint64_t batch_id;
-  const std::uint64_t* lock_floor;  // (1) slots used by batches numbered >= this are locked
-  std::uint64_t seed;
-  const std::uint64_t* step;  // (1) completed backward() calls
-  index_t* slot_of_unique;    // (U)
-  std::uint8_t* outcome;      // (U)
-
-  MPE_HOST_DEVICE void operator()(index_t p) const {
-    const index_t U = *count;
-    if (p >= U || !open(gate)) return;
-    const std::uint64_t set = keys[p] >> 32;
-    if (p > 0 && (keys[p - 1] >> 32) == set) return;
-    index_t end = p + 1;
-    while (end < U && (keys[end] >> 32) == set) ++end;
-    const index_t base = static_cast<index_t>(set) * cache.ways;
-    const std::int32_t D = cache.dim;
-    const std::uint64_t floor = *lock_floor;
-    for (index_t q = p; q < end; ++q) {
-      const index_t u = order[q];
-      index_t s = -1;
-      for (std::int32_t w = 0; w < cache.ways; ++w) {
-        if (cache.tags[base + w] == uniq[u]) s = base + w;
-      }
-      slot_of_unique[u] = s;
-      outcome[u] = s >= 0 ? kHit : 0;
-      if (s >= 0) cache.last_use[s] = batch_id;
-    }
-    for (index_t q = p; q < end; ++q) {
-      const index_t u = order[q];
-      if (outcome[u] & kHit) continue;
-      index_t victim = -1;
-      std::uint64_t victim_score = 0;
-      bool empty = false;
-      for (std::int32_t w = 0; w < cache.ways; ++w) {
-        const index_t s = base + w;
-        if (cache.tags[s] < 0) {
-          victim = s;
-          empty = true;
-          break;
-        }
-        if (cache.last_use[s] >= floor) continue;
-        std::uint64_t score;
-        if constexpr (UseSketch) {
-          score = sketch.estimate(cache.tags[s]);
-        } else {
-          score = cache.last_use[s];
-        }
-        if (victim < 0 || score < victim_score) {
-          victim = s;
-          victim_score = score;
-        }
-      }
-      if (victim < 0) {
-        outcome[u] = kConflict;
-        continue;
-      }
-      if constexpr (UseSketch) {
-        if (!empty && !(static_cast<std::uint64_t>(estimates[u]) > victim_score)) {
-          outcome[u] = kRejected;
-          continue;
-        }
-      }
-      std::uint8_t code = kFilled;
-      float* crow = cache.row(victim);
-      if (!empty) {
-        code |= kEvicted;
-        if (cache.dirty[victim]) {
-          const index_t old = cache.tags[victim];
-          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
-                                num::RoundingSite::WriteBack};
-          if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
-                                                rng)) {
-            code |= kSaturated;
-          }
-          code |= kWroteBack;
-        }
-      }
-      const typename Storage::Reader rd(store + static_cast<std::size_t>(uniq[u]) * stride, D);
-      for (std::int32_t d = 0; d < D; ++d) crow[d] = rd[d];
-      cache.tags[victim] = uniq[u];
-      cache.last_use[victim] = batch_id;
-      cache.dirty[victim] = 0;
-      slot_of_unique[u] = victim;
-      outcome[u] = code;
-    }
-  }
-};
-
 /// Forward pooling of bag j = t*B + b into output (B, T*D) at [b*T*D + t*D, +D):
 /// elements summed in index order (weighted: add(acc, mul(w, x))); mean multiplies by
 /// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
@@ -468,7 +313,7 @@ struct ApplyRows {
     for (std::int64_t k = 0; k < state_floats; ++k)
       opt_state[r * state_floats + k] = new_state[u * state_floats + k];
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
-    // A row uncached at forward (conflict or LFU rejection) may have been filled since
+    // A row uncached at forward (conflict or policy rejection) may have been filled since
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     if (s >= 0) {
@@ -631,14 +476,14 @@ struct CountOutcome {
 };
 
 /// Counters of a CachedEmbedding that device work updates, in backend memory: the
-/// statistics, the step, the LFU sketch's decay clock and the scratch they are summed in.
+/// statistics, the step, the cache policy's decay clock and the scratch they are summed in.
 struct Counters {
   CacheStats stats;
-  std::uint64_t step;               ///< completed backward() calls (Philox counter word)
-  std::uint64_t sketch_increments;  ///< LFU increments since the last halving
-  std::uint64_t halvings;           ///< halvings due after this populate
-  std::uint64_t lock_floor;         ///< the running populate's lock floor (SetLockFloor)
-  OutcomeCounts tally;              ///< last reduce_to result
+  std::uint64_t step;         ///< completed backward() calls (Philox counter word)
+  std::uint64_t decay_clock;  ///< unique rows since the policy's last decay (policies that decay)
+  std::uint64_t decays_due;   ///< decays due after this populate
+  std::uint64_t lock_floor;   ///< the running populate's lock floor (SetLockFloor)
+  OutcomeCounts tally;        ///< last reduce_to result
 };
 
 /// Which call's tally FoldCounts adds to the statistics.
@@ -688,22 +533,6 @@ struct SetLockFloor {
   std::uint64_t awaiting_id, own_id;
   MPE_HOST_DEVICE void operator()(index_t) const {
     c->lock_floor = (awaiting_flags && awaiting_flags[kFlagOk] != 0) ? awaiting_id : own_id;
-  }
-};
-
-/// Single item after an LFU populate: counts U increments and sets how many halvings of
-/// the sketch are due (one per `period` increments).
-struct SketchTick {
-  Counters* c;
-  const index_t* unique;  // (1) U
-  std::uint64_t period;
-  const index_t* gate;
-  MPE_HOST_DEVICE void operator()(index_t) const {
-    c->halvings = 0;
-    if (!open(gate)) return;
-    c->sketch_increments += static_cast<std::uint64_t>(*unique);
-    c->halvings = c->sketch_increments / period;
-    c->sketch_increments -= c->halvings * period;
   }
 };
 

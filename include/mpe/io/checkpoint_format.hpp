@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file checkpoint_format.hpp
 /// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
-/// version 2; version 1 files still load), and the CRC-32C that protects it.
+/// version 3; version 1 and 2 files still load), and the CRC-32C that protects it.
 ///
 /// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
 /// (the format is only read and written on little-endian hosts; a static_assert says so).
@@ -13,21 +13,21 @@
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
-/// | 8  | `u32 version` | 2 (1: the same without the `pending_batch` section) |
+/// | 8  | `u32 version` | 3 (2: see "Version 3: cache-policy section" below; 1: as 2 without the `pending_batch` section) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
-/// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"` |
+/// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"`, `"wtinylfu"` |
 /// |    | `u32 ways` | `Cache::ways` |
 /// |    | `str rounding` | `Rounding::name`: `"stochastic"`, `"nearest"` |
 /// |    | `u32 T`, `i64 table_rows[T]` | rows of each table |
 /// |    | `i32 dim`, `i32 row_alignment` | D and the store row padding |
 /// |    | `u64 store_row_bytes` | bytes of one padded store row |
 /// |    | `i64 num_sets`, `i64 cache_slots` | num_sets * ways = cache_slots (0: no cache) |
-/// |    | `i64 sketch_width` | LFU count-min sketch width (0 without LFU); depth 4 |
+/// |    | `i64 policy_words` | `Cache::meta_words(cache_slots)`: u32 words of the policy section (versions 1, 2: `sketch_width`, the LFU sketch width, 0 for other policies) |
 /// |    | `u64 seed` | stochastic-rounding seed (load() adopts it) |
 /// |    | `u64 step` | completed backward() calls |
 /// |    | `u64 populate_counter` | batches populated so far (LRU's clock) |
-/// |    | `u64 sketch_increments` | LFU increments since the last halving |
+/// |    | `u64 decay_clock` | unique rows since the policy's last decay, below `Cache::decay_period` (versions 1, 2: `sketch_increments`, the same for LFU) |
 /// |    | `str optimizer` | `OptimizerRule::name` of the optimizer that owns the state, empty before the first applied step (version 1: `u32 optimizer_kind`, 0 none, 1 `sgd`, 2 `rowwise_adagrad`) |
 /// |    | `u32 optimizer_state_floats` | FP32 state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D) |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
@@ -46,10 +46,28 @@
 /// | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
 /// | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
 /// | `dirty` | u8 per slot, 0 or 1 | slots |
-/// | `sketch` | u32 counters (4, sketch_width), LFU only | 4 * sketch_width * 4 |
+/// | policy section | the cache policy's own metadata, named `Cache::name` (versions 1, 2: named `sketch`, holding the LFU sketch, empty for other policies); see below | policy_words * 4 |
 /// | `optimizer` | FP32 state (rows, optimizer_state_floats) | rows * state_floats * 4 |
 /// | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
 // clang-format on
+///
+// ---- Version 3: cache-policy section (cache-policy branch) ----
+/// **Version 3: cache-policy section.** Section 5 is named by the cache policy
+/// (`Cache::name`) and holds its metadata array as the library keeps it in memory
+/// (`Cache::meta_words(slots)` little-endian u32 words; mpe/cache/policy.hpp), checked on
+/// load by `Cache::check_meta`:
+///
+// clang-format off
+/// | policy | section name | payload |
+/// |---|---|---|
+/// | `Lru<W>`, `DirectMapped` | `lru`, `direct_mapped` | empty |
+/// | `Lfu<W>` | `lfu` | count-min sketch, 4 lines x width u32 counters, line-major (width: smallest power of two >= max(16, 2 x slots)) |
+/// | `WTinyLfu<W>` | `wtinylfu` | the same sketch, then one byte per slot (segment: 0 window, 1 probation, 2 protected; meaningless for an empty slot), zero-padded to a multiple of 4 bytes |
+// clang-format on
+///
+/// A version 1 or 2 file of `Lru`, `Lfu` or `DirectMapped` loads unchanged: its `sketch`
+/// section is exactly the version 3 section of the same policy.
+// ---- end of version 3: cache-policy section ----
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
@@ -93,7 +111,7 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 /// Oldest version load() reads (version 1: no `pending_batch` section).
 inline constexpr std::uint32_t kMinVersion = 1;
 /// Number of CacheStats counters written by version 1.
@@ -103,6 +121,15 @@ inline constexpr std::uint32_t kNumSections = 8;
 inline constexpr std::uint32_t kNumBufferSections = 7;
 inline constexpr const char* kSectionNames[kNumSections] = {
     "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch"};
+
+// ---- Version 3: cache-policy section (cache-policy branch) ----
+/// Index of the cache policy's section; kSectionNames holds its version 1 and 2 name.
+inline constexpr std::uint32_t kPolicySection = 5;
+/// Name of the cache policy's section in a file of `version`: `policy_name` from version 3.
+inline const char* policy_section_name(std::uint32_t version, const char* policy_name) {
+  return version >= 3 ? policy_name : kSectionNames[kPolicySection];
+}
+// ---- end of version 3: cache-policy section ----
 /// Bytes of the trailer: end magic, file size, file CRC.
 inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;
 /// Longest policy or section name accepted by the reader.

@@ -269,12 +269,12 @@ struct CheckpointAccess {
     b.put(static_cast<std::uint64_t>(e.stride_));
     b.put(static_cast<std::int64_t>(e.num_sets_));
     b.put(static_cast<std::int64_t>(e.cache_slots()));
-    b.put(static_cast<std::int64_t>(e.sketch_width_));
+    b.put(static_cast<std::int64_t>(C::meta_words(e.cache_slots())));  // policy_words
     b.put(static_cast<std::uint64_t>(e.config_.seed));
     const Counters counters = e.read_counters();
     b.put(static_cast<std::uint64_t>(counters.step));
     b.put(static_cast<std::uint64_t>(e.populate_counter_));
-    b.put(static_cast<std::uint64_t>(counters.sketch_increments));
+    b.put(static_cast<std::uint64_t>(counters.decay_clock));
     b.str(e.opt_name_);
     const std::size_t rows = static_cast<std::size_t>(e.total_rows_);
     b.put(static_cast<std::uint32_t>(rows == 0 ? 0 : e.opt_state_.size() / rows));
@@ -296,7 +296,7 @@ struct CheckpointAccess {
     s[2] = {e.tags_.data(), e.tags_.bytes()};
     s[3] = {e.last_use_.data(), e.last_use_.bytes()};
     s[4] = {e.dirty_.data(), e.dirty_.bytes()};
-    s[5] = {e.sketch_.data(), e.sketch_.bytes()};
+    s[io::checkpoint::kPolicySection] = {e.meta_.data(), e.meta_.bytes()};
     s[6] = {e.opt_state_.data(), e.opt_state_.bytes()};
   }
 
@@ -332,7 +332,8 @@ struct CheckpointAccess {
     std::vector<std::uint8_t> staging;
     for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
       ckpt::Bytes h;
-      h.str(fmt::kSectionNames[i]);
+      h.str(i == fmt::kPolicySection ? std::string(E::cache_policy::name)
+                                     : std::string(fmt::kSectionNames[i]));
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
@@ -420,12 +421,18 @@ struct CheckpointAccess {
               static_cast<std::uint64_t>(e.stride_));
     expect_eq("num_sets", c.get<std::int64_t>("num_sets"), static_cast<std::int64_t>(e.num_sets_));
     expect_eq("cache_slots", c.get<std::int64_t>("cache_slots"), static_cast<std::int64_t>(e.cache_slots()));
-    expect_eq("sketch_width", c.get<std::int64_t>("sketch_width"),
-              static_cast<std::int64_t>(e.sketch_width_));
+    // Version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
+    // only metadata those versions had: 4 lines of that width; 0 for the other policies).
+    const std::int64_t policy_words = C::meta_words(e.cache_slots());
+    if (version >= 3) {
+      expect_eq("policy_words", c.get<std::int64_t>("policy_words"), policy_words);
+    } else {
+      expect_eq("sketch_width", c.get<std::int64_t>("sketch_width"), policy_words / SketchRef::depth);
+    }
     const auto seed = c.get<std::uint64_t>("seed");
     const auto step = c.get<std::uint64_t>("step");
     const auto populate_counter = c.get<std::uint64_t>("populate_counter");
-    const auto sketch_increments = c.get<std::uint64_t>("sketch_increments");
+    const auto decay_clock = c.get<std::uint64_t>(version >= 3 ? "decay_clock" : "sketch_increments");
     // Version 2 names the optimizer; version 1 numbered it (1 sgd, 2 rowwise_adagrad).
     std::string opt_name;
     if (version == 1) {
@@ -467,7 +474,8 @@ struct CheckpointAccess {
     const std::uint8_t* payload[fmt::kNumSections] = {};
     std::uint64_t pending_len = 0;
     for (std::uint32_t i = 0; i < n_sections; ++i) {
-      const std::string want = fmt::kSectionNames[i];
+      const std::string want = i == fmt::kPolicySection ? fmt::policy_section_name(version, C::name)
+                                                        : std::string(fmt::kSectionNames[i]);
       const std::string name = c.str("section name");
       if (name != want) {
         c.fail("section " + std::to_string(i) + " is " + quote(name) + ", expected " + quote(want));
@@ -539,10 +547,19 @@ struct CheckpointAccess {
                " is after populate_counter = " + std::to_string(populate_counter));
       }
     }
-    const std::uint64_t period = C::uses_sketch ? static_cast<std::uint64_t>(10 * slots) : 1;
-    if (sketch_increments >= period) {
-      c.fail("sketch_increments = " + std::to_string(sketch_increments) + " must be below " +
-             std::to_string(period));
+    if (slots > 0) {
+      std::vector<std::uint32_t> words(static_cast<std::size_t>(policy_words));
+      std::memcpy(words.data(), payload[fmt::kPolicySection], words.size() * 4);
+      std::vector<std::int64_t> tags(static_cast<std::size_t>(slots));
+      std::memcpy(tags.data(), payload[2], tags.size() * 8);
+      if (const std::string why = C::check_meta(words.data(), tags.data(), slots); !why.empty()) {
+        c.fail("section " + quote(fmt::policy_section_name(version, C::name)) + ": " + why);
+      }
+    }
+    const std::uint64_t period = std::max<std::uint64_t>(C::decay_period(slots), 1);
+    if (decay_clock >= period) {
+      c.fail((version >= 3 ? "decay_clock = " : "sketch_increments = ") + std::to_string(decay_clock) +
+             " must be below " + std::to_string(period));
     }
     // ---- values: every one must be one the state can hold (checksums alone do not say) ----
     check_values(e, c, payload, opt_name);
@@ -562,7 +579,7 @@ struct CheckpointAccess {
                                           e.tags_.data(),
                                           e.last_use_.data(),
                                           e.dirty_.data(),
-                                          e.sketch_.data(),
+                                          e.meta_.data(),
                                           new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
     for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
@@ -573,7 +590,7 @@ struct CheckpointAccess {
     Counters counters{};
     counters.stats = ckpt::stats_from_array(st);
     counters.step = step;
-    counters.sketch_increments = sketch_increments;
+    counters.decay_clock = decay_clock;
     e.backend_.copy_from_host(e.counters_.data(), &counters, sizeof counters);
     e.populate_counter_ = populate_counter;
     e.opt_name_ = opt_name;
