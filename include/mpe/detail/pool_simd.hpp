@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file pool_simd.hpp
+/// @brief Host-only fast path of forward pooling (not public): one bag pooled with AVX2
+/// (+F16C for FP16 rows), chosen at run time, with the bits of the portable path.
+///
+/// The default build stays baseline x86-64: the kernels below carry
+/// `__attribute__((target("avx2,f16c")))` and run only where the CPU reports AVX2 and F16C
+/// (`__builtin_cpu_supports`, checked once); elsewhere, on other architectures, under nvcc
+/// and with `MPE_NO_HOST_SIMD` defined, the portable `RowAccumulate` loops run instead.
+///
+/// Bits (the numerics contract): every element is decoded exactly as `Storage::Reader`
+/// defines it and added to its column's accumulator with one correctly rounded add (weighted:
+/// one multiply, then one add), rows in index order per column, as the portable loop does:
+/// - FP32: the value; Int8: add(mul(scale, float(q)), bias); Int4: the same with FP16 scale
+///   and bias; BF16: bits << 16 (integer ops).
+/// - FP16: `vcvtph2ps` converts every finite and infinite code exactly like
+///   num::half_to_float (subnormals included; the conversion ignores MXCSR.DAZ); for NaN
+///   codes it sets the quiet bit, so that bit is put back from the code (bit 9 of the
+///   code -> bit 22 of the float): all 65,536 codes give the software decode's bits
+///   (tests/test_pool_simd.cpp checks each one).
+/// - No FMA: the target set excludes "fma", so the compiler cannot contract a multiply and
+///   an add into one rounding even if -ffp-contract allowed it.
+/// - Accumulators start at +0.0f like the portable loop's zeroed output, columns past the
+///   last full group of 8 use the portable per-element code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mpe/numeric/config.hpp"
+
+#if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDACC__) && defined(__x86_64__) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define MPE_HOST_SIMD 1
+#include <immintrin.h>
+#else
+#define MPE_HOST_SIMD 0
+#endif
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/formats.hpp"
+
+namespace mpe::detail {
+
+/// Occurrences ahead whose rows forward pooling prefetches (host only; FBGEMM's default
+/// distance).
+#ifdef MPE_POOL_PREFETCH_AHEAD
+inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
+#else
+inline constexpr index_t kPoolPrefetchAhead = 16;
+#endif
+
+/// Prefetches (read, keep in all levels) every 64-byte line of [p, p + bytes) on the host;
+/// a no-op in device code. The rows' bits do not depend on it.
+///
+/// The empty `asm volatile` is needed: GCC's IPA pure-const analysis treats
+/// __builtin_prefetch as free of side effects, so a non-inlined caller whose only effects
+/// are prefetches (PoolBags::prefetch_row) was found "const" and its calls deleted as dead
+/// code at -O1 and above: no prefetch instruction was left in mpe's forward. The volatile
+/// asm emits nothing and keeps them.
+MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
+#ifndef __CUDA_ARCH__
+  // One prefetch per 64-byte line the bytes touch (no repeated line).
+  const char* c = static_cast<const char*>(p);
+  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(c) & ~std::uintptr_t{63};
+  const std::uintptr_t last =
+      (reinterpret_cast<std::uintptr_t>(c) + (bytes ? bytes - 1 : 0)) & ~std::uintptr_t{63};
+  for (std::uintptr_t a = first; a <= last; a += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(a), 0, 3);
+  asm volatile("");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+#if MPE_HOST_SIMD
+
+/// True when this CPU can run the AVX2 + F16C kernels (checked once).
+inline bool cpu_has_avx2_f16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+
+/// The run-time switch of the host SIMD pooling (default: on where the CPU has AVX2 and F16C).
+inline bool& host_simd_flag() {
+  static bool on = cpu_has_avx2_f16c();
+  return on;
+}
+
+/// Whether forward pooling uses the AVX2 kernels now.
+inline bool host_simd_enabled() { return host_simd_flag(); }
+
+/// Turns the AVX2 pooling on (only where the CPU supports it) or off; returns the previous
+/// setting. For tests comparing the two paths; not thread-safe against running forwards.
+inline bool set_host_simd(bool on) {
+  const bool was = host_simd_flag();
+  host_simd_flag() = on && cpu_has_avx2_f16c();
+  return was;
+}
+
+#define MPE_SIMD_TARGET __attribute__((target("avx2,f16c")))
+
+namespace simd {
+
+/// Decoder of one store row of format S: load8(c) = elements [c, c + 8) as the Reader
+/// defines them (8 lanes, exact).
+template <class S>
+struct Row;
+
+template <>
+struct Row<Fp32> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * static_cast<std::size_t>(c)));
+  }
+};
+
+template <>
+struct Row<Fp16> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
+    const __m256i hw = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    // NaN codes: the hardware sets the quiet bit; take bit 22 from the code's bit 9.
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
+    const __m256i q = _mm256_and_si256(nan, _mm256_set1_epi32(0x400000));
+    const __m256i want = _mm256_and_si256(_mm256_slli_epi32(h32, 13), q);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_andnot_si256(q, hw), want));
+  }
+};
+
+template <>
+struct Row<Bf16> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <>
+struct Row<Int8Rowwise> {
+  const std::uint8_t* p;
+  __m256 scale, bias;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D)
+      : p(r), scale(_mm256_set1_ps(num::load_f32(r + D))), bias(_mm256_set1_ps(num::load_f32(r + D + 4))) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
+  }
+};
+
+template <>
+struct Row<Int4Rowwise> {
+  const std::uint8_t* p;
+  __m256 scale, bias;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+    const std::int32_t nb = (D + 1) / 2;
+    scale = _mm256_set1_ps(num::half_to_float(num::load_u16(r + nb)));
+    bias = _mm256_set1_ps(num::half_to_float(num::load_u16(r + nb + 2)));
+  }
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    // Elements c .. c+7 are the 8 nibbles of the 4 bytes at c/2, low nibble first.
+    std::uint32_t w;
+    __builtin_memcpy(&w, p + c / 2, 4);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
+                                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xf)));
+    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
+  }
+};
+
+/// Stores r.load8(c) to out[0 .. 8) (lets code built without AVX2 test the decoders).
+template <class R>
+MPE_SIMD_TARGET void store8(float* out, const R& r, std::int32_t c) {
+  _mm256_storeu_ps(out, r.load8(c));
+}
+
+/// Formats with an AVX2 decoder.
+template <class S>
+inline constexpr bool has_row = false;
+template <>
+inline constexpr bool has_row<Fp32> = true;
+template <>
+inline constexpr bool has_row<Fp16> = true;
+template <>
+inline constexpr bool has_row<Bf16> = true;
+template <>
+inline constexpr bool has_row<Int8Rowwise> = true;
+template <>
+inline constexpr bool has_row<Int4Rowwise> = true;
+
+/// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
+/// index order. `src(i, cached)` gives occurrence i's row (an FP32 cache row when *cached);
+/// `ahead(i)` prefetches occurrence i's row and is called only when `prefetch`.
+template <class S, bool Weighted, int NV, class Src, class Ahead>
+MPE_SIMD_TARGET inline void pool_columns(const Src& src, const Ahead& ahead, bool prefetch, index_t begin,
+                                         index_t end, const float* weights, std::int32_t D, std::int32_t c0,
+                                         float* o) {
+  __m256 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (index_t i = begin; i < end; ++i) {
+    if (prefetch) ahead(i);
+    bool cached = false;
+    const std::uint8_t* row = src(i, cached);
+    __m256 w;
+    if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
+    if (cached) {
+      const Row<Fp32> r(row, D);
+      for (int v = 0; v < NV; ++v) {
+        __m256 x = r.load8(c0 + 8 * v);
+        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
+        acc[v] = _mm256_add_ps(acc[v], x);
+      }
+    } else {
+      const Row<S> r(row, D);
+      for (int v = 0; v < NV; ++v) {
+        __m256 x = r.load8(c0 + 8 * v);
+        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
+        acc[v] = _mm256_add_ps(acc[v], x);
+      }
+    }
+  }
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + c0 + 8 * v, acc[v]);
+}
+
+/// Sum (weighted: sum of w * x) of occurrences [begin, end) into o (D), columns in groups of
+/// up to 64 (8 registers) plus a scalar tail. o is zeroed first. The first pass over the
+/// rows calls `ahead(i)` for each occurrence.
+template <class S, bool Weighted, class Src, class Ahead>
+MPE_SIMD_TARGET void pool_bag(const Src& src, const Ahead& ahead, index_t begin, index_t end,
+                              const float* weights, std::int32_t D, float* o) {
+  const std::int32_t full = D / 8;  // whole groups of 8 columns
+  bool first = true;
+  for (std::int32_t g = 0; g < full; g += 8) {
+    const std::int32_t nv = full - g < 8 ? full - g : 8;
+    const std::int32_t c0 = 8 * g;
+    switch (nv) {
+      case 8:
+        pool_columns<S, Weighted, 8>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 7:
+        pool_columns<S, Weighted, 7>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 6:
+        pool_columns<S, Weighted, 6>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 5:
+        pool_columns<S, Weighted, 5>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 4:
+        pool_columns<S, Weighted, 4>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 3:
+        pool_columns<S, Weighted, 3>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      case 2:
+        pool_columns<S, Weighted, 2>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+      default:
+        pool_columns<S, Weighted, 1>(src, ahead, first, begin, end, weights, D, c0, o);
+        break;
+    }
+    first = false;
+  }
+  const std::int32_t t0 = 8 * full;
+  if (t0 == D) return;
+  for (std::int32_t d = t0; d < D; ++d) o[d] = 0.0f;
+  for (index_t i = begin; i < end; ++i) {
+    if (first) ahead(i);
+    bool cached = false;
+    const std::uint8_t* row = src(i, cached);
+    const float w = Weighted ? weights[i] : 1.0f;
+    if (cached) {
+      for (std::int32_t d = t0; d < D; ++d) {
+        const float x = num::load_f32(row + 4 * static_cast<std::size_t>(d));
+        o[d] = Weighted ? num::add(o[d], num::mul(w, x)) : num::add(o[d], x);
+      }
+    } else {
+      const typename S::Reader rd(row, D);
+      for (std::int32_t d = t0; d < D; ++d) {
+        const float x = rd[d];
+        o[d] = Weighted ? num::add(o[d], num::mul(w, x)) : num::add(o[d], x);
+      }
+    }
+  }
+}
+
+}  // namespace simd
+
+#undef MPE_SIMD_TARGET
+
+#else  // !MPE_HOST_SIMD
+
+inline bool host_simd_enabled() { return false; }
+inline bool set_host_simd(bool) { return false; }
+
+#endif
+
+}  // namespace mpe::detail
