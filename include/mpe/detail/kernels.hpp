@@ -47,18 +47,24 @@ struct ExpandBags {
         rec->pos[kOffsetsOrder] != kNoError) {
       return;
     }
-    index_t* bad_pos = &rec->pos[kIndex];
     const index_t t = j / B;
-    const index_t rows = table_offsets[t + 1] - table_offsets[t];
-    for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+    const index_t first = table_offsets[t];
+    const auto rows = static_cast<std::uint64_t>(table_offsets[t + 1] - first);
+    const index_t begin = offsets[j], end = offsets[j + 1];
+    // Branch-free (vectorizable) expansion; an out-of-range index (negative ones wrap to
+    // large unsigned values) reads the table's first row and is reported below.
+    bool bad = false;
+    for (index_t i = begin; i < end; ++i) {
       const index_t idx = indices[i];
-      if (idx < 0 || idx >= rows) {
-        atomic_min(bad_pos, i);
-        global_rows[i] = table_offsets[t];
-      } else {
-        global_rows[i] = table_offsets[t] + idx;
-      }
+      const bool ok = static_cast<std::uint64_t>(idx) < rows;
+      global_rows[i] = first + (ok ? idx : 0);
       bag_of[i] = j;
+      bad |= !ok;
+    }
+    if (bad) {  // the bag's first out-of-range occurrence
+      index_t i = begin;
+      while (static_cast<std::uint64_t>(indices[i]) < rows) ++i;
+      atomic_min(&rec->pos[kIndex], i);
     }
   }
 };
