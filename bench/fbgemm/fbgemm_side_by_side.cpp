@@ -17,7 +17,9 @@
 /// - Interleaved: every round runs every variant once on the same batch, the order rotating
 ///   by one each round; one warm-up pass over the pool, then --reps timed rounds. Each call
 ///   is timed (steady_clock); a case reports the median per-call time of each variant and
-///   the median over rounds of the per-round ratio mpe / FBGEMM.
+///   the median over rounds of the per-round ratio mpe / FBGEMM, for wall time and for the
+///   thread's CPU time (CLOCK_THREAD_CPUTIME_ID: robust to waiting for a core on a loaded
+///   machine, not to other processes' use of the caches and memory).
 /// - Agreement: after timing, every variant runs batch 0 and its output is compared with
 ///   FBGEMM's. Stated bound, per output element: |mpe - fbgemm| <= L * L * 2^-22 * M with
 ///   M = max |element| of the table (the rows' order and FBGEMM's FMA in the dequantization
@@ -38,6 +40,7 @@
 #include <fbgemm/FbgemmEmbedding.h>
 #include <fbgemm/Types.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +66,14 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+/// CPU time of the calling thread (excludes time the thread waited for a core: on a loaded
+/// machine the wall time of a call includes other processes' slices, this does not).
+double thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 /// splitmix64 stream (index generation).
 struct SplitMix64 {
@@ -337,7 +348,7 @@ struct Variant {
   std::string name;
   std::function<void(const std::int64_t*, float*)> run;
   std::vector<float> out;
-  std::vector<double> t;
+  std::vector<double> t, cpu;  // wall and thread CPU seconds per call
 };
 
 Limits g_lim;
@@ -452,9 +463,11 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       const std::int64_t* ind = pool.batch(it);
       for (int k = 0; k < nv; ++k) {
         Variant& v = vs[static_cast<std::size_t>((it + k) % nv)];
+        const double c0 = thread_cpu();
         const auto a = clk::now();
         v.run(ind, v.out.data());
         v.t.push_back(secs(a, clk::now()));
+        v.cpu.push_back(thread_cpu() - c0);
       }
     }
     for (auto& v : vs) v.run(pool.batch(0), v.out.data());
@@ -465,31 +478,37 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     const double lpr = lines_per_row(stride, rb);
     for (auto& v : vs) {
       const double med = median(v.t);
-      double diff = 0, ratio = 0;
+      const double cpu_med = median(v.cpu);
+      double diff = 0, ratio = 0, cpu_ratio = 0;
       if (fb) {
         for (std::size_t i = 0; i < v.out.size(); ++i)
           diff = std::max(diff, static_cast<double>(std::fabs(v.out[i] - fb->out[i])));
-        std::vector<double> r;
-        for (std::size_t k = 0; k < v.t.size(); ++k) r.push_back(v.t[k] / fb->t[k]);
+        std::vector<double> r, rc;
+        for (std::size_t k = 0; k < v.t.size(); ++k) {
+          r.push_back(v.t[k] / fb->t[k]);
+          rc.push_back(v.cpu[k] / fb->cpu[k]);
+        }
         ratio = median(r);
+        cpu_ratio = median(rc);
       }
       const bool agree = !fb || diff <= bound;
       if (!agree) g_failed = true;
       const double idx_per_s = static_cast<double>(n) / med;
       const double gbps = idx_per_s * static_cast<double>(rb) / 1e9;
       std::printf(
-          "%-5s %9lld D=%-4lld %-8s %-8s %9.3f ms  ratio %6.3f  %7.2f Midx/s %6.2f GB/s  seq %.3f  gather "
-          "%.3f  "
-          "maxdiff %.2e (bound %.2e)%s\n",
+          "%-5s %9lld D=%-4lld %-8s %-8s %8.3f ms ratio %6.3f | cpu %8.3f ms ratio %6.3f | %7.2f Midx/s "
+          "%6.2f GB/s "
+          " seq %.3f  gather %.3f  maxdiff %.2e (bound %.2e)%s\n",
           prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), dist.c_str(), v.name.c_str(),
-          med * 1e3, ratio, idx_per_s / 1e6, gbps, gbps / g_lim.seq_gbps,
+          med * 1e3, ratio, cpu_med * 1e3, cpu_ratio, idx_per_s / 1e6, gbps, gbps / g_lim.seq_gbps,
           idx_per_s * lpr / (g_lim.gather_mlines * 1e6), diff, bound, agree ? "" : "  DISAGREE");
-      std::printf("CSV,%s,%lld,%lld,%s,%s,%lld,%lld,%.4f,%.4f,%.4f,%.3f,%.3f,%.4f,%.4f,%.3e,%.3e,%d\n",
-                  prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), dist.c_str(),
-                  v.name.c_str(), static_cast<long long>(B), static_cast<long long>(o.L), med * 1e3,
-                  *std::min_element(v.t.begin(), v.t.end()) * 1e3, ratio, idx_per_s / 1e6, gbps,
-                  gbps / g_lim.seq_gbps, idx_per_s * lpr / (g_lim.gather_mlines * 1e6), diff, bound,
-                  agree ? 1 : 0);
+      std::printf(
+          "CSV,%s,%lld,%lld,%s,%s,%lld,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,%.4f,%.4f,%.3e,%.3e,%d\n",
+          prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), dist.c_str(), v.name.c_str(),
+          static_cast<long long>(B), static_cast<long long>(o.L), med * 1e3,
+          *std::min_element(v.t.begin(), v.t.end()) * 1e3, ratio, cpu_med * 1e3, cpu_ratio, idx_per_s / 1e6,
+          gbps, gbps / g_lim.seq_gbps, idx_per_s * lpr / (g_lim.gather_mlines * 1e6), diff, bound,
+          agree ? 1 : 0);
     }
     std::fflush(stdout);
   }
@@ -511,7 +530,8 @@ int main(int argc, char** argv) {
   std::printf("# limits (%zu MiB buffer): sequential read %.2f GB/s, random-line gather %.2f M lines/s\n",
               g_lim.bytes >> 20, g_lim.seq_gbps, g_lim.gather_mlines);
   std::printf(
-      "CSV,prec,rows,D,dist,variant,B,L,median_ms,min_ms,ratio_vs_fbgemm,Midx_per_s,useful_GBps,seq_fraction,"
+      "CSV,prec,rows,D,dist,variant,B,L,median_ms,min_ms,ratio_vs_fbgemm,cpu_median_ms,cpu_ratio_vs_fbgemm,"
+      "Midx_per_s,useful_GBps,seq_fraction,"
       "gather_fraction,max_abs_diff,bound,agree\n");
   std::printf("CSV,limits,%.3f,%.3f\n", g_lim.seq_gbps, g_lim.gather_mlines);
   std::fflush(stdout);

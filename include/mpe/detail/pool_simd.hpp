@@ -5,8 +5,10 @@
 ///
 /// The default build stays baseline x86-64: the kernels below carry
 /// `__attribute__((target("avx2,f16c")))` and run only where the CPU reports AVX2 and F16C
-/// (`__builtin_cpu_supports`, checked once); elsewhere, on other architectures, under nvcc
-/// and with `MPE_NO_HOST_SIMD` defined, the portable `RowAccumulate` loops run instead.
+/// (`__builtin_cpu_supports`, checked once); elsewhere, on other architectures, in device
+/// code and with `MPE_NO_HOST_SIMD` defined, the portable `RowAccumulate` loops run instead.
+/// nvcc's host pass compiles the fast path too (g++ as host compiler), so a program mixing
+/// .cu and .cpp translation units sees one definition of PoolBags on the host.
 ///
 /// Bits (the numerics contract): every element is decoded exactly as `Storage::Reader`
 /// defines it and added to its column's accumulator with one correctly rounded add (weighted:
@@ -29,7 +31,7 @@
 
 #include "mpe/numeric/config.hpp"
 
-#if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDACC__) && defined(__x86_64__) && \
+#if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDA_ARCH__) && defined(__x86_64__) && \
     (defined(__GNUC__) || defined(__clang__))
 #define MPE_HOST_SIMD 1
 #include <immintrin.h>
