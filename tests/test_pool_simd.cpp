@@ -4,6 +4,9 @@
 // - the hardware FP16 decode (vcvtph2ps plus the NaN quiet-bit fix) equals
 //   num::half_to_float for every one of the 65,536 codes, and the BF16 decode equals
 //   num::bf16_to_float for every code;
+// - the decode pooling uses (vcvtph2ps alone) gives, after the add / multiply-add that
+//   consumes it, the bits of the software decode through the same operations, for every
+//   code and accumulators including +-0, +-inf and NaN;
 // - detail::PoolBags with the fast path on and off gives the same output bits, on random
 //   rows of every format that has a fast decoder (and Fp8, which has none), D = 1 .. 130
 //   (odd D and partial groups of 8), sum / mean / per-sample weights, empty bags and
@@ -12,6 +15,7 @@
 // portable path twice and the decode checks are skipped (reported).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <mpe/mpe.hpp>
 #include <random>
@@ -68,6 +72,41 @@ TEST_CASE("hardware FP16 and BF16 decodes equal the software decode for all 65,5
   // The signalling NaN 0x7c01 keeps its quiet bit clear (vcvtph2ps alone would set it).
   CHECK(h[0x7c01] == 0x7f802000u);
   CHECK(h[0xfe00] == 0xffc00000u);
+#else
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#endif
+}
+
+TEST_CASE("the pooling FP16 decode (no NaN fix) gives the software decode's bits after add and multiply") {
+#if MPE_HOST_SIMD
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C; skipped");
+    return;
+  }
+  std::vector<std::uint8_t> codes(2 * 65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    codes[2 * h] = static_cast<std::uint8_t>(h & 0xff);
+    codes[2 * h + 1] = static_cast<std::uint8_t>(h >> 8);
+  }
+  const float qnan = mpe::num::bits_float(0x7fc12345u);
+  int bad = 0;
+  for (const float a : {0.0f, -0.0f, 1.0f, -3.5f, 65504.0f, 1e30f, HUGE_VALF, -HUGE_VALF, qnan}) {
+    for (const bool weighted : {false, true}) {
+      for (const float w : {1.0f, -0.0f, 1.5f, 0x1p-20f}) {
+        const float acc[8] = {a, a, a, a, a, a, a, a};
+        for (std::int32_t c = 0; c < 65536; c += 8) {
+          float got[8];
+          mpe::detail::simd::pool_step8<mpe::Fp16>(got, codes.data(), 65536, c, acc, w, weighted);
+          for (int k = 0; k < 8; ++k) {
+            const float x = mpe::num::half_to_float(static_cast<std::uint16_t>(c + k));
+            const float want = weighted ? mpe::num::add(a, mpe::num::mul(w, x)) : mpe::num::add(a, x);
+            if (mpe::num::float_bits(got[k]) != mpe::num::float_bits(want)) ++bad;
+          }
+        }
+      }
+    }
+  }
+  CHECK(bad == 0);
 #else
   MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
 #endif

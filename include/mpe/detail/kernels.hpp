@@ -341,25 +341,15 @@ struct PoolBags {
       if (!host_simd_enabled()) return false;
       const index_t n_all = offsets[B * T];
       if (!lookup && !slot_of_unique) {  // store only: no slot to look up
-        const std::size_t bytes = Storage::data_bytes(D);
-        const auto src = [this](index_t i, bool& cached) -> const std::uint8_t* {
-          cached = false;
-          return store + static_cast<std::size_t>(global_rows[i]) * stride;
-        };
-        const auto ahead = [this, n_all, bytes](index_t i) {
-          if (i + kPoolPrefetchAhead < n_all) {
-            prefetch_lines(store + static_cast<std::size_t>(global_rows[i + kPoolPrefetchAhead]) * stride,
-                           bytes);
-          }
-        };
+        const simd::StoreRows src{store, stride, Storage::data_bytes(D), global_rows, n_all};
         if (weights) {
-          simd::pool_bag<Storage, true>(src, ahead, begin, end, weights, D, o);
+          simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
         } else {
-          simd::pool_bag<Storage, false>(src, ahead, begin, end, nullptr, D, o);
+          simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
         }
         return true;
       }
-      const auto src = [this](index_t i, bool& cached) -> const std::uint8_t* {
+      const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
         const index_t r = global_rows[i];
         const index_t s = slot_of(i, r);
         cached = s >= 0;
@@ -369,10 +359,11 @@ struct PoolBags {
       const auto ahead = [this, n_all](index_t i) {
         if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
       };
+      const simd::FnRows<decltype(row), decltype(ahead)> src{row, ahead};
       if (weights) {
-        simd::pool_bag<Storage, true>(src, ahead, begin, end, weights, D, o);
+        simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
       } else {
-        simd::pool_bag<Storage, false>(src, ahead, begin, end, nullptr, D, o);
+        simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
       }
       return true;
     }

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "mpe/numeric/config.hpp"
 
@@ -203,22 +204,79 @@ inline constexpr bool has_row<Int8Rowwise> = true;
 template <>
 inline constexpr bool has_row<Int4Rowwise> = true;
 
+/// Row source of store-only pooling: occurrence i reads store row rows[i].
+struct StoreRows {
+  static constexpr bool may_be_cached = false;
+  const std::uint8_t* store;
+  std::size_t stride;
+  std::size_t bytes;  ///< data bytes of a row
+  const index_t* rows;
+  index_t n;  ///< occurrences of the whole batch (prefetches stop at the last)
+  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
+    cached = false;
+    return store + static_cast<std::size_t>(rows[i]) * stride;
+  }
+  [[gnu::always_inline]] inline void ahead(index_t i) const {
+    if (i + kPoolPrefetchAhead < n) {
+      prefetch_lines(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, bytes);
+    }
+  }
+};
+
+/// Row source from two callables: row(i, cached) and ahead(i) (pooling with a cache).
+template <class RowFn, class AheadFn>
+struct FnRows {
+  static constexpr bool may_be_cached = true;
+  RowFn row_fn;
+  AheadFn ahead_fn;
+  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
+    return row_fn(i, cached);
+  }
+  [[gnu::always_inline]] inline void ahead(index_t i) const { ahead_fn(i); }
+};
+
+/// Elements [c, c + 8) of a row of format S for pooling, where the first operation on each
+/// lane is a multiply or add: for Fp16 the hardware conversion alone, whose NaN lanes
+/// differ from num::half_to_float only in the quiet bit, which that first IEEE operation
+/// sets either way (a NaN operand is returned quieted, so quiet(x) is all of x that
+/// reaches the result); every other format: Row<S>::load8 (exact).
+template <class S>
+MPE_SIMD_TARGET inline __m256 load8_for_arith(const Row<S>& r, std::int32_t c) {
+  if constexpr (std::is_same_v<S, Fp16>) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + 2 * static_cast<std::size_t>(c))));
+  } else {
+    return r.load8(c);
+  }
+}
+
+/// One pooling step on elements [c, c + 8) of a row of format S, as pool_columns does it:
+/// out[k] = acc[k] + x (weighted: acc[k] + w * x) with x from load8_for_arith. Lets tests
+/// (compiled without AVX2) check the fast decode through the operations that consume it.
+template <class S>
+MPE_SIMD_TARGET void pool_step8(float* out, const std::uint8_t* row, std::int32_t D, std::int32_t c,
+                                const float* acc, float w, bool weighted) {
+  const Row<S> r(row, D);
+  __m256 x = load8_for_arith<S>(r, c);
+  if (weighted) x = _mm256_mul_ps(_mm256_set1_ps(w), x);
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(acc), x));
+}
+
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
-/// index order. `src(i, cached)` gives occurrence i's row (an FP32 cache row when *cached);
-/// `ahead(i)` prefetches occurrence i's row and is called only when `prefetch`.
-template <class S, bool Weighted, int NV, class Src, class Ahead>
-MPE_SIMD_TARGET inline void pool_columns(const Src& src, const Ahead& ahead, bool prefetch, index_t begin,
-                                         index_t end, const float* weights, std::int32_t D, std::int32_t c0,
-                                         float* o) {
+/// index order. `src.row(i, cached)` gives occurrence i's row (an FP32 cache row when
+/// cached); with `Prefetch`, `src.ahead(i)` is called for each occurrence first.
+template <class S, bool Weighted, int NV, bool Prefetch, class Src>
+MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t end, const float* weights,
+                                         std::int32_t D, std::int32_t c0, float* o) {
   __m256 acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
   for (index_t i = begin; i < end; ++i) {
-    if (prefetch) ahead(i);
+    if constexpr (Prefetch) src.ahead(i);
     bool cached = false;
-    const std::uint8_t* row = src(i, cached);
+    const std::uint8_t* row = src.row(i, cached);
     __m256 w;
     if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
-    if (cached) {
+    if (Src::may_be_cached && cached) {
       const Row<Fp32> r(row, D);
       for (int v = 0; v < NV; ++v) {
         __m256 x = r.load8(c0 + 8 * v);
@@ -228,7 +286,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, const Ahead& ahead, boo
     } else {
       const Row<S> r(row, D);
       for (int v = 0; v < NV; ++v) {
-        __m256 x = r.load8(c0 + 8 * v);
+        __m256 x = load8_for_arith<S>(r, c0 + 8 * v);
         if constexpr (Weighted) x = _mm256_mul_ps(w, x);
         acc[v] = _mm256_add_ps(acc[v], x);
       }
@@ -237,42 +295,52 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, const Ahead& ahead, boo
   for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + c0 + 8 * v, acc[v]);
 }
 
+/// pool_columns for NV = nv (1 .. 8) groups of 8 columns.
+template <class S, bool Weighted, bool Prefetch, class Src>
+MPE_SIMD_TARGET inline void pool_groups(std::int32_t nv, const Src& src, index_t begin, index_t end,
+                                        const float* weights, std::int32_t D, std::int32_t c0, float* o) {
+  switch (nv) {
+    case 8:
+      pool_columns<S, Weighted, 8, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 7:
+      pool_columns<S, Weighted, 7, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 6:
+      pool_columns<S, Weighted, 6, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 5:
+      pool_columns<S, Weighted, 5, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 4:
+      pool_columns<S, Weighted, 4, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 3:
+      pool_columns<S, Weighted, 3, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 2:
+      pool_columns<S, Weighted, 2, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    default:
+      pool_columns<S, Weighted, 1, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+  }
+}
+
 /// Sum (weighted: sum of w * x) of occurrences [begin, end) into o (D), columns in groups of
-/// up to 64 (8 registers) plus a scalar tail. o is zeroed first. The first pass over the
-/// rows calls `ahead(i)` for each occurrence.
-template <class S, bool Weighted, class Src, class Ahead>
-MPE_SIMD_TARGET void pool_bag(const Src& src, const Ahead& ahead, index_t begin, index_t end,
-                              const float* weights, std::int32_t D, float* o) {
+/// up to 64 (8 registers) plus a scalar tail (the Reader's per-element code). The first
+/// pass over the rows prefetches ahead (src.ahead), the others find the rows in L1/L2.
+template <class S, bool Weighted, class Src>
+MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const float* weights,
+                              std::int32_t D, float* o) {
   const std::int32_t full = D / 8;  // whole groups of 8 columns
   bool first = true;
   for (std::int32_t g = 0; g < full; g += 8) {
     const std::int32_t nv = full - g < 8 ? full - g : 8;
-    const std::int32_t c0 = 8 * g;
-    switch (nv) {
-      case 8:
-        pool_columns<S, Weighted, 8>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 7:
-        pool_columns<S, Weighted, 7>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 6:
-        pool_columns<S, Weighted, 6>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 5:
-        pool_columns<S, Weighted, 5>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 4:
-        pool_columns<S, Weighted, 4>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 3:
-        pool_columns<S, Weighted, 3>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      case 2:
-        pool_columns<S, Weighted, 2>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
-      default:
-        pool_columns<S, Weighted, 1>(src, ahead, first, begin, end, weights, D, c0, o);
-        break;
+    if (first) {
+      pool_groups<S, Weighted, true>(nv, src, begin, end, weights, D, 8 * g, o);
+    } else {
+      pool_groups<S, Weighted, false>(nv, src, begin, end, weights, D, 8 * g, o);
     }
     first = false;
   }
@@ -280,11 +348,11 @@ MPE_SIMD_TARGET void pool_bag(const Src& src, const Ahead& ahead, index_t begin,
   if (t0 == D) return;
   for (std::int32_t d = t0; d < D; ++d) o[d] = 0.0f;
   for (index_t i = begin; i < end; ++i) {
-    if (first) ahead(i);
+    if (first) src.ahead(i);
     bool cached = false;
-    const std::uint8_t* row = src(i, cached);
+    const std::uint8_t* row = src.row(i, cached);
     const float w = Weighted ? weights[i] : 1.0f;
-    if (cached) {
+    if (Src::may_be_cached && cached) {
       for (std::int32_t d = t0; d < D; ++d) {
         const float x = num::load_f32(row + 4 * static_cast<std::size_t>(d));
         o[d] = Weighted ? num::add(o[d], num::mul(w, x)) : num::add(o[d], x);
