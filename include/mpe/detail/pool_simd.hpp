@@ -170,8 +170,16 @@ struct Row<Int4Rowwise> {
   __m256 scale, bias;
   MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D) : p(r) {
     const std::int32_t nb = (D + 1) / 2;
-    scale = _mm256_set1_ps(num::half_to_float(num::load_u16(r + nb)));
-    bias = _mm256_set1_ps(num::half_to_float(num::load_u16(r + nb + 2)));
+    const std::uint16_t sh = num::load_u16(r + nb), bh = num::load_u16(r + nb + 2);
+    if (((sh & 0x7fffu) > 0x7c00u) || ((bh & 0x7fffu) > 0x7c00u)) {  // NaN: the exact software decode
+      scale = _mm256_set1_ps(num::half_to_float(sh));
+      bias = _mm256_set1_ps(num::half_to_float(bh));
+    } else {  // vcvtph2ps is exact for every non-NaN code
+      const __m128 sb =
+          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sh | (static_cast<std::uint32_t>(bh) << 16))));
+      scale = _mm256_broadcastss_ps(sb);
+      bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sb));
+    }
   }
   MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
     // Elements c .. c+7 are the 8 nibbles of the 4 bytes at c/2, low nibble first.
