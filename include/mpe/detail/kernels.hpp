@@ -9,6 +9,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/row_accumulate.hpp"
 #include "mpe/detail/validation.hpp"
 #include "mpe/embedding_ref.hpp"
@@ -46,18 +47,24 @@ struct ExpandBags {
         rec->pos[kOffsetsOrder] != kNoError) {
       return;
     }
-    index_t* bad_pos = &rec->pos[kIndex];
     const index_t t = j / B;
-    const index_t rows = table_offsets[t + 1] - table_offsets[t];
-    for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+    const index_t first = table_offsets[t];
+    const auto rows = static_cast<std::uint64_t>(table_offsets[t + 1] - first);
+    const index_t begin = offsets[j], end = offsets[j + 1];
+    // Branch-free (vectorizable) expansion; an out-of-range index (negative ones wrap to
+    // large unsigned values) reads the table's first row and is reported below.
+    bool bad = false;
+    for (index_t i = begin; i < end; ++i) {
       const index_t idx = indices[i];
-      if (idx < 0 || idx >= rows) {
-        atomic_min(bad_pos, i);
-        global_rows[i] = table_offsets[t];
-      } else {
-        global_rows[i] = table_offsets[t] + idx;
-      }
+      const bool ok = static_cast<std::uint64_t>(idx) < rows;
+      global_rows[i] = first + (ok ? idx : 0);
       bag_of[i] = j;
+      bad |= !ok;
+    }
+    if (bad) {  // the bag's first out-of-range occurrence
+      index_t i = begin;
+      while (static_cast<std::uint64_t>(indices[i]) < rows) ++i;
+      atomic_min(&rec->pos[kIndex], i);
     }
   }
 };
@@ -123,6 +130,9 @@ struct ScatterUnique {
 /// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
 /// `slot_of_occ` may be null (no cache): then every row is read from the store; with
 /// `lookup` the slot is found by scanning the row's set (forward_inference).
+/// On the host the rows kPoolPrefetchAhead occurrences ahead are prefetched, and where the
+/// CPU has AVX2 + F16C the bag is pooled by detail::simd::pool_bag (same bits, pinned by
+/// tests/test_pool_simd.cpp); elsewhere, and on the device, by the portable loop.
 template <class Storage>
 struct PoolBags {
   const index_t* offsets;
@@ -139,8 +149,6 @@ struct PoolBags {
   bool mean;
   float* output;
   const index_t* gate;  // batch ok flag, or null (a failed batch leaves output untouched)
-  /// Occurrences ahead whose rows are touched (loaded) before they are pooled (host only).
-  static constexpr index_t kTouchAhead = 32;
   MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
     index_t s = -1;
     if (lookup) {
@@ -151,41 +159,89 @@ struct PoolBags {
     }
     return s;
   }
-  MPE_HOST_DEVICE void touch_row(index_t k) const {
+  /// Prefetches what pooling occurrence k will read: its cache row when populate gave it a
+  /// slot, else its store row (with `lookup`, also its set's tags). Host only.
+  MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
     if (!lookup && slot_of_unique) {
       const index_t s = slot_of_unique[occ_to_unique[k]];
       if (s >= 0) {
-        touch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+        prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
       }
     } else if (lookup && cache.num_sets > 0) {
-      touch_lines(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
+      prefetch_lines(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
     }
-    touch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+    prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
+#if MPE_HOST_SIMD
+  /// The AVX2 path of one bag (host): false, doing nothing, where it does not apply.
+  bool pool_host_simd(index_t begin, index_t end, float* o) const {
+    if constexpr (!simd::has_row<Storage>) {
+      (void)begin;
+      (void)end;
+      (void)o;
+      return false;
+    } else {
+      if (!host_simd_enabled()) return false;
+      const index_t n_all = offsets[B * T];
+      if (!lookup && !slot_of_unique) {  // store only: no slot to look up
+        const simd::StoreRows src{store, stride, Storage::data_bytes(D), global_rows, n_all};
+        if (weights) {
+          simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
+        } else {
+          simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
+        }
+        return true;
+      }
+      const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
+        const index_t r = global_rows[i];
+        const index_t s = slot_of(i, r);
+        cached = s >= 0;
+        return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
+                      : store + static_cast<std::size_t>(r) * stride;
+      };
+      const auto ahead = [this, n_all](index_t i) {
+        if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
+      };
+      const simd::FnRows<decltype(row), decltype(ahead)> src{row, ahead};
+      if (weights) {
+        simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
+      } else {
+        simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
+      }
+      return true;
+    }
+  }
+#endif
   MPE_HOST_DEVICE void operator()(index_t j) const {
     if (!open(gate)) return;
     const index_t t = j / B, b = j - (j / B) * B;
     float* o = output + (b * T + t) * D;
-    for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
     const index_t begin = offsets[j], end = offsets[j + 1];
-#ifndef __CUDA_ARCH__
-    const index_t n_all = offsets[B * T];
+    bool done = false;
+#if MPE_HOST_SIMD
+    done = pool_host_simd(begin, end, o);
 #endif
-    for (index_t i = begin; i < end; ++i) {
+    if (!done) {
+      for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
 #ifndef __CUDA_ARCH__
-      if (i + kTouchAhead < n_all) touch_row(i + kTouchAhead);
+      const index_t n_all = offsets[B * T];
 #endif
-      const index_t r = global_rows[i];
-      const index_t s = slot_of(i, r);
-      const float w = weights ? weights[i] : 1.0f;
-      if (s >= 0) {
-        accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
-      } else if (weights) {
-        RowAccumulate<Storage>::template run<true>(store + static_cast<std::size_t>(r) * stride, D, w, o);
-      } else {
-        RowAccumulate<Storage>::template run<false>(store + static_cast<std::size_t>(r) * stride, D, w, o);
+      for (index_t i = begin; i < end; ++i) {
+#ifndef __CUDA_ARCH__
+        if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
+#endif
+        const index_t r = global_rows[i];
+        const index_t s = slot_of(i, r);
+        const float w = weights ? weights[i] : 1.0f;
+        if (s >= 0) {
+          accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
+        } else if (weights) {
+          RowAccumulate<Storage>::template run<true>(store + static_cast<std::size_t>(r) * stride, D, w, o);
+        } else {
+          RowAccumulate<Storage>::template run<false>(store + static_cast<std::size_t>(r) * stride, D, w, o);
+        }
       }
     }
     if (mean && end > begin) {

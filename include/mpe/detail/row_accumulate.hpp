@@ -117,11 +117,11 @@ struct RowAccumulate<Int4Rowwise> {
 };
 
 /// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
-/// overlap with the pooling of earlier rows (host only; a no-op in device code). Plain
-/// loads, not prefetch instructions: on the KVM guest we measured, software prefetches
-/// that missed the TLB were dropped, while loads walk the page table and stay in flight
-/// in the out-of-order window (Int8 D = 64 over 1M rows: 12.6 -> ~19 M rows/s; Int4
-/// 6.8 -> ~17 M rows/s, bench/RESULTS.md).
+/// overlap with the pooling of earlier rows (host only; a no-op in device code). No longer
+/// used by PoolBags, which prefetches with detail::prefetch_lines (pool_simd.hpp); kept for
+/// the peer side-by-side harness's `rep_touch` variant. (The "prefetches dropped on the KVM
+/// guest" once given as the reason for loads was GCC deleting the prefetch calls: see
+/// prefetch_lines.)
 MPE_HOST_DEVICE inline void touch_lines(const void* p, std::size_t bytes) {
 #ifndef __CUDA_ARCH__
   const char* c = static_cast<const char*>(p);

@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file fbgemm_side_by_side.cpp
+/// @brief mpe's store-only forward against FBGEMM's CPU embedding-bag kernels, in ONE
+/// process, on identical bytes and identical batches, interleaved call by call.
+///
+/// - Same bytes: each table is made in mpe (`init_uniform(-0.05, 0.05)`, seed 1) and exported
+///   with `mpe::io::export_table(emb, 0, mpe::interop::FbgemmFused{})` (FBGEMM's fused
+///   layout: INT8 D x u8 + f32 scale + f32 bias; INT4 ceil(D/2) bytes + f16 scale + f16
+///   bias; FP16 / FP32 plain) into a 2 MiB-aligned buffer; the bench checks byte for byte
+///   that mpe's store holds the same rows at the same stride. Every variant reads its own
+///   copy (FBGEMM: the exported buffer; mpe_fwd / mpe_inf: their objects' stores), so no
+///   variant finds rows another one has just brought into the caches.
+/// - Same batches: B bags of exactly L int64 indices (offsets 0, L, 2L, ...), sum pooling,
+///   FP32 output (B, D). A pool of --pool-batches batches per (rows, dist): uniform =
+///   splitmix64 % rows; zipf = Zipf(--zipf-s) by exact inverse CDF over ranks, hot ranks
+///   scattered by row = rank * 2654435761 mod rows.
+/// - Interleaved: every round runs every variant once on the same batch, the order rotating
+///   by one each round; one warm-up pass over the pool, then --reps timed rounds. Each call
+///   is timed (steady_clock); a case reports the median per-call time of each variant and
+///   the median over rounds of the per-round ratio mpe / FBGEMM, for wall time and for the
+///   thread's CPU time (CLOCK_THREAD_CPUTIME_ID: robust to waiting for a core on a loaded
+///   machine, not to other processes' use of the caches and memory).
+/// - Agreement: after timing, every variant runs batch 0 and its output is compared with
+///   FBGEMM's. Stated bound, per output element: |mpe - fbgemm| <= L * L * 2^-22 * M with
+///   M = max |element| of the table (the rows' order and FBGEMM's FMA in the dequantization
+///   change the rounding of a sum of L terms, each error below L * 2^-24 * sum |x| <= L *
+///   2^-24 * L * M; 4x margin). Exceeding it fails the run (exit code 3).
+/// - Limits, measured in the same process before the tables are built (--limit-mib buffer,
+///   4 KiB pages unless --thp): sequential read GB/s (sum of uint64 words) and random
+///   64-byte-line gather rate (independent loads at precomputed random lines), each the best
+///   of 5 passes (a loaded machine only ever makes a pass slower). Reported per
+///   variant: useful GB/s = B*L*row_bytes / time; seq_fraction = useful GB/s / sequential
+///   GB/s; gather_fraction = rows/s * lines per row / gather lines/s (above 1 when the
+///   store fits the caches).
+///
+/// Variants (--variants): fbgemm (GenerateEmbeddingSpMDM / GenerateEmbeddingSpMDMNBit(4),
+/// prefetch distance 16), mpe_fwd (`CachedEmbedding::forward()`, cache_rows = 0,
+/// HostBackend{1}), mpe_inf (`forward_inference()` on a second object with the same bytes).
+///
+/// Output: a readable table and lines prefixed "CSV," (header first).
+#include <fbgemm/FbgemmEmbedding.h>
+#include <fbgemm/Types.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mpe/io/fbgemm.hpp>
+#include <mpe/mpe.hpp>
+#include <numeric>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+/// CPU time of the calling thread (excludes time the thread waited for a core: on a loaded
+/// machine the wall time of a call includes other processes' slices, this does not).
+double thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// splitmix64 stream (index generation).
+struct SplitMix64 {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+};
+
+bool g_thp = false;  // --thp: MADV_HUGEPAGE on the big buffers of both libraries
+
+/// Anonymous mapping, 2 MiB aligned; MADV_HUGEPAGE with --thp, else MADV_NOHUGEPAGE.
+struct BigBuf {
+  void* base = nullptr;
+  std::size_t map_bytes = 0;
+  std::uint8_t* p = nullptr;
+  explicit BigBuf(std::size_t n) {
+    const std::size_t huge = std::size_t{2} << 20;
+    map_bytes = (n + 2 * huge) & ~(huge - 1);
+    base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    madvise(base, map_bytes, g_thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    p = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(base) + huge - 1) & ~(huge - 1));
+  }
+  BigBuf(const BigBuf&) = delete;
+  BigBuf& operator=(const BigBuf&) = delete;
+  ~BigBuf() { munmap(base, map_bytes); }
+};
+
+/// HostBackend whose big allocations follow BigBuf's page policy (the algorithms are
+/// HostBackend's), so both libraries read their tables through the same kind of pages.
+struct PagedHostBackend : mpe::HostBackend {
+  static std::map<void*, std::unique_ptr<BigBuf>>& maps() {
+    static std::map<void*, std::unique_ptr<BigBuf>> m;
+    return m;
+  }
+  void* allocate(std::size_t bytes, mpe::MemoryPurpose purpose = mpe::MemoryPurpose::Workspace) const {
+    if (bytes < (std::size_t{8} << 20)) return mpe::HostBackend::allocate(bytes, purpose);
+    auto b = std::make_unique<BigBuf>(bytes);
+    void* p = b->p;
+    maps()[p] = std::move(b);
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes,
+                  mpe::MemoryPurpose purpose = mpe::MemoryPurpose::Workspace) const noexcept {
+    if (maps().erase(p) == 0) mpe::HostBackend::deallocate(p, bytes, purpose);
+  }
+};
+
+volatile std::uint64_t g_sink = 0;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// ------------------------------------------------------------------ limits
+
+struct Limits {
+  double seq_gbps = 0;       ///< sequential read, best of 5 (least disturbed on a loaded machine)
+  double gather_mlines = 0;  ///< random 64-byte lines per second (millions), best of 5
+  std::size_t bytes = 0;
+};
+
+Limits measure_limits(std::size_t mib) {
+  Limits L;
+  std::size_t lines = 1;
+  while (lines * 2 * 64 <= (mib << 20)) lines *= 2;
+  L.bytes = lines * 64;
+  BigBuf buf(L.bytes);
+  auto* a = reinterpret_cast<std::uint64_t*>(buf.p);
+  const std::size_t words = L.bytes / 8;
+  for (std::size_t i = 0; i < words; ++i) a[i] = i * 0x9e3779b97f4a7c15ull;
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clk::now();
+    std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t i = 0; i < words; i += 4) {
+      s0 += a[i];
+      s1 += a[i + 1];
+      s2 += a[i + 2];
+      s3 += a[i + 3];
+    }
+    t.push_back(secs(t0, clk::now()));
+    g_sink = g_sink + s0 + s1 + s2 + s3;
+  }
+  L.seq_gbps = static_cast<double>(L.bytes) / *std::min_element(t.begin(), t.end()) / 1e9;
+  const std::size_t ng = std::size_t{1} << 22;
+  std::vector<std::uint32_t> idx(ng);
+  SplitMix64 rng{0x57EA0000ull};
+  for (auto& v : idx) v = static_cast<std::uint32_t>(rng.next() & (lines - 1));
+  t.clear();
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clk::now();
+    std::uint64_t s = 0;
+    for (std::size_t i = 0; i < ng; ++i) s += a[static_cast<std::size_t>(idx[i]) * 8];
+    t.push_back(secs(t0, clk::now()));
+    g_sink = g_sink + s;
+  }
+  L.gather_mlines = static_cast<double>(ng) / *std::min_element(t.begin(), t.end()) / 1e6;
+  return L;
+}
+
+// ----------------------------------------------------------------- options
+
+struct Options {
+  std::vector<std::int64_t> rows{1000000, 10000000};
+  std::vector<std::int64_t> dims{64};
+  std::vector<std::string> precs{"fp32", "fp16", "int8", "int4"};
+  std::vector<std::string> dists{"uniform", "zipf"};
+  std::vector<std::string> variants{"fbgemm", "mpe_fwd"};
+  std::int64_t B = 2048;
+  std::int64_t L = 32;
+  int reps = 40;
+  std::int64_t pool_batches = 16;
+  double zipf_s = 1.05;
+  std::size_t limit_mib = 2048;
+  int fb_prefetch = 16;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> split_int(const std::string& s) {
+  std::vector<std::int64_t> out;
+  for (const auto& x : split(s)) out.push_back(std::stoll(x));
+  return out;
+}
+
+void usage() {
+  std::printf(
+      "fbgemm_side_by_side [options]   (run with OMP_NUM_THREADS=1)\n"
+      "  --rows N,N,...       table rows (default 1000000,10000000)\n"
+      "  --dims D,D,...       embedding dims (default 64)\n"
+      "  --precs P,...        fp32,fp16,int8,int4 (default all)\n"
+      "  --dists X,...        uniform,zipf (default both)\n"
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_inf (default fbgemm,mpe_fwd)\n"
+      "  --batch B            bags per batch (default 2048)\n"
+      "  --bag L              indices per bag (default 32)\n"
+      "  --reps R             timed rounds (default 40)\n"
+      "  --pool-batches K     distinct batches cycled (default 16)\n"
+      "  --zipf-s S           Zipf exponent (default 1.05)\n"
+      "  --limit-mib M        limit-measurement buffer (default 2048)\n"
+      "  --fbgemm-prefetch P  FBGEMM's prefetch distance (default 16)\n"
+      "  --thp                transparent huge pages for every big buffer\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(1);
+      }
+      return argv[++i];
+    };
+    if (a == "--rows") {
+      o.rows = split_int(val());
+    } else if (a == "--dims") {
+      o.dims = split_int(val());
+    } else if (a == "--precs") {
+      o.precs = split(val());
+    } else if (a == "--dists") {
+      o.dists = split(val());
+    } else if (a == "--variants") {
+      o.variants = split(val());
+    } else if (a == "--batch") {
+      o.B = std::stoll(val());
+    } else if (a == "--bag") {
+      o.L = std::stoll(val());
+    } else if (a == "--reps") {
+      o.reps = std::stoi(val());
+    } else if (a == "--pool-batches") {
+      o.pool_batches = std::stoll(val());
+    } else if (a == "--zipf-s") {
+      o.zipf_s = std::stod(val());
+    } else if (a == "--limit-mib") {
+      o.limit_mib = static_cast<std::size_t>(std::stoll(val()));
+    } else if (a == "--fbgemm-prefetch") {
+      o.fb_prefetch = std::stoi(val());
+    } else if (a == "--thp") {
+      g_thp = true;
+    } else {
+      usage();
+      std::exit(a == "--help" || a == "-h" ? 0 : 1);
+    }
+  }
+  return o;
+}
+
+// ----------------------------------------------------------------- batches
+
+struct Pool {
+  std::string dist;
+  std::int64_t per_batch = 0, batches = 0;
+  std::vector<std::int64_t> idx;
+  const std::int64_t* batch(std::int64_t k) const { return idx.data() + (k % batches) * per_batch; }
+};
+
+Pool make_pool(const Options& o, std::int64_t rows, const std::string& dist) {
+  Pool p;
+  p.dist = dist;
+  p.per_batch = o.B * o.L;
+  p.batches = o.pool_batches;
+  p.idx.resize(static_cast<std::size_t>(p.per_batch * p.batches));
+  SplitMix64 rng{0x5EED0000ull + (dist == "zipf" ? 16u : 0u) + static_cast<std::uint64_t>(rows)};
+  if (dist == "uniform") {
+    for (auto& v : p.idx) v = static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(rows));
+  } else if (dist == "zipf") {
+    std::vector<double> cdf(static_cast<std::size_t>(rows));
+    double acc = 0;
+    for (std::int64_t k = 0; k < rows; ++k)
+      cdf[static_cast<std::size_t>(k)] = acc += std::pow(k + 1.0, -o.zipf_s);
+    for (auto& v : p.idx) {
+      const double u = rng.uniform01() * acc;
+      std::int64_t k = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+      if (k >= rows) k = rows - 1;
+      v = static_cast<std::int64_t>((static_cast<std::uint64_t>(k) * 2654435761ull) %
+                                    static_cast<std::uint64_t>(rows));
+    }
+  } else {
+    std::fprintf(stderr, "unknown dist %s\n", dist.c_str());
+    std::exit(1);
+  }
+  return p;
+}
+
+// ------------------------------------------------------------------ FBGEMM
+
+using FbFn = std::function<bool(std::int64_t, std::int64_t, std::int64_t, const std::uint8_t*,
+                                const std::int64_t*, const std::int64_t*, float*)>;
+
+template <class S>
+FbFn make_fbgemm(std::int64_t D, int pf) {
+  if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
+    auto k = fbgemm::GenerateEmbeddingSpMDMNBit<std::int64_t, std::int64_t, float>(4, D, false, false, pf,
+                                                                                   false, true);
+    return [k](std::int64_t os, std::int64_t is, std::int64_t ds, const std::uint8_t* in,
+               const std::int64_t* ind, const std::int64_t* off,
+               float* out) { return k(os, is, ds, in, ind, off, nullptr, out); };
+  } else {
+    using In =
+        std::conditional_t<std::is_same_v<S, mpe::Fp32>, float,
+                           std::conditional_t<std::is_same_v<S, mpe::Fp16>, fbgemm::float16, std::uint8_t>>;
+    auto k = fbgemm::GenerateEmbeddingSpMDM<In, std::int64_t, std::int64_t, float>(
+        D, /*has_weight=*/false, /*normalize_by_lengths=*/false, pf, /*is_weight_positional=*/false,
+        /*use_offsets=*/true);
+    return [k](std::int64_t os, std::int64_t is, std::int64_t ds, const std::uint8_t* in,
+               const std::int64_t* ind, const std::int64_t* off,
+               float* out) { return k(os, is, ds, reinterpret_cast<const In*>(in), ind, off, nullptr, out); };
+  }
+}
+
+// -------------------------------------------------------------------- cases
+
+struct Variant {
+  std::string name;
+  std::function<void(const std::int64_t*, float*)> run;
+  std::vector<float> out;
+  std::vector<double> t, cpu;  // wall and thread CPU seconds per call
+};
+
+Limits g_lim;
+
+double lines_per_row(std::size_t stride, std::size_t row_bytes) {
+  double s = 0;
+  for (std::size_t r = 0; r < 64; ++r) {
+    const std::size_t a = r * stride, b = a + row_bytes - 1;
+    s += static_cast<double>(b / 64 - a / 64 + 1);
+  }
+  return s / 64.0;
+}
+
+template <class S>
+using StoreOnly = mpe::CachedEmbedding<S, mpe::Lru<32>, mpe::NearestRounding, PagedHostBackend>;
+
+bool g_failed = false;
+
+template <class S>
+void run_table(const Options& o, const std::string& prec, std::int64_t rows, std::int64_t D) {
+  using E = StoreOnly<S>;
+  const auto t0 = clk::now();
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {rows};
+  cfg.dim = static_cast<std::int32_t>(D);
+  cfg.cache_rows = 0;
+  cfg.seed = 1;
+  PagedHostBackend be;
+  be.num_threads = 1;
+  E emb(cfg, be);
+  emb.init_uniform(-0.05f, 0.05f);
+  const std::size_t stride = emb.store_row_bytes();
+  const std::size_t rb = S::data_bytes(cfg.dim);
+  const auto total = static_cast<std::size_t>(rows) * stride;
+  BigBuf fbt(total);
+  {
+    const std::vector<std::uint8_t> ex = mpe::io::export_table(emb, 0, mpe::interop::FbgemmFused{});
+    if (ex.size() != total) {
+      std::printf("ERROR: exported %zu bytes, mpe store %zu (stride %zu): layouts differ\n", ex.size(), total,
+                  stride);
+      std::exit(3);
+    }
+    std::memcpy(fbt.p, ex.data(), total);
+  }
+  if (std::memcmp(fbt.p, emb.ref().store, total) != 0) {
+    std::printf("ERROR: FBGEMM's bytes differ from mpe's store\n");
+    std::exit(3);
+  }
+  float max_abs = 0;  // M of the agreement bound
+  {
+    std::vector<float> w(static_cast<std::size_t>(D));
+    for (std::int64_t r = 0; r < rows; r += std::max<std::int64_t>(1, rows / 4096)) {
+      emb.get_weights(std::span<float>(w), r);
+      for (float x : w) max_abs = std::max(max_abs, std::fabs(x));
+    }
+    max_abs *= 1.01f;  // rows not sampled: the init range (0.05) plus quantization
+  }
+  std::unique_ptr<E> emb_inf;
+  const auto has = [&](const char* v) {
+    return std::find(o.variants.begin(), o.variants.end(), v) != o.variants.end();
+  };
+  if (has("mpe_inf")) {
+    emb_inf = std::make_unique<E>(cfg, be);
+    mpe::io::import_table(*emb_inf, 0, mpe::interop::FbgemmFused{},
+                          std::span<const std::uint8_t>(fbt.p, total));
+  }
+  std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
+              prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
+              secs(t0, clk::now()));
+  std::fflush(stdout);
+
+  const std::int64_t B = o.B, n = o.B * o.L;
+  std::vector<std::int64_t> offs(static_cast<std::size_t>(B + 1));
+  for (std::int64_t i = 0; i <= B; ++i) offs[static_cast<std::size_t>(i)] = i * o.L;
+  const FbFn fbk = make_fbgemm<S>(D, o.fb_prefetch);
+  const std::span<const std::int64_t> so(offs);
+
+  for (const std::string& dist : o.dists) {
+    const Pool pool = make_pool(o, rows, dist);
+    std::vector<Variant> vs;
+    for (const std::string& v : o.variants) {
+      Variant x;
+      x.name = v;
+      x.out.assign(static_cast<std::size_t>(B * D), 0.0f);
+      if (v == "fbgemm") {
+        x.run = [&, rows](const std::int64_t* ind, float* out) {
+          if (!fbk(B, n, rows, fbt.p, ind, offs.data(), out)) {
+            std::fprintf(stderr, "FBGEMM kernel returned false\n");
+            std::exit(2);
+          }
+        };
+      } else if (v == "mpe_fwd") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          emb.forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                      std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
+      } else if (v == "mpe_inf") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          emb_inf->forward_inference(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                                     std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
+      } else {
+        std::fprintf(stderr, "unknown variant %s\n", v.c_str());
+        std::exit(1);
+      }
+      vs.push_back(std::move(x));
+    }
+    const auto nv = static_cast<int>(vs.size());
+    for (std::int64_t k = 0; k < pool.batches; ++k)  // warm-up pass over the pool
+      for (auto& v : vs) v.run(pool.batch(k), v.out.data());
+    for (int it = 0; it < o.reps; ++it) {
+      const std::int64_t* ind = pool.batch(it);
+      for (int k = 0; k < nv; ++k) {
+        Variant& v = vs[static_cast<std::size_t>((it + k) % nv)];
+        const double c0 = thread_cpu();
+        const auto a = clk::now();
+        v.run(ind, v.out.data());
+        v.t.push_back(secs(a, clk::now()));
+        v.cpu.push_back(thread_cpu() - c0);
+      }
+    }
+    for (auto& v : vs) v.run(pool.batch(0), v.out.data());
+    const Variant* fb = nullptr;
+    for (auto& v : vs)
+      if (v.name == "fbgemm") fb = &v;
+    const double bound = static_cast<double>(o.L * o.L) * 0x1p-22 * max_abs;
+    const double lpr = lines_per_row(stride, rb);
+    for (auto& v : vs) {
+      const double med = median(v.t);
+      const double cpu_med = median(v.cpu);
+      double diff = 0, ratio = 0, cpu_ratio = 0;
+      if (fb) {
+        for (std::size_t i = 0; i < v.out.size(); ++i)
+          diff = std::max(diff, static_cast<double>(std::fabs(v.out[i] - fb->out[i])));
+        std::vector<double> r, rc;
+        for (std::size_t k = 0; k < v.t.size(); ++k) {
+          r.push_back(v.t[k] / fb->t[k]);
+          rc.push_back(v.cpu[k] / fb->cpu[k]);
+        }
+        ratio = median(r);
+        cpu_ratio = median(rc);
+      }
+      const bool agree = !fb || diff <= bound;
+      if (!agree) g_failed = true;
+      const double idx_per_s = static_cast<double>(n) / med;
+      const double gbps = idx_per_s * static_cast<double>(rb) / 1e9;
+      std::printf(
+          "%-5s %9lld D=%-4lld %-8s %-8s %8.3f ms ratio %6.3f | cpu %8.3f ms ratio %6.3f | %7.2f Midx/s "
+          "%6.2f GB/s "
+          " seq %.3f  gather %.3f  maxdiff %.2e (bound %.2e)%s\n",
+          prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), dist.c_str(), v.name.c_str(),
+          med * 1e3, ratio, cpu_med * 1e3, cpu_ratio, idx_per_s / 1e6, gbps, gbps / g_lim.seq_gbps,
+          idx_per_s * lpr / (g_lim.gather_mlines * 1e6), diff, bound, agree ? "" : "  DISAGREE");
+      std::printf(
+          "CSV,%s,%lld,%lld,%s,%s,%lld,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,%.4f,%.4f,%.3e,%.3e,%d\n",
+          prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), dist.c_str(), v.name.c_str(),
+          static_cast<long long>(B), static_cast<long long>(o.L), med * 1e3,
+          *std::min_element(v.t.begin(), v.t.end()) * 1e3, ratio, cpu_med * 1e3, cpu_ratio, idx_per_s / 1e6,
+          gbps, gbps / g_lim.seq_gbps, idx_per_s * lpr / (g_lim.gather_mlines * 1e6), diff, bound,
+          agree ? 1 : 0);
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  std::printf("# fbgemm_side_by_side: B=%lld L=%lld reps=%d pool=%lld batches, zipf s=%.2f, %s pages\n",
+              static_cast<long long>(o.B), static_cast<long long>(o.L), o.reps,
+              static_cast<long long>(o.pool_batches), o.zipf_s, g_thp ? "THP" : "4 KiB");
+  if (std::ifstream f("/proc/loadavg"); f) {
+    std::string l;
+    std::getline(f, l);
+    std::printf("# loadavg at start: %s\n", l.c_str());
+  }
+  g_lim = measure_limits(o.limit_mib);
+  std::printf("# limits (%zu MiB buffer): sequential read %.2f GB/s, random-line gather %.2f M lines/s\n",
+              g_lim.bytes >> 20, g_lim.seq_gbps, g_lim.gather_mlines);
+  std::printf(
+      "CSV,prec,rows,D,dist,variant,B,L,median_ms,min_ms,ratio_vs_fbgemm,cpu_median_ms,cpu_ratio_vs_fbgemm,"
+      "Midx_per_s,useful_GBps,seq_fraction,"
+      "gather_fraction,max_abs_diff,bound,agree\n");
+  std::printf("CSV,limits,%.3f,%.3f\n", g_lim.seq_gbps, g_lim.gather_mlines);
+  std::fflush(stdout);
+  for (const std::int64_t rows : o.rows) {
+    for (const std::int64_t D : o.dims) {
+      for (const std::string& p : o.precs) {
+        if (p == "fp32") {
+          run_table<mpe::Fp32>(o, p, rows, D);
+        } else if (p == "fp16") {
+          run_table<mpe::Fp16>(o, p, rows, D);
+        } else if (p == "int8") {
+          run_table<mpe::Int8Rowwise>(o, p, rows, D);
+        } else if (p == "int4") {
+          run_table<mpe::Int4Rowwise>(o, p, rows, D);
+        } else {
+          std::fprintf(stderr, "unknown precision %s\n", p.c_str());
+          return 1;
+        }
+      }
+    }
+  }
+  if (std::ifstream f("/proc/loadavg"); f) {
+    std::string l;
+    std::getline(f, l);
+    std::printf("# loadavg at end: %s\n", l.c_str());
+  }
+  return g_failed ? 3 : 0;
+}

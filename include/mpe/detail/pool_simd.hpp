@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file pool_simd.hpp
+/// @brief Host-only fast path of forward pooling (not public): one bag pooled with AVX2
+/// (+F16C for FP16 rows), chosen at run time, with the bits of the portable path.
+///
+/// The default build stays baseline x86-64: the kernels below carry
+/// `__attribute__((target("avx2,f16c")))` and run only where the CPU reports AVX2 and F16C
+/// (`__builtin_cpu_supports`, checked once); elsewhere, on other architectures, in device
+/// code and with `MPE_NO_HOST_SIMD` defined, the portable `RowAccumulate` loops run instead.
+/// nvcc's host pass compiles the fast path too (g++ as host compiler), so a program mixing
+/// .cu and .cpp translation units sees one definition of PoolBags on the host.
+///
+/// Bits (the numerics contract): every element is decoded exactly as `Storage::Reader`
+/// defines it and added to its column's accumulator with one correctly rounded add (weighted:
+/// one multiply, then one add), rows in index order per column, as the portable loop does:
+/// - FP32: the value; Int8: add(mul(scale, float(q)), bias); Int4: the same with FP16 scale
+///   and bias; BF16: bits << 16 (integer ops).
+/// - FP16: `vcvtph2ps` converts every finite and infinite code exactly like
+///   num::half_to_float (subnormals included; the conversion ignores MXCSR.DAZ); for NaN
+///   codes it sets the quiet bit, so that bit is put back from the code (bit 9 of the
+///   code -> bit 22 of the float): all 65,536 codes give the software decode's bits
+///   (tests/test_pool_simd.cpp checks each one).
+/// - No FMA: the target set excludes "fma", so the compiler cannot contract a multiply and
+///   an add into one rounding even if -ffp-contract allowed it.
+/// - Accumulators start at +0.0f like the portable loop's zeroed output, columns past the
+///   last full group of 8 use the portable per-element code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "mpe/numeric/config.hpp"
+
+#if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDA_ARCH__) && defined(__x86_64__) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define MPE_HOST_SIMD 1
+#include <immintrin.h>
+#else
+#define MPE_HOST_SIMD 0
+#endif
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/formats.hpp"
+
+namespace mpe::detail {
+
+/// Occurrences ahead whose rows forward pooling prefetches (host only; FBGEMM's default
+/// distance).
+#ifdef MPE_POOL_PREFETCH_AHEAD
+inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
+#else
+inline constexpr index_t kPoolPrefetchAhead = 16;
+#endif
+
+/// Prefetches (read, keep in all levels) every 64-byte line of [p, p + bytes) on the host;
+/// a no-op in device code. The rows' bits do not depend on it.
+///
+/// The empty `asm volatile` is needed: GCC's IPA pure-const analysis treats
+/// __builtin_prefetch as free of side effects, so a non-inlined caller whose only effects
+/// are prefetches (PoolBags::prefetch_row) was found "const" and its calls deleted as dead
+/// code at -O1 and above: no prefetch instruction was left in mpe's forward. The volatile
+/// asm emits nothing and keeps them.
+MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
+#ifndef __CUDA_ARCH__
+  // One prefetch per 64-byte line the bytes touch (no repeated line).
+  const char* c = static_cast<const char*>(p);
+  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(c) & ~std::uintptr_t{63};
+  const std::uintptr_t last =
+      (reinterpret_cast<std::uintptr_t>(c) + (bytes ? bytes - 1 : 0)) & ~std::uintptr_t{63};
+  for (std::uintptr_t a = first; a <= last; a += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(a), 0, 3);
+  asm volatile("");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+#if MPE_HOST_SIMD
+
+/// True when this CPU can run the AVX2 + F16C kernels (checked once).
+inline bool cpu_has_avx2_f16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+
+/// The run-time switch of the host SIMD pooling (default: on where the CPU has AVX2 and F16C).
+inline bool& host_simd_flag() {
+  static bool on = cpu_has_avx2_f16c();
+  return on;
+}
+
+/// Whether forward pooling uses the AVX2 kernels now.
+inline bool host_simd_enabled() { return host_simd_flag(); }
+
+/// Turns the AVX2 pooling on (only where the CPU supports it) or off; returns the previous
+/// setting. For tests comparing the two paths; not thread-safe against running forwards.
+inline bool set_host_simd(bool on) {
+  const bool was = host_simd_flag();
+  host_simd_flag() = on && cpu_has_avx2_f16c();
+  return was;
+}
+
+#define MPE_SIMD_TARGET __attribute__((target("avx2,f16c")))
+
+namespace simd {
+
+/// Decoder of one store row of format S: load8(c) = elements [c, c + 8) as the Reader
+/// defines them (8 lanes, exact).
+template <class S>
+struct Row;
+
+template <>
+struct Row<Fp32> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * static_cast<std::size_t>(c)));
+  }
+};
+
+template <>
+struct Row<Fp16> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
+    const __m256i hw = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    // NaN codes: the hardware sets the quiet bit; take bit 22 from the code's bit 9.
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
+    const __m256i q = _mm256_and_si256(nan, _mm256_set1_epi32(0x400000));
+    const __m256i want = _mm256_and_si256(_mm256_slli_epi32(h32, 13), q);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_andnot_si256(q, hw), want));
+  }
+};
+
+template <>
+struct Row<Bf16> {
+  const std::uint8_t* p;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <>
+struct Row<Int8Rowwise> {
+  const std::uint8_t* p;
+  __m256 scale, bias;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D)
+      : p(r), scale(_mm256_set1_ps(num::load_f32(r + D))), bias(_mm256_set1_ps(num::load_f32(r + D + 4))) {}
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
+  }
+};
+
+template <>
+struct Row<Int4Rowwise> {
+  const std::uint8_t* p;
+  __m256 scale, bias;
+  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+    const std::int32_t nb = (D + 1) / 2;
+    const std::uint16_t sh = num::load_u16(r + nb), bh = num::load_u16(r + nb + 2);
+    if (((sh & 0x7fffu) > 0x7c00u) || ((bh & 0x7fffu) > 0x7c00u)) {  // NaN: the exact software decode
+      scale = _mm256_set1_ps(num::half_to_float(sh));
+      bias = _mm256_set1_ps(num::half_to_float(bh));
+    } else {  // vcvtph2ps is exact for every non-NaN code
+      const __m128 sb =
+          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sh | (static_cast<std::uint32_t>(bh) << 16))));
+      scale = _mm256_broadcastss_ps(sb);
+      bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sb));
+    }
+  }
+  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+    // Elements c .. c+7 are the 8 nibbles of the 4 bytes at c/2, low nibble first.
+    std::uint32_t w;
+    __builtin_memcpy(&w, p + c / 2, 4);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
+                                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xf)));
+    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
+  }
+};
+
+/// Stores r.load8(c) to out[0 .. 8) (lets code built without AVX2 test the decoders).
+template <class R>
+MPE_SIMD_TARGET void store8(float* out, const R& r, std::int32_t c) {
+  _mm256_storeu_ps(out, r.load8(c));
+}
+
+/// Formats with an AVX2 decoder.
+template <class S>
+inline constexpr bool has_row = false;
+template <>
+inline constexpr bool has_row<Fp32> = true;
+template <>
+inline constexpr bool has_row<Fp16> = true;
+template <>
+inline constexpr bool has_row<Bf16> = true;
+template <>
+inline constexpr bool has_row<Int8Rowwise> = true;
+template <>
+inline constexpr bool has_row<Int4Rowwise> = true;
+
+/// Row source of store-only pooling: occurrence i reads store row rows[i].
+struct StoreRows {
+  static constexpr bool may_be_cached = false;
+  const std::uint8_t* store;
+  std::size_t stride;
+  std::size_t bytes;  ///< data bytes of a row
+  const index_t* rows;
+  index_t n;  ///< occurrences of the whole batch (prefetches stop at the last)
+  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
+    cached = false;
+    return store + static_cast<std::size_t>(rows[i]) * stride;
+  }
+  [[gnu::always_inline]] inline void ahead(index_t i) const {
+    if (i + kPoolPrefetchAhead < n) {
+      prefetch_lines(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, bytes);
+    }
+  }
+};
+
+/// Row source from two callables: row(i, cached) and ahead(i) (pooling with a cache).
+template <class RowFn, class AheadFn>
+struct FnRows {
+  static constexpr bool may_be_cached = true;
+  RowFn row_fn;
+  AheadFn ahead_fn;
+  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
+    return row_fn(i, cached);
+  }
+  [[gnu::always_inline]] inline void ahead(index_t i) const { ahead_fn(i); }
+};
+
+/// Elements [c, c + 8) of a row of format S for pooling, where the first operation on each
+/// lane is a multiply or add: for Fp16 the hardware conversion alone, whose NaN lanes
+/// differ from num::half_to_float only in the quiet bit, which that first IEEE operation
+/// sets either way (a NaN operand is returned quieted, so quiet(x) is all of x that
+/// reaches the result); every other format: Row<S>::load8 (exact).
+template <class S>
+MPE_SIMD_TARGET inline __m256 load8_for_arith(const Row<S>& r, std::int32_t c) {
+  if constexpr (std::is_same_v<S, Fp16>) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + 2 * static_cast<std::size_t>(c))));
+  } else {
+    return r.load8(c);
+  }
+}
+
+/// One pooling step on elements [c, c + 8) of a row of format S, as pool_columns does it:
+/// out[k] = acc[k] + x (weighted: acc[k] + w * x) with x from load8_for_arith. Lets tests
+/// (compiled without AVX2) check the fast decode through the operations that consume it.
+template <class S>
+MPE_SIMD_TARGET void pool_step8(float* out, const std::uint8_t* row, std::int32_t D, std::int32_t c,
+                                const float* acc, float w, bool weighted) {
+  const Row<S> r(row, D);
+  __m256 x = load8_for_arith<S>(r, c);
+  if (weighted) x = _mm256_mul_ps(_mm256_set1_ps(w), x);
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(acc), x));
+}
+
+/// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
+/// index order. `src.row(i, cached)` gives occurrence i's row (an FP32 cache row when
+/// cached); with `Prefetch`, `src.ahead(i)` is called for each occurrence first.
+template <class S, bool Weighted, int NV, bool Prefetch, class Src>
+MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t end, const float* weights,
+                                         std::int32_t D, std::int32_t c0, float* o) {
+  __m256 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (index_t i = begin; i < end; ++i) {
+    if constexpr (Prefetch) src.ahead(i);
+    bool cached = false;
+    const std::uint8_t* row = src.row(i, cached);
+    __m256 w;
+    if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
+    if (Src::may_be_cached && cached) {
+      const Row<Fp32> r(row, D);
+      for (int v = 0; v < NV; ++v) {
+        __m256 x = r.load8(c0 + 8 * v);
+        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
+        acc[v] = _mm256_add_ps(acc[v], x);
+      }
+    } else {
+      const Row<S> r(row, D);
+      for (int v = 0; v < NV; ++v) {
+        __m256 x = load8_for_arith<S>(r, c0 + 8 * v);
+        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
+        acc[v] = _mm256_add_ps(acc[v], x);
+      }
+    }
+  }
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + c0 + 8 * v, acc[v]);
+}
+
+/// pool_columns for NV = nv (1 .. 8) groups of 8 columns.
+template <class S, bool Weighted, bool Prefetch, class Src>
+MPE_SIMD_TARGET inline void pool_groups(std::int32_t nv, const Src& src, index_t begin, index_t end,
+                                        const float* weights, std::int32_t D, std::int32_t c0, float* o) {
+  switch (nv) {
+    case 8:
+      pool_columns<S, Weighted, 8, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 7:
+      pool_columns<S, Weighted, 7, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 6:
+      pool_columns<S, Weighted, 6, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 5:
+      pool_columns<S, Weighted, 5, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 4:
+      pool_columns<S, Weighted, 4, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 3:
+      pool_columns<S, Weighted, 3, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    case 2:
+      pool_columns<S, Weighted, 2, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+    default:
+      pool_columns<S, Weighted, 1, Prefetch>(src, begin, end, weights, D, c0, o);
+      break;
+  }
+}
+
+/// Sum (weighted: sum of w * x) of occurrences [begin, end) into o (D), columns in groups of
+/// up to 64 (8 registers) plus a scalar tail (the Reader's per-element code). The first
+/// pass over the rows prefetches ahead (src.ahead), the others find the rows in L1/L2.
+template <class S, bool Weighted, class Src>
+MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const float* weights,
+                              std::int32_t D, float* o) {
+  const std::int32_t full = D / 8;  // whole groups of 8 columns
+  bool first = true;
+  for (std::int32_t g = 0; g < full; g += 8) {
+    const std::int32_t nv = full - g < 8 ? full - g : 8;
+    if (first) {
+      pool_groups<S, Weighted, true>(nv, src, begin, end, weights, D, 8 * g, o);
+    } else {
+      pool_groups<S, Weighted, false>(nv, src, begin, end, weights, D, 8 * g, o);
+    }
+    first = false;
+  }
+  const std::int32_t t0 = 8 * full;
+  if (t0 == D) return;
+  for (std::int32_t d = t0; d < D; ++d) o[d] = 0.0f;
+  for (index_t i = begin; i < end; ++i) {
+    if (first) src.ahead(i);
+    bool cached = false;
+    const std::uint8_t* row = src.row(i, cached);
+    const float w = Weighted ? weights[i] : 1.0f;
+    if (Src::may_be_cached && cached) {
+      for (std::int32_t d = t0; d < D; ++d) {
+        const float x = num::load_f32(row + 4 * static_cast<std::size_t>(d));
+        o[d] = Weighted ? num::add(o[d], num::mul(w, x)) : num::add(o[d], x);
+      }
+    } else {
+      const typename S::Reader rd(row, D);
+      for (std::int32_t d = t0; d < D; ++d) {
+        const float x = rd[d];
+        o[d] = Weighted ? num::add(o[d], num::mul(w, x)) : num::add(o[d], x);
+      }
+    }
+  }
+}
+
+}  // namespace simd
+
+#undef MPE_SIMD_TARGET
+
+#else  // !MPE_HOST_SIMD
+
+inline bool host_simd_enabled() { return false; }
+inline bool set_host_simd(bool) { return false; }
+
+#endif
+
+}  // namespace mpe::detail

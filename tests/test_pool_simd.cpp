@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host fast path of forward pooling (detail/pool_simd.hpp: AVX2 + F16C, chosen at run
+// time) against the portable code it replaces, bit for bit:
+// - the hardware FP16 decode (vcvtph2ps plus the NaN quiet-bit fix) equals
+//   num::half_to_float for every one of the 65,536 codes, and the BF16 decode equals
+//   num::bf16_to_float for every code;
+// - the decode pooling uses (vcvtph2ps alone) gives, after the add / multiply-add that
+//   consumes it, the bits of the software decode through the same operations, for every
+//   code and accumulators including +-0, +-inf and NaN;
+// - detail::PoolBags with the fast path on and off gives the same output bits, on random
+//   rows of every format that has a fast decoder (and Fp8, which has none), D = 1 .. 130
+//   (odd D and partial groups of 8), sum / mean / per-sample weights, empty bags and
+//   duplicates, store only, with populate's slots (some dropped) and with set lookup.
+// On a CPU without AVX2 + F16C (or a build without the fast path) the comparisons run the
+// portable path twice and the decode checks are skipped (reported).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mpe/mpe.hpp>
+#include <random>
+#include <vector>
+
+namespace {
+
+/// Restores the switch on scope exit.
+struct SimdSwitch {
+  bool saved;
+  SimdSwitch() : saved(mpe::detail::host_simd_enabled()) {}
+  ~SimdSwitch() { mpe::detail::set_host_simd(saved); }
+};
+
+#if MPE_HOST_SIMD
+std::vector<std::uint32_t> decode_all(bool bf16) {
+  std::vector<std::uint8_t> codes(2 * 65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    codes[2 * h] = static_cast<std::uint8_t>(h & 0xff);
+    codes[2 * h + 1] = static_cast<std::uint8_t>(h >> 8);
+  }
+  std::vector<std::uint32_t> bits(65536);
+  for (std::int32_t c = 0; c < 65536; c += 8) {
+    float v[8];
+    if (bf16) {
+      mpe::detail::simd::store8(v, mpe::detail::simd::Row<mpe::Bf16>(codes.data(), 65536), c);
+    } else {
+      mpe::detail::simd::store8(v, mpe::detail::simd::Row<mpe::Fp16>(codes.data(), 65536), c);
+    }
+    for (int k = 0; k < 8; ++k) std::memcpy(&bits[static_cast<std::size_t>(c + k)], &v[k], 4);
+  }
+  return bits;
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("hardware FP16 and BF16 decodes equal the software decode for all 65,536 codes") {
+#if MPE_HOST_SIMD
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C: the fast decode is never used here; skipped");
+    return;
+  }
+  const std::vector<std::uint32_t> h = decode_all(false);
+  const std::vector<std::uint32_t> b = decode_all(true);
+  int bad_h = 0, bad_b = 0;
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const auto code = static_cast<std::uint16_t>(c);
+    if (h[c] != mpe::num::float_bits(mpe::num::half_to_float(code))) ++bad_h;
+    if (b[c] != mpe::num::float_bits(mpe::num::bf16_to_float(code))) ++bad_b;
+  }
+  CHECK(bad_h == 0);
+  CHECK(bad_b == 0);
+  // The signalling NaN 0x7c01 keeps its quiet bit clear (vcvtph2ps alone would set it).
+  CHECK(h[0x7c01] == 0x7f802000u);
+  CHECK(h[0xfe00] == 0xffc00000u);
+#else
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#endif
+}
+
+TEST_CASE("the pooling FP16 decode (no NaN fix) gives the software decode's bits after add and multiply") {
+#if MPE_HOST_SIMD
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C; skipped");
+    return;
+  }
+  std::vector<std::uint8_t> codes(2 * 65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    codes[2 * h] = static_cast<std::uint8_t>(h & 0xff);
+    codes[2 * h + 1] = static_cast<std::uint8_t>(h >> 8);
+  }
+  const float qnan = mpe::num::bits_float(0x7fc12345u);
+  int bad = 0;
+  for (const float a : {0.0f, -0.0f, 1.0f, -3.5f, 65504.0f, 1e30f, HUGE_VALF, -HUGE_VALF, qnan}) {
+    for (const bool weighted : {false, true}) {
+      for (const float w : {1.0f, -0.0f, 1.5f, 0x1p-20f}) {
+        const float acc[8] = {a, a, a, a, a, a, a, a};
+        for (std::int32_t c = 0; c < 65536; c += 8) {
+          float got[8];
+          mpe::detail::simd::pool_step8<mpe::Fp16>(got, codes.data(), 65536, c, acc, w, weighted);
+          for (int k = 0; k < 8; ++k) {
+            const float x = mpe::num::half_to_float(static_cast<std::uint16_t>(c + k));
+            const float want = weighted ? mpe::num::add(a, mpe::num::mul(w, x)) : mpe::num::add(a, x);
+            if (mpe::num::float_bits(got[k]) != mpe::num::float_bits(want)) ++bad;
+          }
+        }
+      }
+    }
+  }
+  CHECK(bad == 0);
+#else
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#endif
+}
+
+namespace {
+
+std::uint16_t random_finite_half(std::mt19937& rng) {
+  for (;;) {
+    const auto h = static_cast<std::uint16_t>(rng() & 0xffff);
+    if ((h & 0x7c00) != 0x7c00) return h;
+  }
+}
+
+/// A random store row of format S (finite values, every code pattern reachable).
+template <class S>
+void random_row(std::uint8_t* row, std::int32_t D, std::mt19937& rng) {
+  if constexpr (std::is_same_v<S, mpe::Fp32>) {
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    std::uniform_int_distribution<int> e(-30, 30);
+    for (std::int32_t d = 0; d < D; ++d) mpe::num::store_f32(row + 4 * d, std::ldexp(u(rng), e(rng)));
+  } else if constexpr (std::is_same_v<S, mpe::Fp16>) {
+    for (std::int32_t d = 0; d < D; ++d) mpe::num::store_u16(row + 2 * d, random_finite_half(rng));
+  } else if constexpr (std::is_same_v<S, mpe::Bf16>) {
+    for (std::int32_t d = 0; d < D; ++d) {
+      std::uint16_t b;
+      do {
+        b = static_cast<std::uint16_t>(rng() & 0xffff);
+      } while ((b & 0x7f80) == 0x7f80);
+      mpe::num::store_u16(row + 2 * d, b);
+    }
+  } else if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
+    for (std::int32_t d = 0; d < D; ++d) row[d] = static_cast<std::uint8_t>(rng());
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    mpe::num::store_f32(row + D, std::ldexp(u(rng), -7));
+    mpe::num::store_f32(row + D + 4, u(rng));
+  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
+    const std::int32_t nb = (D + 1) / 2;
+    for (std::int32_t i = 0; i < nb; ++i) row[i] = static_cast<std::uint8_t>(rng());
+    mpe::num::store_u16(row + nb, random_finite_half(rng));
+    mpe::num::store_u16(row + nb + 2, random_finite_half(rng));
+  } else {  // other formats: quantize random values through the format's own store
+    std::vector<float> x(static_cast<std::size_t>(D));
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (auto& v : x) v = u(rng);
+    S::template store<mpe::NearestRounding>(x.data(), D, row,
+                                            mpe::num::RowRng{1, 0, 0, mpe::num::RoundingSite::SetWeights});
+  }
+}
+
+enum class Slots { None, Populated, Lookup };
+
+/// PoolBags over random rows with the fast path on and off: the bits must agree.
+template <class S>
+void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t rows = 97, T = 2, B = 9;
+  const std::size_t stride = mpe::row_bytes<S>(D, 4);
+  std::vector<std::uint8_t> store(static_cast<std::size_t>(T * rows) * stride + 64);
+  for (std::int64_t r = 0; r < T * rows; ++r)
+    random_row<S>(store.data() + static_cast<std::size_t>(r) * stride, D, rng);
+  // bags of 0..11 occurrences, duplicates allowed
+  std::vector<std::int64_t> offsets{0}, global_rows;
+  for (std::int64_t j = 0; j < T * B; ++j) {
+    const int L = static_cast<int>(rng() % 12);
+    for (int k = 0; k < L; ++k)
+      global_rows.push_back((j / B) * rows + static_cast<std::int64_t>(rng() % rows));
+    offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
+  }
+  const auto n = static_cast<std::int64_t>(global_rows.size());
+  std::vector<float> weights(static_cast<std::size_t>(n));
+  std::uniform_real_distribution<float> wd(-2.0f, 2.0f);
+  for (auto& w : weights) w = wd(rng);
+  // A 4-way cache of 8 sets holding some rows (random FP32 contents differing from the store).
+  const std::int64_t sets = 8;
+  const std::int32_t ways = 4;
+  std::vector<float> crow(static_cast<std::size_t>(sets * ways * D));
+  std::vector<std::int64_t> tags(static_cast<std::size_t>(sets * ways), -1);
+  std::vector<std::uint64_t> last_use(tags.size(), 0);
+  std::vector<std::uint8_t> dirty(tags.size(), 0);
+  std::uniform_real_distribution<float> cv(-5.0f, 5.0f);
+  for (auto& v : crow) v = cv(rng);
+  mpe::CacheRef cache{crow.data(), tags.data(), last_use.data(), dirty.data(), sets, ways, D};
+  std::vector<std::int64_t> occ_to_unique(static_cast<std::size_t>(n)),
+      slot_of_unique(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    occ_to_unique[static_cast<std::size_t>(i)] = i;  // one "unique" entry per occurrence
+    const std::int64_t r = global_rows[static_cast<std::size_t>(i)];
+    std::int64_t s = cache.find(r);
+    if (s < 0 && rng() % 2 == 0) {  // admit into a free way of its set
+      const std::int64_t base = cache.set_of(r) * ways;
+      for (std::int32_t w = 0; w < ways; ++w) {
+        if (tags[static_cast<std::size_t>(base + w)] < 0) {
+          tags[static_cast<std::size_t>(base + w)] = r;
+          s = base + w;
+          break;
+        }
+      }
+    }
+    slot_of_unique[static_cast<std::size_t>(i)] = s;
+  }
+  // a slot given by populate whose line was dropped since (read from the store instead)
+  for (std::int64_t i = 0; i < n; i += 7) {
+    const std::int64_t s = slot_of_unique[static_cast<std::size_t>(i)];
+    if (s >= 0 && rng() % 3 == 0) tags[static_cast<std::size_t>(s)] = -1;
+  }
+  std::vector<float> out_fast(static_cast<std::size_t>(B * T * D), -1.0f), out_port(out_fast.size(), -2.0f);
+  auto run = [&](bool fast, std::vector<float>& out) {
+    mpe::detail::set_host_simd(fast);
+    const mpe::detail::PoolBags<S> pb{offsets.data(),
+                                      global_rows.data(),
+                                      slots == Slots::Populated ? occ_to_unique.data() : nullptr,
+                                      slots == Slots::Populated ? slot_of_unique.data() : nullptr,
+                                      weighted ? weights.data() : nullptr,
+                                      slots == Slots::None ? mpe::CacheRef{} : cache,
+                                      slots == Slots::Lookup,
+                                      store.data(),
+                                      stride,
+                                      B,
+                                      T,
+                                      D,
+                                      mean,
+                                      out.data(),
+                                      nullptr};
+    for (std::int64_t j = 0; j < T * B; ++j) pb(j);
+  };
+  run(true, out_fast);
+  run(false, out_port);
+  CHECK(std::memcmp(out_fast.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+}
+
+template <class S>
+void check_format() {
+  const SimdSwitch restore;
+  std::uint32_t seed = 1;
+  for (const std::int32_t D : {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 63, 64, 65, 72, 127, 128, 130}) {
+    for (const Slots slots : {Slots::None, Slots::Populated, Slots::Lookup}) {
+      for (const bool weighted : {false, true}) {
+        for (const bool mean : {false, true}) {
+          if (weighted && mean) continue;
+          CAPTURE(D);
+          CAPTURE(static_cast<int>(slots));
+          CAPTURE(weighted);
+          CAPTURE(mean);
+          check_pool<S>(D, slots, weighted, mean, seed++);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fast and portable pooling give the same bits") {
+  if (!mpe::detail::host_simd_enabled())
+    MESSAGE("host SIMD path unavailable: portable path compared with itself");
+  SUBCASE("Fp32") { check_format<mpe::Fp32>(); }
+  SUBCASE("Fp16") { check_format<mpe::Fp16>(); }
+  SUBCASE("Bf16") { check_format<mpe::Bf16>(); }
+  SUBCASE("Int8Rowwise") { check_format<mpe::Int8Rowwise>(); }
+  SUBCASE("Int4Rowwise") { check_format<mpe::Int4Rowwise>(); }
+  SUBCASE("Fp8Rowwise") { check_format<mpe::Fp8E4M3Rowwise>(); }
+}
+
+TEST_CASE("forward() and forward_inference() give the same bits with the fast path on and off") {
+  const SimdSwitch restore;
+  for (const std::int32_t D : {3, 64, 130}) {
+    CAPTURE(D);
+    mpe::EmbeddingConfig cfg;
+    cfg.table_rows = {500};
+    cfg.dim = D;
+    cfg.cache_rows = 64;
+    cfg.seed = 5;
+    mpe::CachedEmbedding<mpe::Fp16, mpe::Lru<8>, mpe::StochasticRounding> e(cfg, mpe::HostBackend{1});
+    e.init_uniform(-1.0f, 1.0f);
+    std::mt19937 rng(static_cast<std::uint32_t>(D));
+    std::vector<std::int64_t> idx(256), off{0};
+    for (auto& i : idx) i = static_cast<std::int64_t>(rng() % 500);
+    for (int b = 1; b <= 16; ++b) off.push_back(16 * b);
+    std::vector<float> a(static_cast<std::size_t>(16 * D)), b(a.size()), c(a.size()), d(a.size());
+    mpe::detail::set_host_simd(true);
+    e.forward(idx, off, a);
+    e.forward_inference(idx, off, c);
+    mpe::detail::set_host_simd(false);
+    e.forward(idx, off, b);  // same batch again: the same cache slots
+    e.forward_inference(idx, off, d);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+  }
+}
