@@ -11,17 +11,27 @@
 
 namespace mpe {
 
-/// View of a set-associative FP32 row cache: `num_sets * ways` slots; slot s of set k is
-/// `k * ways + w`. Memory space: the backend's (host or device).
+/// View of a set-associative FP32 row cache: `num_sets * ways` slots; way w of set k is
+/// slot `k * ways + w`. Memory space: the backend's (host memory with HostBackend,
+/// device memory with CudaBackend: dereference from device code only). Obtained from
+/// CachedEmbedding::cache_ref(); the pointers stay valid until that object is moved or
+/// destroyed, the contents change with every call that fills, writes or flushes the
+/// cache (the list in EmbeddingRef's comment).
 struct CacheRef {
   float* rows = nullptr;              ///< (slots, D) FP32 rows
   std::int64_t* tags = nullptr;       ///< (slots) global row held, -1 if empty
   std::uint64_t* last_use = nullptr;  ///< (slots) populate counter of the last batch using it
   std::uint8_t* dirty = nullptr;      ///< (slots) 1 if the row changed since it was filled
+  /// Number of sets; 0 when the object has no cache (then no slot exists and find()
+  /// returns -1). A global row can only live in set mix64(row) mod num_sets (set_of()).
   std::int64_t num_sets = 0;
+  /// Slots per set (the associativity: the cache policy's compile-time Ways), >= 1.
   std::int32_t ways = 1;
+  /// Floats per cached row: the table's embedding dimension D (row(slot) = rows + slot * D).
   std::int32_t dim = 0;
 
+  /// Total number of slots, num_sets * ways (CachedEmbedding::cache_slots()): the length
+  /// of tags, last_use and dirty, and the number of rows in `rows`.
   MPE_HOST_DEVICE std::int64_t slots() const { return num_sets * ways; }
   /// Set of a global row (requires num_sets > 0).
   MPE_HOST_DEVICE std::int64_t set_of(std::int64_t row) const { return set_of_row(row, num_sets); }
@@ -45,10 +55,15 @@ struct CacheRef {
 };
 
 /// View of a count-min sketch (Cormode and Muthukrishnan, 2005) of `depth` x `width`
-/// 32-bit counters, width a power of two. estimate() never under-counts.
+/// 32-bit counters, width a power of two. estimate() never under-counts. Memory space:
+/// the backend's (the cache policy's metadata).
 struct SketchRef {
+  /// Number of hash lines (rows of counters); a row increments one counter in each line.
   static constexpr int depth = 4;
   std::uint32_t* counters = nullptr;  ///< (depth, width)
+  /// Counters per line, a power of two (the LFU policies use the smallest one >= 16 and
+  /// >= 2 x the cache's slots); 0 when there is no cache, and then cell() and estimate()
+  /// must not be called.
   std::int64_t width = 0;
 
   /// Counter index of `row` in line k.

@@ -20,7 +20,12 @@ namespace mpe::num {
 /// Result of a narrowing conversion: the target bits and whether the value had to be
 /// clamped to the format's finite range (or was not finite).
 struct NarrowResult {
+  /// The target format's 16-bit pattern (FP16 or BF16; sign in bit 15), ready for
+  /// num::store_u16: the rounded value, or the saturated one when `saturated` is set.
   std::uint16_t bits;
+  /// True when the input was NaN (bits = +0), +-Inf, or rounded to a magnitude beyond the
+  /// format's largest finite value (bits = that value with the input's sign); false when
+  /// `bits` is the ordinary rounding of a finite input (underflow to 0 included).
   bool saturated;
 };
 

@@ -13,16 +13,28 @@ namespace mpe {
 /// table row, G_r += mean_d(g_rd^2); m = lr / (sqrt(G_r) + eps); w_rd -= m * g_rd. The mean
 /// uses mpe's fixed pairwise order (num::pairwise_sum). State: 1 float per row.
 struct RowwiseAdagrad {
+  /// Step size lr in m = lr / (sqrt(G_r) + eps). No default (`RowwiseAdagrad{0.01f}`);
+  /// check() requires it to be finite only, so 0 and negative values are accepted.
   float learning_rate;
+  /// Added to sqrt(G_r) in the denominator; keeps the update finite while G_r = 0.
+  /// Default 1e-8 (FBGEMM's TBE default); must be finite and > 0 (check()).
   float eps = 1e-8f;
 };
 
+/// Behaviour of RowwiseAdagrad (the Optimizer concept, optimizer.hpp): one FP32
+/// accumulator per row.
 template <>
 struct OptimizerRule<RowwiseAdagrad> {
-  static constexpr const char* name = "rowwise_adagrad";
+  static constexpr const char* name = "rowwise_adagrad";  ///< checkpoint name of the optimizer
   /// G is a sum of squares.
   static constexpr const char* state_domain = "finite and >= 0";
+  /// 1 float per row, whatever D: the accumulator G_r (0 before the row's first update).
   MPE_HOST_DEVICE static constexpr std::int64_t state_floats(std::int32_t /*dim*/) { return 1; }
+  /// One row's update: s = num::pairwise_sum over d of g_d * g_d (mpe's fixed pairwise
+  /// order), G_r' = G_r + s / dim (written to state_out[0]), m = lr / (sqrt(G_r') + eps),
+  /// then u_d = m * g_d written over each g_d. Every operation is a correctly rounded
+  /// num:: one. t is unused (no bias correction). Sparse: only the rows present in the
+  /// batch step; absent rows keep their G_r.
   MPE_HOST_DEVICE static void step(const RowwiseAdagrad& o, const float* state_in, float* state_out, float* g,
                                    std::int32_t dim, std::uint64_t /*t*/) {
     const float sq = num::pairwise_sum(dim, [g](std::int64_t d) { return num::mul(g[d], g[d]); });
@@ -31,6 +43,8 @@ struct OptimizerRule<RowwiseAdagrad> {
     const float m = num::div(o.learning_rate, num::add(num::sqrt(G), o.eps));
     for (std::int32_t d = 0; d < dim; ++d) g[d] = num::mul(m, g[d]);
   }
+  /// Empty when learning_rate is finite and eps is finite and > 0; else the first
+  /// problem, e.g. "RowwiseAdagrad.eps = 0 must be finite and > 0".
   static std::string check(const RowwiseAdagrad& o) {
     if (!num::is_finite(o.learning_rate)) {
       return "RowwiseAdagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
@@ -40,6 +54,7 @@ struct OptimizerRule<RowwiseAdagrad> {
     }
     return {};
   }
+  /// True when the row's accumulator G_r is finite and >= 0 (NaN fails).
   static bool state_ok(const float* state, std::int32_t /*dim*/) {
     return num::is_finite(state[0]) && state[0] >= 0.0f;
   }

@@ -13,19 +13,39 @@ namespace mpe {
 /// survive on average). Holds |x| <= 65504; larger values are rejected by set_weights
 /// and saturate (counted) in training.
 struct Fp16 {
-  static constexpr const char* name = "fp16";
-  static constexpr int bits = 16;
+  static constexpr const char* name = "fp16";  ///< format name (messages, checkpoints)
+  static constexpr int bits = 16;              ///< bits per element (one binary16)
+  /// Largest magnitude held: 65504 (num::kHalfMax), FP16's largest finite value.
   static constexpr float limit = num::kHalfMax;
+  /// Bytes of one row before padding: 2 * dim (element d at bytes [2d, 2d + 2)).
   static constexpr std::size_t data_bytes(std::int32_t dim) { return 2 * static_cast<std::size_t>(dim); }
 
+  /// Reads element d of a row (no per-row parameters: nothing is decoded at construction).
   struct Reader {
-    const std::uint8_t* row;
+    const std::uint8_t* row;  ///< first byte of the row (any alignment; read with memcpy)
+    /// Views the stored row at `r`; `dim` is unused (no parameters after the data).
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t /*dim*/) : row(r) {}
+    /// Element d in [0, dim): the binary16 at bytes [2d, 2d + 2) widened to f32 exactly
+    /// (num::half_to_float; subnormals and signed zeros included).
     MPE_HOST_DEVICE float operator[](std::int32_t d) const {
       return num::half_to_float(num::load_u16(row + 2 * d));
     }
   };
 
+  /// Rounds the `dim` floats of `src` to FP16 into `row` (data_bytes(dim) bytes) with
+  /// rounding policy `R` (num::float_to_half); `rng` gives the random words of stochastic
+  /// rounding (one per element, unused by NearestRounding).
+  ///
+  /// Each element is rounded once, on the FP16 grid of its binade: 11 significant bits,
+  /// ulp 2^(e - 10) for 2^e <= |x| < 2^(e + 1), e >= -14, and a fixed step 2^-24 below
+  /// 2^-14 (subnormals). NearestRounding is round-to-nearest-even; StochasticRounding
+  /// rounds the magnitude up with probability equal to the fraction of an ulp. The sign
+  /// is kept (-0 stays -0); magnitudes that round to 0 underflow silently (not counted).
+  /// NaN is stored as +0 and +-Inf as +-65504; a finite x whose rounded magnitude exceeds
+  /// 65504 is stored as +-65504 (with nearest rounding: |x| >= 65520; a value in
+  /// (65504, 65520) rounds to 65504 and is not counted).
+  /// @return true when an element was NaN, infinite or rounded beyond +-65504 and had to
+  ///         be saturated.
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
@@ -38,6 +58,9 @@ struct Fp16 {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that Fp16 cannot hold, i.e. the first NaN,
+  /// +-Inf or value with |x| > 65504, or -1 when every element fits. Finite values within
+  /// range are accepted even when they are not exactly representable (store rounds them).
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }
@@ -46,19 +69,39 @@ struct Fp16 {
 /// Row format D x bfloat16 (the top 16 bits of an f32), 2D bytes. FP32's range with 8
 /// significant bits.
 struct Bf16 {
-  static constexpr const char* name = "bf16";
-  static constexpr int bits = 16;
+  static constexpr const char* name = "bf16";  ///< format name (messages, checkpoints)
+  static constexpr int bits = 16;              ///< bits per element (one bfloat16)
+  /// Largest magnitude held: num::kBf16Max = 0x1.FEp127 (about 3.3895e38, bits 0x7F7F),
+  /// BF16's largest finite value, slightly below FLT_MAX.
   static constexpr float limit = num::kBf16Max;
+  /// Bytes of one row before padding: 2 * dim (element d at bytes [2d, 2d + 2)).
   static constexpr std::size_t data_bytes(std::int32_t dim) { return 2 * static_cast<std::size_t>(dim); }
 
+  /// Reads element d of a row (no per-row parameters: nothing is decoded at construction).
   struct Reader {
-    const std::uint8_t* row;
+    const std::uint8_t* row;  ///< first byte of the row (any alignment; read with memcpy)
+    /// Views the stored row at `r`; `dim` is unused (no parameters after the data).
     MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t /*dim*/) : row(r) {}
+    /// Element d in [0, dim): the bfloat16 at bytes [2d, 2d + 2) as the high half of an
+    /// f32 with a zero low half (num::bf16_to_float; exact).
     MPE_HOST_DEVICE float operator[](std::int32_t d) const {
       return num::bf16_to_float(num::load_u16(row + 2 * d));
     }
   };
 
+  /// Rounds the `dim` floats of `src` to BF16 into `row` (data_bytes(dim) bytes) with
+  /// rounding policy `R` (num::float_to_bf16); `rng` gives the random words of stochastic
+  /// rounding (one per element, unused by NearestRounding).
+  ///
+  /// Each element is rounded once (not truncated) on the BF16 grid of its binade: 8
+  /// significant bits, ulp 2^(e - 7) for 2^e <= |x| < 2^(e + 1), e >= -126, and a fixed
+  /// step 2^-133 below 2^-126 (subnormals). NearestRounding is round-to-nearest-even;
+  /// StochasticRounding rounds the magnitude up with probability equal to the fraction of
+  /// an ulp. The sign is kept (-0 stays -0); magnitudes that round to 0 underflow silently
+  /// (not counted). NaN is stored as +0 and +-Inf as +-kBf16Max; a finite x whose rounded
+  /// magnitude exceeds kBf16Max (or rounds to infinity) is stored as +-kBf16Max.
+  /// @return true when an element was NaN, infinite or rounded beyond +-kBf16Max and had
+  ///         to be saturated.
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
@@ -71,6 +114,10 @@ struct Bf16 {
     return sat;
   }
 
+  /// First element of `src` (dim floats) that Bf16 cannot hold, i.e. the first NaN,
+  /// +-Inf or value with |x| > kBf16Max (0x1.FEp127), or -1 when every element fits.
+  /// Finite values within range are accepted even when they are not exactly representable
+  /// (store rounds them).
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {
     return detail::first_outside(src, dim, limit);
   }
