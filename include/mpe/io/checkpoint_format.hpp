@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file checkpoint_format.hpp
 /// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
-/// version 2; version 1 files still load), and the CRC-32C that protects it.
+/// versions 2 and 3; version 1 files still load), and the CRC-32C that protects it.
 ///
 /// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
 /// (the format is only read and written on little-endian hosts; a static_assert says so).
@@ -13,7 +13,7 @@
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
-/// | 8  | `u32 version` | 2 (1: the same without the `pending_batch` section) |
+/// | 8  | `u32 version` | 2 or 3 (see "Version 3" below; 1: version 2 without the `pending_batch` section) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
 /// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"` |
@@ -29,13 +29,15 @@
 /// |    | `u64 populate_counter` | batches populated so far (LRU's clock) |
 /// |    | `u64 sketch_increments` | LFU increments since the last halving |
 /// |    | `str optimizer` | `OptimizerRule::name` of the optimizer that owns the state, empty before the first applied step (version 1: `u32 optimizer_kind`, 0 none, 1 `sgd`, 2 `rowwise_adagrad`) |
-/// |    | `u32 optimizer_state_floats` | FP32 state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D) |
+/// |    | `u32 optimizer_state_floats` | state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D) |
+/// |    | `str state_precision` | version 3 only: `StatePrecision::name`, `"bf16"` or `"fp16"` (versions 1, 2: FP32 state) |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
-/// |    | `u32 n_sections` | 8 (version 1: 7) |
+/// |    | `u32 n_sections` | 8 (version 1: 7; version 3: 9) |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
 // clang-format on
 ///
-/// **Sections**, exactly these eight in this order (version 1: the first seven), each
+/// **Sections**, exactly these eight in this order (version 1: the first seven; version 3:
+/// nine), each
 /// `str name`, `u64 length` (bytes), the payload, then `u32 crc` = CRC-32C of the payload:
 ///
 // clang-format off
@@ -47,9 +49,22 @@
 /// | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
 /// | `dirty` | u8 per slot, 0 or 1 | slots |
 /// | `sketch` | u32 counters (4, sketch_width), LFU only | 4 * sketch_width * 4 |
-/// | `optimizer` | FP32 state (rows, optimizer_state_floats) | rows * state_floats * 4 |
+/// | `optimizer` | state (rows, optimizer_state_floats): FP32 (versions 1, 2), or the header's state_precision (version 3: u16 BF16/FP16 bit patterns, little-endian) | rows * state_floats * 4 (version 3: * 2) |
 /// | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
+/// | `optimizer_cache` | version 3 only: FP32 state of the cached rows (slots, optimizer_state_floats), slot order as `tags`; empty without a cache or state | slots * state_floats * 4 |
 // clang-format on
+///
+/// **Version 3 (optimizer state precision; mpe/optim/state_precision.hpp).** Written by
+/// objects whose StatePrecision is compact (StateBf16, StateFp16); StateFp32 objects write
+/// version 2, which holds their state exactly (their cached rows keep no state copy).
+/// Differences from version 2: the header's `str state_precision` after
+/// `optimizer_state_floats`; the `optimizer` section in that precision (the state of rows
+/// not cached, and of cached rows as last written back); and the ninth section
+/// `optimizer_cache`, the FP32 state of every cached row (an empty slot's entries are
+/// written but never read). load() refuses a file whose precision is not the object's
+/// StatePrecision (versions 1 and 2 count as "fp32") with std::invalid_argument naming both,
+/// and checks every decoded `optimizer` row and every occupied slot's `optimizer_cache`
+/// entry against the optimizer's state domain.
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
@@ -67,7 +82,7 @@
 /// does) to finite values within Storage::limit; every occupied cache row is finite and
 /// within Storage::limit; tags, dirty bits and last-use scores are consistent with the
 /// sets; the optimizer is known, its state has that optimizer's size and every value is in
-/// its domain (RowwiseAdagrad: finite and >= 0); the pending batch's offsets and indices
+/// its domain (RowwiseAdagrad: finite and >= 0; version 3: decoded, and in `optimizer_cache`); the pending batch's offsets and indices
 /// are valid for the tables. Each failure names the section, the row or slot, and the value.
 ///
 /// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
@@ -93,16 +108,24 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
-inline constexpr std::uint32_t kVersion = 2;
+/// Newest version (written by compact state precisions; StateFp32 objects write 2).
+inline constexpr std::uint32_t kVersion = 3;
 /// Oldest version load() reads (version 1: no `pending_batch` section).
 inline constexpr std::uint32_t kMinVersion = 1;
 /// Number of CacheStats counters written by version 1.
 inline constexpr std::uint32_t kNumStats = 12;
-inline constexpr std::uint32_t kNumSections = 8;
+/// Sections of the newest version.
+inline constexpr std::uint32_t kNumSections = 9;
 /// Sections held in the object's buffers (all but `pending_batch`); version 1 has these only.
 inline constexpr std::uint32_t kNumBufferSections = 7;
 inline constexpr const char* kSectionNames[kNumSections] = {
-    "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch"};
+    "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch", "optimizer_cache"};
+// ---- optimizer state precision (version 3) ----
+/// Index of the `optimizer_cache` section (version 3).
+inline constexpr std::uint32_t kOptimizerCacheSection = 8;
+/// Sections of a file of version v (1: 7, 2: 8, 3: 9).
+constexpr std::uint32_t sections_of_version(std::uint32_t v) { return v == 1 ? 7u : v == 2 ? 8u : 9u; }
+// ---- end optimizer state precision ----
 /// Bytes of the trailer: end magic, file size, file CRC.
 inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;
 /// Longest policy or section name accepted by the reader.
