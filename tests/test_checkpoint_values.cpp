@@ -206,13 +206,13 @@ TEST_CASE("a version-1 checkpoint (no pending_batch section) still loads; other 
   E loaded(c);
   CHECK(load_error(loaded, v1).empty());
   CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
-  for (std::uint32_t v : {0u, 3u, 99u}) {
+  for (std::uint32_t v : {0u, 4u, 99u}) {  // version 3: optimizer state precision (test_state_precision.cpp)
     auto bad = b;
     put32(bad, 8, v);
     resign(bad);
     E e(c);
     expect_refused(e, bad,
-                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 2"});
+                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 3"});
   }
   auto wrong_count = b;  // a version-2 header claiming 7 sections
   put32(wrong_count, l.n_sections_at, 7);
