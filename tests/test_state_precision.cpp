@@ -44,8 +44,9 @@ float float_of(std::uint32_t b) {
 /// {row_lo, row_hi, step, site << 24 | k / 4}, key (seed_lo, seed_hi).
 std::uint32_t state_word(std::uint64_t seed, std::int64_t row, std::uint32_t step, std::uint32_t site,
                          std::int64_t k) {
-  const mpe::num::Uint4 c{static_cast<std::uint32_t>(row), static_cast<std::uint32_t>(static_cast<std::uint64_t>(row) >> 32),
-                          step, (site << 24) | static_cast<std::uint32_t>(k / 4)};
+  const mpe::num::Uint4 c{static_cast<std::uint32_t>(row),
+                          static_cast<std::uint32_t>(static_cast<std::uint64_t>(row) >> 32), step,
+                          (site << 24) | static_cast<std::uint32_t>(k / 4)};
   const mpe::num::Uint4 o =
       mpe::num::philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
   const std::uint32_t w[4] = {o.x, o.y, o.z, o.w};
@@ -69,7 +70,9 @@ std::uint16_t ref_bf16(float x, bool stochastic, std::uint32_t word) {
 enum class Prec { Fp32, Bf16, Fp16 };
 template <class P>
 constexpr Prec prec_of() {
-  return P::format == mpe::StateFormat::Bf16 ? Prec::Bf16 : P::format == mpe::StateFormat::Fp16 ? Prec::Fp16 : Prec::Fp32;
+  return P::format == mpe::StateFormat::Bf16   ? Prec::Bf16
+         : P::format == mpe::StateFormat::Fp16 ? Prec::Fp16
+                                               : Prec::Fp32;
 }
 
 enum class OptKind { RowwiseAdagrad, Adagrad, Adam };
@@ -86,7 +89,8 @@ struct Reference {
   std::int64_t dirty_evictions = 0, refills = 0;  // coverage of the test
   std::map<std::int64_t, int> evicted_dirty;      // rows whose state was written back by an eviction
 
-  std::uint32_t encode(float x, std::int64_t row, std::uint32_t step, std::uint32_t site, std::int64_t k) const {
+  std::uint32_t encode(float x, std::int64_t row, std::uint32_t step, std::uint32_t site,
+                       std::int64_t k) const {
     if (prec == Prec::Fp32) return bits_of(x);
     const std::uint32_t w = stochastic ? state_word(seed, row, step, site, k) : 0;
     if (prec == Prec::Bf16) return ref_bf16(x, stochastic, w);
@@ -100,7 +104,8 @@ struct Reference {
   }
   std::vector<float> decode_row(std::int64_t r) const {
     std::vector<float> v(static_cast<std::size_t>(S));
-    for (std::int64_t k = 0; k < S; ++k) v[static_cast<std::size_t>(k)] = decode(store[static_cast<std::size_t>(r * S + k)]);
+    for (std::int64_t k = 0; k < S; ++k)
+      v[static_cast<std::size_t>(k)] = decode(store[static_cast<std::size_t>(r * S + k)]);
     return v;
   }
   void encode_row(std::int64_t r, const std::vector<float>& v, std::uint32_t step, std::uint32_t site) {
@@ -127,7 +132,8 @@ struct Reference {
 };
 
 /// One row's step written plainly: state st (S floats) updated in place, returns u (w -= u).
-std::vector<float> plain_step(OptKind k, std::vector<float>& st, const std::vector<float>& g, std::uint64_t t) {
+std::vector<float> plain_step(OptKind k, std::vector<float>& st, const std::vector<float>& g,
+                              std::uint64_t t) {
   const auto D = g.size();
   std::vector<float> u(D);
   if (k == OptKind::RowwiseAdagrad) {
@@ -193,14 +199,16 @@ void run_reference(OptKind kind, std::int64_t cache_rows, int D) {
   Reference ref{prec_of<P>(), R::stochastic, cfg.seed, S, {}, {}, 0, 0, {}};
   ref.store.assign(static_cast<std::size_t>(rows * S), 0u);  // zeros decode to 0 in every precision
   mpe_test::CacheSimulator sim(mpe_test::SimPolicy::Lru, 2, rows, cache_rows, 4 * D);
-  ref.slot_state.assign(static_cast<std::size_t>(sim.slots()), std::vector<float>(static_cast<std::size_t>(S), 0.0f));
+  ref.slot_state.assign(static_cast<std::size_t>(sim.slots()),
+                        std::vector<float>(static_cast<std::size_t>(S), 0.0f));
   std::vector<float> got(bag.weights().size());
   for (std::uint32_t k = 0; k < 40; ++k) {
     CAPTURE(k);
     const ref::Batch b = ref::random_batch(rng, kTables, kBatch, 4, false);
     std::vector<std::int64_t> grows;
     for (std::int64_t j = 0; j + 1 < static_cast<std::int64_t>(b.offsets.size()); ++j) {
-      for (auto i = b.offsets[static_cast<std::size_t>(j)]; i < b.offsets[static_cast<std::size_t>(j + 1)]; ++i) {
+      for (auto i = b.offsets[static_cast<std::size_t>(j)]; i < b.offsets[static_cast<std::size_t>(j + 1)];
+           ++i) {
         grows.push_back(bag.first_row(j / kBatch) + b.indices[static_cast<std::size_t>(i)]);
       }
     }
@@ -278,8 +286,8 @@ void run_reference(OptKind kind, std::int64_t cache_rows, int D) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("state precision: training matches the plain-loop reference bit for bit", P, mpe::StateFp32,
-                   mpe::StateBf16, mpe::StateFp16) {
+TEST_CASE_TEMPLATE("state precision: training matches the plain-loop reference bit for bit", P,
+                   mpe::StateFp32, mpe::StateBf16, mpe::StateFp16) {
   for (OptKind kind : {OptKind::RowwiseAdagrad, OptKind::Adagrad, OptKind::Adam}) {
     for (std::int64_t cache_rows : {0, 8}) {
       run_reference<P, mpe::StochasticRounding>(kind, cache_rows, 5);
@@ -293,11 +301,11 @@ TEST_CASE("state precision: BF16 reference rounding agrees with the documented r
   // up iff u < 3/4.
   const float x = 1.0f + 0x1p-8f + 0x1p-9f;
   CHECK(ref_bf16(x, false, 0) == 0x3f81u);
-  CHECK(ref_bf16(x, true, 0) == 0x3f81u);                    // u = 0
-  CHECK(ref_bf16(x, true, 0xC0000000u - 256u) == 0x3f81u);   // u just below 3/4
-  CHECK(ref_bf16(x, true, 0xC0000000u) == 0x3f80u);          // u = 3/4
-  CHECK(ref_bf16(-x, true, 0xffffffffu) == 0xbf80u);         // magnitude rounds down
-  CHECK(ref_bf16(0x1.FFFFFEp127f, false, 0) == 0x7f7fu);     // saturates, never inf
+  CHECK(ref_bf16(x, true, 0) == 0x3f81u);                   // u = 0
+  CHECK(ref_bf16(x, true, 0xC0000000u - 256u) == 0x3f81u);  // u just below 3/4
+  CHECK(ref_bf16(x, true, 0xC0000000u) == 0x3f80u);         // u = 3/4
+  CHECK(ref_bf16(-x, true, 0xffffffffu) == 0xbf80u);        // magnitude rounds down
+  CHECK(ref_bf16(0x1.FFFFFEp127f, false, 0) == 0x7f7fu);    // saturates, never inf
   // and mpe's encoder gives the same bits as the reference for a spread of values
   const mpe::num::RowRng rng{5, 3, 2, mpe::num::RoundingSite::StateUpdate};
   std::vector<float> src(64);
@@ -367,8 +375,8 @@ void check_precision_resume(std::int32_t D) {
   CHECK(b.memory().optimizer_bytes == static_cast<std::size_t>(13 * S) * P::value_bytes + cached);
   bool outputs_equal = true;
   for (std::uint64_t k = 4; k < 24; ++k) {
-    outputs_equal = ckt::same_bits(ckt::pipelined_step(a, k, opt, 3), ckt::pipelined_step(b, k, opt, 3)) &&
-                    outputs_equal;
+    outputs_equal =
+        ckt::same_bits(ckt::pipelined_step(a, k, opt, 3), ckt::pipelined_step(b, k, opt, 3)) && outputs_equal;
   }
   CHECK(outputs_equal);
   CHECK(ckt::same_bits(ckt::weights(a), ckt::weights(b)));
@@ -377,8 +385,9 @@ void check_precision_resume(std::int32_t D) {
 }
 }  // namespace
 
-TEST_CASE_TEMPLATE("state precision: every optimizer x precision resumes exactly from a checkpoint, D up to 4096",
-                   P, mpe::StateFp32, mpe::StateBf16, mpe::StateFp16) {
+TEST_CASE_TEMPLATE(
+    "state precision: every optimizer x precision resumes exactly from a checkpoint, D up to 4096", P,
+    mpe::StateFp32, mpe::StateBf16, mpe::StateFp16) {
   for (std::int32_t D : {1, 3, 64, 4096}) {
     check_precision_resume<P, mpe::Sgd>(D);
     check_precision_resume<P, mpe::RowwiseAdagrad>(D);
@@ -453,8 +462,8 @@ TEST_CASE("state precision: load refuses a stored or cached state value outside 
     len.push_back(static_cast<std::size_t>(l));
     p += l + 4;
   }
-  REQUIRE(len[6] == 10 * 2);      // 10 rows x 1 BF16 value
-  REQUIRE(len[8] == 4 * 1 * 4);   // 4 slots x 1 FP32 value
+  REQUIRE(len[6] == 10 * 2);     // 10 rows x 1 BF16 value
+  REQUIRE(len[8] == 4 * 1 * 4);  // 4 slots x 1 FP32 value
   const auto resign = [&](std::vector<std::uint8_t>& b, std::size_t sec) {
     const std::uint32_t crc = fmt::crc32c(b.data() + at[sec], len[sec]);
     std::memcpy(b.data() + at[sec] + len[sec], &crc, 4);
@@ -484,8 +493,8 @@ TEST_CASE("state precision: load refuses a stored or cached state value outside 
   std::memcpy(bad_cache.data() + at[8] + 4 * occupied, &nan, 4);
   resign(bad_cache, 8);
   ckt::write_bytes(dir / "bad_cache.ckpt", bad_cache);
-  CHECK_THROWS_WITH_AS(b.load(dir / "bad_cache.ckpt"),
-                       doctest::Contains("section 'optimizer_cache': slot " + std::to_string(occupied)),
+  const std::string cache_msg = "section 'optimizer_cache': slot " + std::to_string(occupied);
+  CHECK_THROWS_WITH_AS(b.load(dir / "bad_cache.ckpt"), doctest::Contains(cache_msg.c_str()),
                        mpe::checkpoint_error);
   CHECK(ckt::snapshot(b) == before);
   b.load(dir / "a.ckpt");

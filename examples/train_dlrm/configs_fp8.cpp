@@ -4,6 +4,8 @@
 
 namespace dlrm {
 
-RunResult run_fp8(const RunSpec& spec, const DataSetup& data) { return run_storage<mpe::Fp8E4M3Rowwise>(spec, data); }
+RunResult run_fp8(const RunSpec& spec, const DataSetup& data) {
+  return run_storage<mpe::Fp8E4M3Rowwise>(spec, data);
+}
 
 }  // namespace dlrm

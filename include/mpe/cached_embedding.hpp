@@ -90,9 +90,9 @@ class CachedEmbedding {
   /// ((rows, D) row-major FP32, host memory), quantized with Rounding (site SetWeights),
   /// and drops their cache lines without writing them back. Optimizer state and step are
   /// unchanged (with a compact StatePrecision the FP32 state of a dropped dirty row is
-  /// written back, rounded at site StateDrop, as an eviction would). Throws std::invalid_argument if weights.size() is not a multiple of D,
-  /// the range leaves the table, or a value cannot be held by Storage (non-finite, or
-  /// beyond Storage::limit); nothing changes then.
+  /// written back, rounded at site StateDrop, as an eviction would). Throws std::invalid_argument if
+  /// weights.size() is not a multiple of D, the range leaves the table, or a value cannot be held by Storage
+  /// (non-finite, or beyond Storage::limit); nothing changes then.
   void set_weights(std::span<const float> weights, std::int64_t first_row = 0);
 
   /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)

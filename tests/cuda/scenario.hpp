@@ -25,7 +25,9 @@ struct Scenario {
   bool deferred = false;  // Validation::Deferred (no wait in prefetch/forward/backward)
   std::string label() const {
     return "cache_rows=" + std::to_string(cache_rows) +
-           (opt == Opt::Sgd ? " sgd" : opt == Opt::Adagrad ? " adagrad" : " adam") +
+           (opt == Opt::Sgd       ? " sgd"
+            : opt == Opt::Adagrad ? " adagrad"
+                                  : " adam") +
            (mode == Mode::Sum    ? " sum"
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
@@ -75,7 +77,8 @@ struct Result {
   std::vector<float> inference;  // forward_inference() of the first batch after training
   std::vector<float> weights_before_flush, weights;
   std::vector<std::uint8_t> store;  // raw store bytes after flush()
-  std::vector<std::uint8_t> state;  // raw optimizer state after flush(): the state store, then the cached FP32 state
+  std::vector<std::uint8_t>
+      state;  // raw optimizer state after flush(): the state store, then the cached FP32 state
   mpe::CacheStats stats;
   std::uint64_t step = 0;
 };
@@ -247,10 +250,10 @@ Result run_training(const Backend& be, const Scenario& sc) {
   extern template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>( \
       const mpe::HostBackend&, const mpe_test::Scenario&);
 // Optimizer-state precision P (StateBf16, StateFp16): X(Storage, Cache, Rounding, P).
-#define MPE_TEST_STATE_MATRIX(X)                                                   \
-  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding, mpe::StateBf16)       \
-  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding, mpe::StateBf16)          \
-  X(mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, mpe::StateFp16)       \
+#define MPE_TEST_STATE_MATRIX(X)                                            \
+  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding, mpe::StateBf16) \
+  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding, mpe::StateBf16)    \
+  X(mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, mpe::StateFp16) \
   X(mpe::Fp8E4M3Rowwise, mpe::DirectMapped, mpe::StochasticRounding, mpe::StateBf16)
 #define MPE_TEST_STATE_INSTANTIATE(S, C, R, P)                                                            \
   template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend, P>(const mpe::HostBackend&, \

@@ -8,8 +8,8 @@
 
 MPE_TEST_STATE_MATRIX(MPE_TEST_STATE_EXTERN)
 
-#define MPE_TEST_CUDA_STATE_CASE(S, C, R, P)                                     \
+#define MPE_TEST_CUDA_STATE_CASE(S, C, R, P)                                             \
   TEST_CASE("CUDA == host, bit for bit, optimizer state: " #S ", " #C ", " #R ", " #P) { \
-    mpe_test::check_state_bit_identity<S, C, R, P>();                          \
+    mpe_test::check_state_bit_identity<S, C, R, P>();                                    \
   }
 MPE_TEST_STATE_MATRIX(MPE_TEST_CUDA_STATE_CASE)

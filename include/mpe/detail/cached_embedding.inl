@@ -10,7 +10,7 @@
 
 namespace mpe {
 
-#define MPE_CE_TEMPLATE                                                                           \
+#define MPE_CE_TEMPLATE                                                                       \
   template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend, \
             StatePrecisionPolicy StatePrecision>
 #define MPE_CE CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>
@@ -404,8 +404,9 @@ void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
   // Fills and write-backs move a compact state with its row: counted with the row's bytes.
-  const auto row_bytes = static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
-                         (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
   if (num_sets_ == 0) {
     backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, nullptr, row_bytes, gate});
     return;
@@ -641,16 +642,28 @@ void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) 
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  backend_.for_each(U, detail::AccumulateRows<Opt>{
-                           b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                           b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
-                           optimizer,
-                           opt_name_.empty() || StatePrecision::cached
-                               ? nullptr
-                               : reinterpret_cast<const float*>(opt_state_.data()),
-                           b.grad.data(), b.update.data(), step_ptr(), rec, count,
-                           b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
-                           num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
+  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(),
+                                                   b.seg_start.data(),
+                                                   b.sorted_pos.data(),
+                                                   b.bag_of.data(),
+                                                   b.has_coef ? b.coef.data() : nullptr,
+                                                   grad_output.data(),
+                                                   b.B,
+                                                   T,
+                                                   config_.dim,
+                                                   optimizer,
+                                                   opt_name_.empty() || StatePrecision::cached
+                                                       ? nullptr
+                                                       : reinterpret_cast<const float*>(opt_state_.data()),
+                                                   b.grad.data(),
+                                                   b.update.data(),
+                                                   step_ptr(),
+                                                   rec,
+                                                   count,
+                                                   b.flags.data() + detail::kFlagOk,
+                                                   state_ref(),
+                                                   cache_ref(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
   backend_.for_each(
       1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
                               b.update.data(), config_.dim, S, skip_non_finite(), b.flags.data(),
@@ -669,7 +682,7 @@ void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) 
     return;
   }
   if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
-    if (S > 0) {  // all-zero bytes are 0.0 in every state precision
+    if (S > 0) {            // all-zero bytes are 0.0 in every state precision
       opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
       backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
       if (StatePrecision::cached && num_sets_ > 0) {
@@ -702,8 +715,9 @@ void MPE_CE::flush() {
                     detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
                                                           step_ptr(), flush_outcome_.data(), state});
   backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
-  const auto row_bytes = static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
-                         (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr, row_bytes, nullptr});
 }
 

@@ -614,7 +614,8 @@ struct CheckpointAccess {
     if (new_opt) e.opt_state_.swap(opt);
     if (opt_cache_bytes > 0) {
       e.backend_.copy_from_host(new_opt_cache ? opt_cache.data() : e.cache_state_.data(),
-                                payload[fmt::kOptimizerCacheSection], static_cast<std::size_t>(opt_cache_bytes));
+                                payload[fmt::kOptimizerCacheSection],
+                                static_cast<std::size_t>(opt_cache_bytes));
     }
     if (new_opt_cache) e.cache_state_.swap(opt_cache);
     e.config_.seed = seed;
@@ -680,7 +681,8 @@ struct CheckpointAccess {
       };
       for (index_t r = 0; r < e.total_rows_; ++r) {  // decoded from the file's precision (P's)
         const std::uint8_t* row = payload[6] + static_cast<std::size_t>(r) * S * P::value_bytes;
-        for (std::size_t k = 0; k < S; ++k) st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
+        for (std::size_t k = 0; k < S; ++k)
+          st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
         if (!Rule::state_ok(st.data(), D)) refuse("section 'optimizer': row " + std::to_string(r));
       }
       // ---- optimizer state precision (version 3): FP32 state of the occupied cache slots ----
@@ -689,10 +691,12 @@ struct CheckpointAccess {
         index_t tag;
         std::memcpy(&tag, payload[2] + s * 8, 8);
         if (tag < 0) continue;  // an empty slot's state is never read
-        std::memcpy(st.data(), payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
+        std::memcpy(st.data(),
+                    payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
                     S * 4);
         if (!Rule::state_ok(st.data(), D)) {
-          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) + ")");
+          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) +
+                 ")");
         }
       }
     });
@@ -756,8 +760,8 @@ struct CheckpointAccess {
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
     if (const StateRef state = e.state_ref(); state.active()) {  // keep the state of dirty rows
-      e.backend_.for_each(slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first, count,
-                                                                              e.step_ptr()});
+      e.backend_.for_each(slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first,
+                                                                             count, e.step_ptr()});
     }
     e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
   }
@@ -789,13 +793,15 @@ namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::save(const std::filesystem::path& path) const {
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::save(
+    const std::filesystem::path& path) const {
   detail::CheckpointAccess::save(*this, path);
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::load(const std::filesystem::path& path) {
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::load(
+    const std::filesystem::path& path) {
   throw_deferred();
   const std::string prefix = "mpe::CachedEmbedding::load: '" + path.string() + "': ";
   const std::vector<std::uint8_t> bytes = detail::ckpt::read_file(path, prefix);

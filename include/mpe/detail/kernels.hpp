@@ -623,7 +623,8 @@ struct FlushSlots {
                           num::RoundingSite::Flush};
     const bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
                                                        store + static_cast<std::size_t>(r) * stride, rng);
-    state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step), num::RoundingSite::StateFlush);
+    state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                        num::RoundingSite::StateFlush);
     cache.dirty[s] = 0;
     outcome[s] = static_cast<std::uint8_t>(kWroteBack | (sat ? kSaturated : 0));
   }

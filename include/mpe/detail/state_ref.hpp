@@ -87,7 +87,8 @@ struct KeepStateOfRows {
     const index_t r = first + i;
     const index_t s = cache.find(r);
     if (s >= 0 && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step), num::RoundingSite::StateDrop);
+      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                          num::RoundingSite::StateDrop);
     }
   }
 };
@@ -103,7 +104,8 @@ struct KeepStateOfSlots {
   MPE_HOST_DEVICE void operator()(index_t s) const {
     const index_t r = cache.tags[s];
     if (r >= first && r < first + count && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step), num::RoundingSite::StateDrop);
+      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                          num::RoundingSite::StateDrop);
     }
   }
 };

@@ -82,8 +82,9 @@
 /// does) to finite values within Storage::limit; every occupied cache row is finite and
 /// within Storage::limit; tags, dirty bits and last-use scores are consistent with the
 /// sets; the optimizer is known, its state has that optimizer's size and every value is in
-/// its domain (RowwiseAdagrad: finite and >= 0; version 3: decoded, and in `optimizer_cache`); the pending batch's offsets and indices
-/// are valid for the tables. Each failure names the section, the row or slot, and the value.
+/// its domain (RowwiseAdagrad: finite and >= 0; version 3: decoded, and in `optimizer_cache`); the pending
+/// batch's offsets and indices are valid for the tables. Each failure names the section, the row or slot, and
+/// the value.
 ///
 /// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
 /// the backend's memory is not host memory) and needs no copy of the state. load() reads
@@ -118,8 +119,9 @@ inline constexpr std::uint32_t kNumStats = 12;
 inline constexpr std::uint32_t kNumSections = 9;
 /// Sections held in the object's buffers (all but `pending_batch`); version 1 has these only.
 inline constexpr std::uint32_t kNumBufferSections = 7;
-inline constexpr const char* kSectionNames[kNumSections] = {
-    "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch", "optimizer_cache"};
+inline constexpr const char* kSectionNames[kNumSections] = {"store",     "cache_rows",    "tags",
+                                                            "last_use",  "dirty",         "sketch",
+                                                            "optimizer", "pending_batch", "optimizer_cache"};
 // ---- optimizer state precision (version 3) ----
 /// Index of the `optimizer_cache` section (version 3).
 inline constexpr std::uint32_t kOptimizerCacheSection = 8;

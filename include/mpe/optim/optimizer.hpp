@@ -10,14 +10,14 @@
 /// | member | meaning |
 /// |---|---|
 /// | `name` | identifies the optimizer (and its state) in checkpoints, e.g. `"adam"` |
-/// | `state_floats(D)` | state values per table row (may depend on D; stored in the table's StatePrecision, stepped in FP32) |
-/// | `step(o, state_in, state_out, g, D, t)` | one row's update: reads the row's summed gradient `g` (D
-/// floats) and its state (`state_in`, state_floats(D) values; zeros before the row's first update), writes
-/// the new state to `state_out` and replaces `g` by the update `u` applied as `w = w - u` per element; `t` =
-/// the 1-based number of this step (the object's step() + 1), for bias correction | | `check(o)` | empty when
-/// the hyperparameters are usable, else what is wrong (named, with the value) | | `state_ok(state, D)` |
-/// whether one row's state is in the optimizer's domain (load() checks it) | | `state_domain` | that domain
-/// in words, for load()'s messages |
+/// | `state_floats(D)` | state values per table row (may depend on D; stored in the table's StatePrecision,
+/// stepped in FP32) | | `step(o, state_in, state_out, g, D, t)` | one row's update: reads the row's summed
+/// gradient `g` (D floats) and its state (`state_in`, state_floats(D) values; zeros before the row's first
+/// update), writes the new state to `state_out` and replaces `g` by the update `u` applied as `w = w - u` per
+/// element; `t` = the 1-based number of this step (the object's step() + 1), for bias correction | |
+/// `check(o)` | empty when the hyperparameters are usable, else what is wrong (named, with the value) | |
+/// `state_ok(state, D)` | whether one row's state is in the optimizer's domain (load() checks it) | |
+/// `state_domain` | that domain in words, for load()'s messages |
 ///
 /// `step` is `MPE_HOST_DEVICE` single-source code that follows the numerics contract
 /// (num::add/mul/div/sqrt, reductions across D through num::pairwise_sum), so host and GPU

@@ -11,7 +11,7 @@
 /// `StateFp32` keeps every existing `CachedEmbedding<S, C, R>` and
 /// `CachedEmbedding<S, C, R, Backend>` unchanged, bit for bit.
 ///
-/// | policy | bytes per state value | Adam row (2D values) | RowwiseAdagrad row | where a cached row's state lives |
+/// | policy | bytes a value | Adam row (2D values) | RowwiseAdagrad row | state of a cached row |
 /// |---|---|---|---|---|
 /// | `StateFp32` | 4 | 8D | 4 | in the FP32 state array (rows, S), updated in place |
 /// | `StateBf16` | 2 | 4D | 2 | FP32 in the cache, beside the row (slots, S) |
@@ -140,7 +140,8 @@ MPE_HOST_DEVICE inline bool encode_state(StateFormat f, const float* src, std::i
     const std::int64_t end = 4 * g + 4 < n ? 4 * g + 4 : n;
     for (std::int64_t k = 4 * g; k < end; ++k) {
       const std::uint32_t w = word(r, static_cast<int>(k - 4 * g));
-      const NarrowResult h = f == StateFormat::Bf16 ? float_to_bf16<R>(src[k], w) : float_to_half<R>(src[k], w);
+      const NarrowResult h =
+          f == StateFormat::Bf16 ? float_to_bf16<R>(src[k], w) : float_to_half<R>(src[k], w);
       sat = sat || h.saturated;
       store_u16(p + 2 * k, h.bits);
     }
