@@ -534,3 +534,68 @@ TEST_CASE_TEMPLATE("state precision: memory() reports the state bytes of each pr
     CHECK(adam.memory().cache_bytes == rowwise.memory().cache_bytes);  // the row cache is unchanged
   }
 }
+
+TEST_CASE("state precision: set_weights keeps a dropped dirty row's state (rounded at site StateDrop)") {
+  using E =
+      mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<2>, mpe::StochasticRounding, mpe::HostBackend, mpe::StateBf16>;
+  using A = mpe::detail::CheckpointAccess;
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = kTables;
+  cfg.dim = 5;
+  cfg.cache_rows = 8;
+  cfg.seed = 4242;
+  E emb(cfg);
+  emb.init_uniform(-0.5f, 0.5f);
+  std::mt19937_64 rng(9);
+  for (int k = 0; k < 3; ++k) {
+    const ref::Batch b = ref::random_batch(rng, kTables, kBatch, 4, false);
+    std::vector<float> out(static_cast<std::size_t>(kBatch) * kTables.size() * 5);
+    emb.forward(b.indices, b.offsets, out);
+    emb.backward(ref::random_floats(rng, out.size(), -1.0f, 1.0f), mpe::Adam{0.01f});
+  }
+  const mpe::CacheRef c = emb.cache_ref();
+  std::int64_t dirty_slot = -1;
+  for (std::int64_t s = 0; s < c.slots(); ++s) {
+    if (c.tags[s] >= 0 && c.dirty[s] && dirty_slot < 0) dirty_slot = s;
+  }
+  REQUIRE(dirty_slot >= 0);
+  const std::int64_t r = c.tags[dirty_slot], S = 10;  // Adam at D = 5
+  std::vector<float> cached(static_cast<std::size_t>(S));
+  std::memcpy(cached.data(), static_cast<const float*>(A::optimizer_cache(emb).data) + dirty_slot * S, 4 * S);
+  const auto step = static_cast<std::uint32_t>(emb.step());
+  emb.flush();  // every row clean: the next drop of a clean row must leave its state alone
+  A::Section sec[mpe::io::checkpoint::kNumBufferSections];
+  A::sections(emb, sec);
+  const auto* store = static_cast<const std::uint8_t*>(sec[6].data);
+  std::vector<std::uint8_t> after_flush(store, store + sec[6].bytes);
+  // make row r dirty again with a known FP32 state: one more step touching only row r
+  const std::int64_t t = r < kTables[0] ? 0 : 1, local = r - (t == 0 ? 0 : kTables[0]);
+  std::vector<std::int64_t> idx{local}, off(static_cast<std::size_t>(2 * 1 + 1), 0);
+  for (std::size_t j = static_cast<std::size_t>(t) + 1; j < off.size(); ++j) off[j] = 1;
+  std::vector<float> out(2 * 5);
+  emb.forward(idx, off, out);
+  REQUIRE(emb.cache_ref().find(r) == dirty_slot);
+  emb.backward(std::vector<float>(10, 0.25f), mpe::Adam{0.01f});
+  REQUIRE(emb.cache_ref().dirty[dirty_slot] == 1);
+  std::memcpy(cached.data(), static_cast<const float*>(A::optimizer_cache(emb).data) + dirty_slot * S, 4 * S);
+  const auto step2 = static_cast<std::uint32_t>(emb.step());
+  CHECK(step2 == step + 1);
+  const std::vector<float> zeros(5, 0.0f);
+  emb.set_weights(zeros, r);
+  CHECK(emb.cache_ref().find(r) == -1);
+  bool same = true;
+  for (std::int64_t k = 0; k < S; ++k) {
+    std::uint16_t h;
+    std::memcpy(&h, store + 2 * (r * S + k), 2);
+    same = same &&
+           h == ref_bf16(cached[static_cast<std::size_t>(k)], true, state_word(cfg.seed, r, step2, 11, k));
+  }
+  CHECK(same);
+  // every other row's stored state is as the flush left it
+  bool others = true;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(after_flush.size()); ++i) {
+    if (i / (2 * S) == r) continue;
+    others = others && store[i] == after_flush[static_cast<std::size_t>(i)];
+  }
+  CHECK(others);
+}
