@@ -40,7 +40,7 @@ bool restamp(std::vector<std::uint8_t>& b) {
   if (H < 20 || H > b.size()) return false;
   put32(b.data() + H - 4, crc32c(b.data(), H - 4));
   const std::uint32_t n_sections = get32(b.data() + H - 8);
-  if (n_sections > 8) return false;
+  if (n_sections > mpe::io::checkpoint::kNumSections) return false;
   std::size_t p = H;
   for (std::uint32_t i = 0; i < n_sections; ++i) {
     if (b.size() - p < 2) return false;
@@ -68,7 +68,7 @@ std::vector<std::pair<std::size_t, std::size_t>> section_spans(const std::vector
   if (H < 24 || H > b.size()) return out;
   const std::uint32_t n_sections = get32(b.data() + H - 8);
   std::size_t p = H;
-  for (std::uint32_t i = 0; i < n_sections && i < 8; ++i) {
+  for (std::uint32_t i = 0; i < n_sections && i < mpe::io::checkpoint::kNumSections; ++i) {
     if (b.size() - p < 2) return {};
     std::uint16_t n;
     std::memcpy(&n, b.data() + p, 2);
@@ -91,6 +91,8 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
   try {
     mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), "fuzz");
   } catch (const mpe::checkpoint_error&) {
+    return;
+  } catch (const std::invalid_argument&) {  // a version-3 file of another optimizer-state precision
     return;
   }
   std::vector<float> w(static_cast<std::size_t>(e.total_rows() * e.dim()));
