@@ -385,12 +385,13 @@ TEST_CASE("load refuses a pending batch that is not valid input for the tables")
   src.save(path);
   const auto good = ckt::read_bytes(path);
   const Layout l = walk(good);
-  const std::size_t at = l.at[section(l, "pending_batch")];
+  const std::size_t pending = section(l, "pending_batch");
+  const std::size_t at = l.at[pending];
   std::int64_t n, B;
   std::memcpy(&n, good.data() + at, 8);
   std::memcpy(&B, good.data() + at + 8, 8);
   REQUIRE(B == 2);
-  REQUIRE(l.len.back() == static_cast<std::size_t>(16 + 8 * (n + 3 * B + 1)));
+  REQUIRE(l.len[pending] == static_cast<std::size_t>(16 + 8 * (n + 3 * B + 1)));
   const std::size_t idx = at + 16, off = idx + 8 * static_cast<std::size_t>(n);
   auto with = [&](std::size_t p, std::int64_t v) {
     auto b = good;
