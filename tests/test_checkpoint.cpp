@@ -56,7 +56,7 @@ struct Le {
 struct Parsed {
   std::string storage, cache, rounding;
   std::uint32_t ways = 0, T = 0, opt_kind = 0, state_floats = 0, n_stats = 0;
-  std::string opt_name;
+  std::string opt_name, state_precision;
   std::vector<std::int64_t> table_rows;
   std::int32_t dim = 0, align = 0;
   std::uint64_t stride = 0, seed = 0, step = 0, populate = 0, sketch_inc = 0;
@@ -85,7 +85,7 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   in.p = 8;
   r.version = in.get<std::uint32_t>();
   CHECK((r.version >= 1u && r.version <= 3u));
-  const int n_sections = r.version == 1u ? 7 : 8;
+  const int n_sections = r.version == 1u ? 7 : r.version == 2u ? 8 : 9;
   r.header_bytes = in.get<std::uint32_t>();
   r.storage = in.str();
   r.cache = in.str();
@@ -109,6 +109,7 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
     r.opt_name = in.str();
   }
   r.state_floats = in.get<std::uint32_t>();
+  if (r.version >= 3u) r.state_precision = in.str();
   r.n_stats = in.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < r.n_stats; ++i) r.stats.push_back(in.get<std::uint64_t>());
   CHECK(in.get<std::uint32_t>() == static_cast<std::uint32_t>(n_sections));
@@ -207,9 +208,12 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.stats[2] == s.hits);
   CHECK(r.stats[11] == s.skipped_steps);
   CHECK(r.version == 3u);
+  CHECK(r.state_precision == "fp32");
   CHECK(r.names == std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "lfu",
-                                            "optimizer", "pending_batch"});
-  CHECK(r.payload_len == std::vector<std::size_t>{12 * 8, 4 * 3 * 4, 4 * 8, 4 * 8, 4, 4 * 16 * 4, 12 * 4, 0});
+                                            "optimizer", "pending_batch", "optimizer_cache"});
+  // optimizer_cache is empty: FP32 state keeps no copy beside the cached rows
+  CHECK(r.payload_len ==
+        std::vector<std::size_t>{12 * 8, 4 * 3 * 4, 4 * 8, 4 * 8, 4, 4 * 16 * 4, 12 * 4, 0, 0});
   // The store section holds the rows as Int4Rowwise bytes: decode row 0 by hand.
   std::vector<float> w(12 * 3);
   e.get_weights(w);

@@ -64,8 +64,9 @@ std::size_t optimizer_field(const std::vector<std::uint8_t>& b) {
   skip_str();  // rounding
   const std::uint32_t T = get32(b, p);
   p += 4 + 8 * T;
-  return p + 4 + 4 +
-         8 * 8;  // dim, row_alignment, store_row_bytes, sets, slots, width, seed, step, populate, sketch
+  // dim, row_alignment; store_row_bytes, num_sets, cache_slots, policy_words, seed, step,
+  // populate_counter, decay_clock
+  return p + 4 + 4 + 8 * 8;
 }
 
 /// Recomputes every checksum (header, sections, file) after an edit.
@@ -85,25 +86,47 @@ std::size_t section(const Layout& l, const std::string& name) {
   return 0;
 }
 
-/// The version-2 form of a version-3 file of Lru, Lfu or DirectMapped: version 2, the
-/// header's `policy_words` becomes `sketch_width` (words / 4: the sketch has 4 lines), and
-/// the policy's section is named `sketch`.
+/// The version-2 form of a version-3 file of Lru, Lfu or DirectMapped with FP32 state:
+/// version 2, the header's `policy_words` becomes `sketch_width` (words / 4: the sketch
+/// has 4 lines), no `str state_precision`, the policy's section is named `sketch`, and
+/// there is no `optimizer_cache` section (8 sections).
 std::vector<std::uint8_t> to_v2(const std::vector<std::uint8_t>& b) {
   const Layout l = walk(b);
-  const std::size_t words_at = optimizer_field(b) - 5 * 8;  // then seed, step, populate, decay_clock
+  REQUIRE(l.names.size() == 9);
+  REQUIRE(l.names[8] == "optimizer_cache");
+  REQUIRE(l.len[8] == 0);  // FP32 state: cached rows keep no copy
+  const std::size_t opt_at = optimizer_field(b);
+  const std::size_t words_at = opt_at - 5 * 8;  // then seed, step, populate, decay_clock
+  std::uint16_t k;
+  std::memcpy(&k, b.data() + opt_at, 2);
+  const std::size_t precision_at = opt_at + 2 + k + 4;  // after str optimizer, u32 optimizer_state_floats
+  std::uint16_t pk;
+  std::memcpy(&pk, b.data() + precision_at, 2);
+  REQUIRE(std::string(b.begin() + static_cast<long>(precision_at + 2),
+                      b.begin() + static_cast<long>(precision_at + 2 + pk)) == "fp32");
+  const std::size_t cut = 2 + std::size_t{pk};
+  // Header without the state_precision field.
+  std::vector<std::uint8_t> v(b.begin(), b.begin() + static_cast<long>(precision_at));
+  v.insert(v.end(), b.begin() + static_cast<long>(precision_at + cut),
+           b.begin() + static_cast<long>(l.header_bytes));
+  put32(v, 8, 2);
+  put32(v, 12, static_cast<std::uint32_t>(l.header_bytes - cut));
+  put32(v, l.n_sections_at - cut, 8);
   std::int64_t words;
   std::memcpy(&words, b.data() + words_at, 8);
-  const std::size_t name_at = l.at[5] - 8 - 2 - l.names[5].size();
-  std::vector<std::uint8_t> v(b.begin(), b.begin() + static_cast<long>(name_at));
-  put32(v, 8, 2);
   const std::int64_t width = words / 4;
   std::memcpy(v.data() + words_at, &width, 8);
+  // Sections 0 to 4 as they are; section 5 renamed; 6 and 7 as they are; no section 8.
+  const std::size_t name5_at = l.at[5] - 8 - 2 - l.names[5].size();
+  v.insert(v.end(), b.begin() + static_cast<long>(l.header_bytes), b.begin() + static_cast<long>(name5_at));
   const std::string sketch = "sketch";
   const auto n = static_cast<std::uint16_t>(sketch.size());
   v.push_back(static_cast<std::uint8_t>(n & 0xff));
   v.push_back(static_cast<std::uint8_t>(n >> 8));
   v.insert(v.end(), sketch.begin(), sketch.end());
-  v.insert(v.end(), b.begin() + static_cast<long>(l.at[5] - 8), b.end());
+  const std::size_t name8_at = l.at[8] - 8 - 2 - l.names[8].size();
+  v.insert(v.end(), b.begin() + static_cast<long>(l.at[5] - 8), b.begin() + static_cast<long>(name8_at));
+  v.insert(v.end(), b.end() - static_cast<long>(fmt::kTrailerBytes), b.end());
   const std::uint64_t size = v.size();
   std::memcpy(v.data() + v.size() - 12, &size, 8);
   resign(v);
@@ -212,6 +235,16 @@ TEST_CASE("version-1 and version-2 checkpoints still load; other versions are re
     E loaded(c);
     CHECK(load_error(loaded, b).empty());
     CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
+  }
+  {  // versions 1 and 2 hold FP32 state: an object with another state precision refuses them
+    using Bf = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, mpe::HostBackend,
+                                    mpe::StateBf16>;
+    Bf bf(c);
+    const auto before = ckt::snapshot(bf);
+    CHECK_THROWS_WITH_AS(A::load_bytes(bf, b.data(), b.size(), "mem"),
+                         doctest::Contains("optimizer state precision 'fp32' in file, 'bf16' here"),
+                         std::invalid_argument);
+    CHECK(ckt::snapshot(bf) == before);
   }
   Layout l = walk(b);
   REQUIRE(l.names.back() == "pending_batch");
@@ -352,12 +385,13 @@ TEST_CASE("load refuses a pending batch that is not valid input for the tables")
   src.save(path);
   const auto good = ckt::read_bytes(path);
   const Layout l = walk(good);
-  const std::size_t at = l.at[section(l, "pending_batch")];
+  const std::size_t pending = section(l, "pending_batch");
+  const std::size_t at = l.at[pending];
   std::int64_t n, B;
   std::memcpy(&n, good.data() + at, 8);
   std::memcpy(&B, good.data() + at + 8, 8);
   REQUIRE(B == 2);
-  REQUIRE(l.len.back() == static_cast<std::size_t>(16 + 8 * (n + 3 * B + 1)));
+  REQUIRE(l.len[pending] == static_cast<std::size_t>(16 + 8 * (n + 3 * B + 1)));
   const std::size_t idx = at + 16, off = idx + 8 * static_cast<std::size_t>(n);
   auto with = [&](std::size_t p, std::int64_t v) {
     auto b = good;

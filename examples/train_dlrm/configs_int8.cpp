@@ -1,4 +1,5 @@
-// Int8Rowwise store: its 6 instantiations (3 cache policies x 2 roundings).
+// Int8Rowwise store: its instantiations (3 cache policies x 2 roundings, and the compact
+// optimizer-state precisions with LRU).
 #include "trainer.hpp"
 
 namespace dlrm {

@@ -61,6 +61,7 @@ std::string label_of(const RunSpec& s) {
   std::string l = s.storage;
   if (s.cache != "none" && s.cache_fraction > 0) l += "+" + s.cache + percent(s.cache_fraction);
   if (s.storage != "fp32") l += s.rounding == "stochastic" ? "/sr" : "/rn";
+  if (s.optimizer != "sgd" || s.state_precision != "fp32") l += " " + s.optimizer + "/" + s.state_precision;
   return l;
 }
 
@@ -82,6 +83,9 @@ std::vector<RunSpec> paper_sweep(const RunSpec& base) {
     add("int8", "none", 0, r);
     for (double f : {0.01, 0.05})
       for (const char* c : {"lru", "lfu"}) add("int8", c, f, r);
+    add("fp8", "none", 0, r);
+    add("fp8", "lru", 0.01, r);
+    add("fp8", "lru", 0.05, r);
     add("int4", "none", 0, r);
     add("int4", "lru", 0.01, r);
     add("int4", "lru", 0.05, r);
@@ -129,8 +133,8 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
       throw bad("cache percentage must be a number in (0, 100]");
     }
   }
-  if (main_part != "fp32" && main_part != "fp16" && main_part != "int8" && main_part != "int4")
-    throw bad("storage must be fp32, fp16, int8 or int4");
+  if (main_part != "fp32" && main_part != "fp16" && main_part != "int8" && main_part != "fp8" && main_part != "int4")
+    throw bad("storage must be fp32, fp16, int8, fp8 or int4");
   s.storage = main_part;
   s.label = label_of(s);
   return s;
@@ -142,6 +146,7 @@ RunResult run_one(const RunSpec& s, const DataSetup& d) {
   if (s.storage == "fp32") return run_fp32(s, d);
   if (s.storage == "fp16") return run_fp16(s, d);
   if (s.storage == "int8") return run_int8(s, d);
+  if (s.storage == "fp8") return run_fp8(s, d);
   if (s.storage == "int4") return run_int4(s, d);
   throw std::invalid_argument("unknown storage '" + s.storage + "'");
 }
@@ -293,6 +298,8 @@ nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
         {"cache_fraction", a.spec.cache_fraction},
         {"cache_rows", r0.cache_rows},
         {"rounding", a.spec.rounding},
+        {"optimizer", a.spec.optimizer},
+        {"state_precision", a.spec.state_precision},
         {"dim", a.spec.dim},
         {"total_rows", r0.total_rows},
         {"memory_bytes", r0.memory_bytes},
@@ -421,12 +428,14 @@ int main(int argc, char** argv) {
   app.add_option("--data-seed", o.data_seed, "synthetic: seed of the hidden model and the sample stream")->group(g_data);
 
   auto* g_cfg = "Configuration";
-  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "int4", "dense"}));
+  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "dense"}));
   app.add_option("--cache", base.cache, "cache policy (none = no cache)")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "none"}));
   app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
   app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
+  app.add_option("--optimizer", base.optimizer, "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")->group(g_cfg)->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
+  app.add_option("--state-precision", base.state_precision, "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; cached rows keep theirs in FP32)")->group(g_cfg)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
-  app.add_option("--sweep", o.sweep, "none, or paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}")->group(g_cfg)->check(CLI::IsMember({"none", "paper"}));
+  app.add_option("--sweep", o.sweep, "none, or paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}")->group(g_cfg)->check(CLI::IsMember({"none", "paper"}));
   app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only (instead of --storage/--cache/...)")->group(g_cfg)->delimiter(',');
   app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
 
@@ -451,6 +460,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   DistGuard dist;
+  if (base.shard != "none" && base.state_precision != "fp32") {
+    std::cerr << "error: --shard trains FP32 optimizer state only (--state-precision fp32)\n";
+    return 1;
+  }
   if (base.shard != "none") {
     if (!dist_available()) {
       std::cerr << "error: --shard needs train_dlrm built with MPI (apt-get install libopenmpi-dev openmpi-bin)\n";

@@ -32,6 +32,8 @@ struct RunSpec {
   bool progress = true;
   std::string shard = "none";           // none | table | row | column | auto (under mpirun)
   std::string comm_precision = "fp32";  // sharded: pooled vectors/gradients on the wire (fp32 | fp16 | bf16)
+  std::string optimizer = "sgd";        // embeddings: sgd | adagrad | rowwise_adagrad | adam
+  std::string state_precision = "fp32";  // embedding optimizer state: fp32 | bf16 | fp16
 };
 
 struct RunResult {
@@ -62,6 +64,7 @@ struct DataSetup {
 RunResult run_fp32(const RunSpec&, const DataSetup&);
 RunResult run_fp16(const RunSpec&, const DataSetup&);
 RunResult run_int8(const RunSpec&, const DataSetup&);
+RunResult run_fp8(const RunSpec&, const DataSetup&);
 RunResult run_int4(const RunSpec&, const DataSetup&);
 RunResult run_dense_only(const RunSpec&, const DataSetup&);
 

@@ -121,7 +121,14 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
       const double loss = bce_with_logits<float>(model.forward(batch.dense, emb_out.data()),
                                                  batch.labels.data(), dlogit);
       model.backward(dlogit, emb_grad.data());
-      if constexpr (kHasEmb) emb->backward(std::span<const float>(emb_grad), mpe::Sgd{spec.emb_lr});
+      if constexpr (kHasEmb) {
+        const std::span<const float> g(emb_grad);
+        if (spec.optimizer == "sgd") emb->backward(g, mpe::Sgd{spec.emb_lr});
+        else if (spec.optimizer == "adagrad") emb->backward(g, mpe::Adagrad{spec.emb_lr});
+        else if (spec.optimizer == "rowwise_adagrad") emb->backward(g, mpe::RowwiseAdagrad{spec.emb_lr});
+        else if (spec.optimizer == "adam") emb->backward(g, mpe::Adam{spec.emb_lr});
+        else throw std::invalid_argument("unknown optimizer '" + spec.optimizer + "'");
+      }
       model.sgd(spec.lr);
       res.train_samples += static_cast<std::uint64_t>(B);
       prog.update(static_cast<std::uint64_t>(B), loss);
@@ -183,7 +190,7 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   return res;
 }
 
-template <class Storage, class Cache, class Rounding>
+template <class Storage, class Cache, class Rounding, class Precision = mpe::StateFp32>
 RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int64_t ways) {
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
@@ -197,13 +204,22 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
   }
   cfg.cache_rows = cache_rows;
   cfg.seed = hash_combine(spec.seed, 0xe3b);
-  mpe::CachedEmbedding<Storage, Cache, Rounding> emb(cfg);
+  mpe::CachedEmbedding<Storage, Cache, Rounding, mpe::HostBackend, Precision> emb(cfg);
   emb.init_uniform(-spec.emb_init, spec.emb_init);
   return train_and_eval(spec, data, &emb, cache_rows);
 }
 
 template <class Storage, class Rounding>
 RunResult run_cache(const RunSpec& spec, const DataSetup& data) {
+  // Compact optimizer state: with the LRU cache (or none) only, to keep the example's
+  // instantiations (and its build time) small.
+  if (spec.state_precision != "fp32") {
+    if (spec.cache != "lru" && spec.cache != "none")
+      throw std::invalid_argument("--state-precision " + spec.state_precision + " is built with --cache lru or none only");
+    if (spec.state_precision == "bf16") return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateBf16>(spec, data, 32);
+    if (spec.state_precision == "fp16") return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateFp16>(spec, data, 32);
+    throw std::invalid_argument("unknown state precision '" + spec.state_precision + "'");
+  }
   if (spec.cache == "lru" || spec.cache == "none")
     return run_instantiation<Storage, mpe::Lru<32>, Rounding>(spec, data, 32);
   if (spec.cache == "lfu") return run_instantiation<Storage, mpe::Lfu<32>, Rounding>(spec, data, 32);

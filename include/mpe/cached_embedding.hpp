@@ -23,6 +23,7 @@
 #include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/optimizers.hpp"
+#include "mpe/optim/state_precision.hpp"
 #include "mpe/storage/formats.hpp"
 #include "mpe/types.hpp"
 
@@ -42,6 +43,9 @@ struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits 
 /// (`CachePolicy`: Lru<W>, Lfu<W>, DirectMapped) holds the hot rows: they are read and
 /// trained in FP32; rows without a slot are read and updated in the store directly.
 /// Every write to the store rounds with `Rounding` (StochasticRounding, NearestRounding).
+/// Optimizer state is held in `StatePrecision` (StateFp32, the default; StateBf16 or
+/// StateFp16: 2 bytes per state value, written with `Rounding`, and held in FP32 beside
+/// the row while the row is cached; see mpe/optim/state_precision.hpp).
 ///
 /// Shapes: T tables, B bags per table per call, D = dim. `indices` are row ids local to
 /// their table, table-major (bag j = t*B + b holds indices[offsets[j] .. offsets[j+1])),
@@ -67,17 +71,19 @@ struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits 
 /// other kernel, sort and statistics update is queued on the backend's stream. flush(),
 /// reset_stats() and init_uniform() never wait; stats(), step(), get_weights(), save(),
 /// set_weights(), load() and synchronize() do.
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend>
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend,
+          StatePrecisionPolicy StatePrecision = StateFp32>
 class CachedEmbedding {
   static_assert(ExecutionBackend<Backend>,
                 "mpe::CachedEmbedding: Backend does not provide the ExecutionBackend members "
                 "(mpe/backend/backend.hpp)");
 
  public:
-  using storage_type = Storage;    ///< the store's row format (a StoragePolicy)
-  using cache_policy = Cache;      ///< the cache's replacement policy (a CachePolicy)
-  using rounding_type = Rounding;  ///< rounding of every write to the store (a RoundingPolicy)
-  using backend_type = Backend;    ///< where memory lives and functors run (an ExecutionBackend)
+  using storage_type = Storage;            ///< the store's row format (a StoragePolicy)
+  using cache_policy = Cache;              ///< the cache's replacement policy (a CachePolicy)
+  using rounding_type = Rounding;          ///< rounding of every write to the store (a RoundingPolicy)
+  using backend_type = Backend;            ///< where memory lives and functors run (an ExecutionBackend)
+  using state_precision = StatePrecision;  ///< precision of the optimizer state (a StatePrecisionPolicy)
 
   /// Builds the store (zero rows: every element reads 0), an empty cache and the
   /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
@@ -99,9 +105,10 @@ class CachedEmbedding {
   /// Replaces global rows [first_row, first_row + weights.size() / D) with `weights`
   /// ((rows, D) row-major FP32, host memory), quantized with Rounding (site SetWeights),
   /// and drops their cache lines without writing them back. Optimizer state and step are
-  /// unchanged. Throws std::invalid_argument if weights.size() is not a multiple of D,
-  /// the range leaves the table, or a value cannot be held by Storage (non-finite, or
-  /// beyond Storage::limit); nothing changes then.
+  /// unchanged (with a compact StatePrecision the FP32 state of a dropped dirty row is
+  /// written back, rounded at site StateDrop, as an eviction would). Throws std::invalid_argument if
+  /// weights.size() is not a multiple of D, the range leaves the table, or a value cannot be held by Storage
+  /// (non-finite, or beyond Storage::limit); nothing changes then.
   void set_weights(std::span<const float> weights, std::int64_t first_row = 0);
 
   /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)
@@ -150,8 +157,10 @@ class CachedEmbedding {
   /// hyperparameters per call, so schedules need nothing else) for the last forward():
   /// per unique row g = sum of its occurrences' output gradients (times per-sample weight
   /// or 1/L) in position order; then OptimizerRule<Opt>::step computes the row's update u
-  /// and new state (state_floats(D) FP32 values per table row, allocated at the first
-  /// applied step); w -= u on the FP32 cache row (marked dirty) or on the store row
+  /// and new state (state_floats(D) values per table row in StatePrecision, allocated at
+  /// the first applied step; a compact precision's row is decoded, stepped in FP32 and
+  /// rounded back with Rounding at site StateUpdate, a cached row's FP32 state is stepped
+  /// in the cache); w -= u on the FP32 cache row (marked dirty) or on the store row
   /// (dequantize, update, quantize with Rounding). grad_output: (B, T*D). Nothing is
   /// applied unless every row's g and new state are finite and no update is NaN (a finite
   /// grad_output can overflow in the sum or the optimizer): such a step is handled as a
@@ -166,12 +175,13 @@ class CachedEmbedding {
   void backward(std::span<const float> grad_output, const Opt& optimizer);
 
   /// Writes every dirty cache row back to the store (Rounding, site Flush) and clears the
-  /// dirty bits; cached rows stay resident in FP32.
+  /// dirty bits; cached rows stay resident in FP32. With a compact StatePrecision their
+  /// FP32 optimizer state is written back too (Rounding, site StateFlush).
   void flush();
 
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
   /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
-  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
+  /// failure; the previous file is then untouched. Format: mpe/io/checkpoint_format.hpp.
   /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
   /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
   /// leave the default.
@@ -182,9 +192,11 @@ class CachedEmbedding {
 
   /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
   /// version, policies, shapes, checksums, every value in its format's range, the
-  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file, leaving the
-  /// object unchanged; throws a pending deferred error first (like set_weights()).
-  /// Defined in mpe/io/checkpoint.hpp (see save()).
+  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file and
+  /// std::invalid_argument naming both precisions when the file's optimizer-state
+  /// precision is not StatePrecision (versions 1 and 2 hold FP32 state), leaving the
+  /// object unchanged either way; throws a pending deferred error first (like
+  /// set_weights()). Defined in mpe/io/checkpoint.hpp (see save()).
   template <class Io = io::CheckpointFile>
   void load(const std::filesystem::path& path) {
     Io::load(*this, path);
@@ -204,7 +216,9 @@ class CachedEmbedding {
   /// again). Under Validation::Synchronous it only waits.
   void synchronize();
 
-  /// Bytes as allocated, by purpose.
+  /// Bytes as allocated, by purpose. optimizer_bytes = rows * S * StatePrecision::value_bytes
+  /// (the state store) + slots * S * 4 with a compact precision and a cache (the FP32 state
+  /// of cached rows), S = state_floats(D); 0 before the first applied step.
   MemoryFootprint memory() const;
 
   // ---- introspection ----
@@ -280,6 +294,8 @@ class CachedEmbedding {
                     std::span<const std::int64_t> offsets, std::span<const float> weights, index_t B,
                     index_t* global_rows, index_t* bag_of) const;
   detail::CallRecord read_record(const detail::CallRecord* rec) const;
+  detail::StateRef state_ref() const;
+  std::int64_t state_floats() const;
   std::string describe(int check, index_t pos, const index_t* v) const;
   void throw_if_failed(const char* fn, const detail::CallRecord& r, bool skip_non_finite, Batch* drop) const;
   void throw_deferred();
@@ -307,8 +323,9 @@ class CachedEmbedding {
   IBuf tags_;                                        // (slots)
   detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
   detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
-  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy's
-  detail::Buffer<float, Backend> opt_state_;         // (rows * state floats)
+  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy metadata
+  detail::Buffer<std::uint8_t, Backend> opt_state_;  // (rows, S) values of StatePrecision
+  detail::Buffer<float, Backend> cache_state_;       // (slots, S) FP32 state of cached rows (compact only)
   std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
   std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)

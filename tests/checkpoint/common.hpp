@@ -103,6 +103,10 @@ std::vector<std::uint8_t> snapshot(const E& e) {
   }
   const std::vector<std::uint8_t> pending = A::pending_batch(e);
   s.insert(s.end(), pending.begin(), pending.end());
+  // FP32 optimizer state of the cached rows (compact state precisions; empty otherwise)
+  const A::Section oc = A::optimizer_cache(e);
+  const auto* q = static_cast<const std::uint8_t*>(oc.data);
+  if (oc.bytes > 0) s.insert(s.end(), q, q + oc.bytes);
   return s;
 }
 

@@ -37,6 +37,7 @@ inline void check_same(const Result& host, const Result& dev) {
   MPE_TEST_SAME_BITS(weights_before_flush);
   MPE_TEST_SAME_BITS(weights);
   MPE_TEST_SAME_BITS(store);
+  MPE_TEST_SAME_BITS(state);
   ref::check_stats_equal(host.stats, dev.stats);
   CHECK(host.step == dev.step);
 }
@@ -56,6 +57,20 @@ void check_bit_identity(const mpe::CudaBackend& cuda = {}) {
       CHECK(host.stats.evictions > 0);
       CHECK(host.stats.writebacks > 0);
     }
+  }
+}
+
+/// Optimizer-state precision P: the Adam scenarios on both backends, every bit equal
+/// (weights, store, the compact state and the cached FP32 state).
+template <class Storage, class Cache, class Rounding, class P>
+void check_state_bit_identity(const mpe::CudaBackend& cuda = {}) {
+  for (const Scenario& sc : state_scenarios()) {
+    INFO(sc.label());
+    const Result host = run_training<Storage, Cache, Rounding, mpe::HostBackend, P>(mpe::HostBackend{}, sc);
+    const Result dev = run_training<Storage, Cache, Rounding, mpe::CudaBackend, P>(cuda, sc);
+    check_same(host, dev);
+    CHECK(!host.state.empty());
+    if (sc.cache_rows > 0) CHECK(host.stats.writebacks > 0);
   }
 }
 

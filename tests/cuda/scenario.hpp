@@ -13,7 +13,7 @@
 
 namespace mpe_test {
 
-enum class Opt { Sgd, Adagrad };
+enum class Opt { Sgd, Adagrad, Adam };
 enum class Mode { Sum, Mean, Weighted };
 
 struct Scenario {
@@ -24,7 +24,10 @@ struct Scenario {
   int steps = 5;
   bool deferred = false;  // Validation::Deferred (no wait in prefetch/forward/backward)
   std::string label() const {
-    return "cache_rows=" + std::to_string(cache_rows) + (opt == Opt::Sgd ? " sgd" : " adagrad") +
+    return "cache_rows=" + std::to_string(cache_rows) +
+           (opt == Opt::Sgd       ? " sgd"
+            : opt == Opt::Adagrad ? " adagrad"
+                                  : " adam") +
            (mode == Mode::Sum    ? " sum"
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
@@ -52,11 +55,30 @@ inline std::vector<Scenario> all_scenarios() {
   return v;
 }
 
+/// Adam scenarios of the optimizer-state precision tests (test_cuda_state.cu): with and
+/// without a cache and prefetch, sum and weighted pooling; a set_weights mid-run drops
+/// dirty cached rows (their compact state is written back, site StateDrop).
+inline std::vector<Scenario> state_scenarios() {
+  std::vector<Scenario> v;
+  for (std::int64_t c : {std::int64_t{12}, std::int64_t{0}}) {
+    for (Mode m : {Mode::Sum, Mode::Weighted}) {
+      for (bool p : {false, true}) {
+        if (c == 0 && p) continue;
+        v.push_back(Scenario{c, Opt::Adam, m, p, 6, false});
+      }
+    }
+  }
+  v.push_back(Scenario{12, Opt::Adam, Mode::Sum, true, 6, true});
+  return v;
+}
+
 struct Result {
   std::vector<float> outputs;    // every forward() output, steps concatenated
   std::vector<float> inference;  // forward_inference() of the first batch after training
   std::vector<float> weights_before_flush, weights;
   std::vector<std::uint8_t> store;  // raw store bytes after flush()
+  std::vector<std::uint8_t>
+      state;  // raw optimizer state after flush(): the state store, then the cached FP32 state
   mpe::CacheStats stats;
   std::uint64_t step = 0;
 };
@@ -139,7 +161,7 @@ struct DeviceBatch {
 
 /// The seeded training run: init_uniform, set_weights of a few rows, `steps` forward /
 /// (prefetch) / backward, forward_inference, get_weights, flush, get_weights, store bytes.
-template <class Storage, class Cache, class Rounding, class Backend>
+template <class Storage, class Cache, class Rounding, class Backend, class Precision = mpe::StateFp32>
 Result run_training(const Backend& be, const Scenario& sc) {
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = kTableRows;
@@ -147,7 +169,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
   cfg.cache_rows = sc.cache_rows;
   cfg.seed = 0xfeedbeefcafeull;
   cfg.validation = sc.deferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous;
-  mpe::CachedEmbedding<Storage, Cache, Rounding, Backend> emb(cfg, be);
+  mpe::CachedEmbedding<Storage, Cache, Rounding, Backend, Precision> emb(cfg, be);
   emb.init_uniform(-0.5f, 0.5f);
   std::vector<float> w(5 * kDim);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * static_cast<float>(i) - 1.5f;
@@ -172,8 +194,11 @@ Result run_training(const Backend& be, const Scenario& sc) {
     std::span<const float> g{b.grad.data(), b.grad.size()};
     if (sc.opt == Opt::Sgd) {
       emb.backward(g, mpe::Sgd{0.25f});
-    } else {
+    } else if (sc.opt == Opt::Adagrad) {
       emb.backward(g, mpe::RowwiseAdagrad{0.1f, 1e-6f});
+    } else {
+      emb.backward(g, mpe::Adam{0.05f, 0.9f, 0.999f, 1e-6f});
+      if (s == 2) emb.set_weights(std::span<const float>(w.data(), 3 * kDim), 2);  // drops rows 2..4
     }
   }
   emb.synchronize();  // valid input: nothing was recorded
@@ -192,6 +217,15 @@ Result run_training(const Backend& be, const Scenario& sc) {
   emb.get_weights(r.weights);
   const auto ref = emb.ref();
   r.store = to_host(be, ref.store, static_cast<std::size_t>(emb.total_rows()) * ref.stride);
+  {
+    using A = mpe::detail::CheckpointAccess;
+    A::Section sec[mpe::io::checkpoint::kNumBufferSections];
+    A::sections(emb, sec);
+    const A::Section oc = A::optimizer_cache(emb);
+    r.state = to_host(be, static_cast<const std::uint8_t*>(sec[6].data), sec[6].bytes);
+    const auto c = to_host(be, static_cast<const std::uint8_t*>(oc.data), oc.bytes);
+    r.state.insert(r.state.end(), c.begin(), c.end());
+  }
   r.stats = emb.stats();
   r.step = emb.step();
   return r;
@@ -216,4 +250,16 @@ Result run_training(const Backend& be, const Scenario& sc) {
                                                                               const mpe_test::Scenario&);
 #define MPE_TEST_HOST_EXTERN(S, C, R)                                                 \
   extern template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>( \
+      const mpe::HostBackend&, const mpe_test::Scenario&);
+// Optimizer-state precision P (StateBf16, StateFp16): X(Storage, Cache, Rounding, P).
+#define MPE_TEST_STATE_MATRIX(X)                                            \
+  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding, mpe::StateBf16) \
+  X(mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding, mpe::StateBf16)    \
+  X(mpe::Int8Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, mpe::StateFp16) \
+  X(mpe::Fp8E4M3Rowwise, mpe::DirectMapped, mpe::StochasticRounding, mpe::StateBf16)
+#define MPE_TEST_STATE_INSTANTIATE(S, C, R, P)                                                            \
+  template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend, P>(const mpe::HostBackend&, \
+                                                                                 const mpe_test::Scenario&);
+#define MPE_TEST_STATE_EXTERN(S, C, R, P)                                                \
+  extern template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend, P>( \
       const mpe::HostBackend&, const mpe_test::Scenario&);

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for CachedEmbedding's checkpoint reader (detail::CheckpointAccess::
 // load_bytes, which load() runs on the file's bytes). Each input is loaded twice into each
-// of two embeddings: as given (exercises the framing and checksum checks) and with every
-// checksum recomputed by an independent walk of the documented layout (so mutations reach
-// the header-field, cache-metadata and value checks behind the checksums). A custom mutator
-// (value mode) half of the time writes a value the state cannot hold (NaN, +-inf, -1,
-// 3e38, 65520, ...) at an aligned offset of a random section and re-signs the checksums, so
-// the value checks of every section are fuzzed, not only the CRCs. A load may only fail with
-// mpe::checkpoint_error; a successful load is followed by a forward of the pending batch
-// (when the file has one), a training step and a read of every weight, so a state that
-// passed verification but is unsafe shows up under ASan/UBSan; every weight read must be
-// finite.
+// of three embeddings (fuzz_common.hpp: two with FP32 optimizer state, one with BF16): as
+// given (exercises the framing and checksum checks) and with every checksum recomputed by
+// an independent walk of the documented layout (so mutations reach the header-field,
+// cache-metadata and value checks behind the checksums). A custom mutator (value mode)
+// half of the time writes a value the state cannot hold (NaN, +-inf, -1, 3e38, 65520, ...)
+// at an aligned offset of a random section and re-signs the checksums, so the value checks
+// of every section are fuzzed, not only the CRCs. A load may only fail with
+// mpe::checkpoint_error, or with std::invalid_argument for a file of another
+// optimizer-state precision (a documented refusal); a successful load is followed by a
+// forward of the pending batch (when the file has one), a training step and a read of
+// every weight, so a state that passed verification but is unsafe shows up under
+// ASan/UBSan; every weight read must be finite.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -40,7 +42,7 @@ bool restamp(std::vector<std::uint8_t>& b) {
   if (H < 20 || H > b.size()) return false;
   put32(b.data() + H - 4, crc32c(b.data(), H - 4));
   const std::uint32_t n_sections = get32(b.data() + H - 8);
-  if (n_sections > 8) return false;
+  if (n_sections > mpe::io::checkpoint::kNumSections) return false;
   std::size_t p = H;
   for (std::uint32_t i = 0; i < n_sections; ++i) {
     if (b.size() - p < 2) return false;
@@ -68,7 +70,7 @@ std::vector<std::pair<std::size_t, std::size_t>> section_spans(const std::vector
   if (H < 24 || H > b.size()) return out;
   const std::uint32_t n_sections = get32(b.data() + H - 8);
   std::size_t p = H;
-  for (std::uint32_t i = 0; i < n_sections && i < 8; ++i) {
+  for (std::uint32_t i = 0; i < n_sections && i < mpe::io::checkpoint::kNumSections; ++i) {
     if (b.size() - p < 2) return {};
     std::uint16_t n;
     std::memcpy(&n, b.data() + p, 2);
@@ -92,6 +94,8 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
     mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), "fuzz");
   } catch (const mpe::checkpoint_error&) {
     return;
+  } catch (const std::invalid_argument&) {  // a file of another optimizer-state precision
+    return;
   }
   std::vector<float> w(static_cast<std::size_t>(e.total_rows() * e.dim()));
   e.get_weights(w);
@@ -104,7 +108,8 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
     std::int64_t n, B;
     std::memcpy(&n, pending.data(), 8);
     std::memcpy(&B, pending.data() + 8, 8);
-    std::vector<std::int64_t> idx(static_cast<std::size_t>(n)), off(static_cast<std::size_t>(B * e.num_tables() + 1));
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(n)),
+        off(static_cast<std::size_t>(B * e.num_tables() + 1));
     std::memcpy(idx.data(), pending.data() + 16, idx.size() * 8);
     std::memcpy(off.data(), pending.data() + 16 + idx.size() * 8, off.size() * 8);
     std::vector<float> out(static_cast<std::size_t>(B * e.num_tables() * e.dim()));
@@ -166,9 +171,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::uint8_t> bytes(data, data + size);
   try_load<mpe_fuzz::Lfu4>(bytes, true);
   try_load<mpe_fuzz::NoCache8>(bytes, false);
+  try_load<mpe_fuzz::Lfu4Bf16>(bytes, true);
   if (restamp(bytes)) {
     try_load<mpe_fuzz::Lfu4>(bytes, true);
     try_load<mpe_fuzz::NoCache8>(bytes, false);
+    try_load<mpe_fuzz::Lfu4Bf16>(bytes, true);
   }
   return 0;
 }

@@ -8,8 +8,12 @@ namespace mpe_fuzz {
 
 /// An LFU cache with an INT4 store (every section non-empty) ...
 using Lfu4 = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<2>, mpe::StochasticRounding>;
-/// ... and an INT8 store without a cache (empty cache sections).
+/// ... an INT8 store without a cache (empty cache sections) ...
 using NoCache8 = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<2>, mpe::NearestRounding>;
+/// ... and the first with BF16 optimizer state (state_precision "bf16": a BF16 `optimizer`
+/// section and a non-empty `optimizer_cache`).
+using Lfu4Bf16 = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<2>, mpe::StochasticRounding,
+                                      mpe::HostBackend, mpe::StateBf16>;
 
 inline mpe::EmbeddingConfig config(bool cache) {
   mpe::EmbeddingConfig c;

@@ -10,9 +10,10 @@
 
 namespace mpe {
 
-#define MPE_CE_TEMPLATE \
-  template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend>
-#define MPE_CE CachedEmbedding<Storage, Cache, Rounding, Backend>
+#define MPE_CE_TEMPLATE                                                                       \
+  template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend, \
+            StatePrecisionPolicy StatePrecision>
+#define MPE_CE CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>
 
 namespace detail {
 inline std::string ce_prefix(const char* fn) { return std::string("mpe::CachedEmbedding::") + fn + ": "; }
@@ -100,6 +101,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   dirty_.set_backend(backend_);
   meta_.set_backend(backend_);
   opt_state_.set_backend(backend_);
+  cache_state_.set_backend(backend_);
   error_.set_backend(backend_);
   flush_outcome_.set_backend(backend_);
   counters_.set_backend(backend_);
@@ -116,6 +118,7 @@ MPE_CE::CachedEmbedding(const EmbeddingConfig& config, Backend backend)
   dirty_.set_purpose(MemoryPurpose::Cache);
   meta_.set_purpose(MemoryPurpose::Cache);
   opt_state_.set_purpose(MemoryPurpose::Optimizer);
+  cache_state_.set_purpose(MemoryPurpose::Optimizer);
 
   table_offsets_.reset(table_offsets_host_.size());
   backend_.copy_from_host(table_offsets_.data(), table_offsets_host_.data(), table_offsets_.bytes());
@@ -162,6 +165,25 @@ CacheRef MPE_CE::cache_ref() const {
   c.ways = Cache::ways;
   c.dim = config_.dim;
   return c;
+}
+
+MPE_CE_TEMPLATE
+std::int64_t MPE_CE::state_floats() const {
+  return opt_state_.size() / (static_cast<std::size_t>(total_rows_) * StatePrecision::value_bytes);
+}
+
+// The compact state view: inactive with StateFp32 (its FP32 array is addressed directly)
+// and before the first applied step.
+MPE_CE_TEMPLATE
+detail::StateRef MPE_CE::state_ref() const {
+  if constexpr (!StatePrecision::cached) {
+    return {};
+  } else {
+    if (opt_state_.size() == 0) return {};
+    return detail::StateRef{const_cast<std::uint8_t*>(opt_state_.data()),
+                            num_sets_ > 0 ? const_cast<float*>(cache_state_.data()) : nullptr, state_floats(),
+                            StatePrecision::format, config_.seed};
+  }
 }
 
 MPE_CE_TEMPLATE
@@ -376,7 +398,11 @@ MPE_CE_TEMPLATE
 void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   const index_t* gate = b.flags.data() + detail::kFlagOk;
   detail::Counters* counters = counters_.data();
-  const auto row_bytes = static_cast<std::uint64_t>(Storage::data_bytes(config_.dim));
+  const detail::StateRef state = state_ref();
+  // Fills and write-backs move a compact state with its row: counted with the row's bytes.
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
   if (num_sets_ == 0) {
     backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, nullptr, row_bytes, gate});
     return;
@@ -405,7 +431,7 @@ void MPE_CE::populate(Batch& b, const Batch* awaiting) {
   backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache>{
                            b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
                            cache_ref(), view, store_.data(), stride_, b.id, &counters->lock_floor,
-                           config_.seed, step_ptr(), b.slot_of_unique.data(), b.outcome.data()});
+                           config_.seed, step_ptr(), b.slot_of_unique.data(), b.outcome.data(), state});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
   if (const std::uint64_t period = Cache::decay_period(cache_slots()); period > 0) {
@@ -613,11 +639,28 @@ void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) 
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  backend_.for_each(U, detail::AccumulateRows<Opt>{
-                           b.uniq.data(), b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                           b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
-                           optimizer, opt_name_.empty() ? nullptr : opt_state_.data(), b.grad.data(),
-                           b.update.data(), step_ptr(), rec, count, b.flags.data() + detail::kFlagOk});
+  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(),
+                                                   b.seg_start.data(),
+                                                   b.sorted_pos.data(),
+                                                   b.bag_of.data(),
+                                                   b.has_coef ? b.coef.data() : nullptr,
+                                                   grad_output.data(),
+                                                   b.B,
+                                                   T,
+                                                   config_.dim,
+                                                   optimizer,
+                                                   opt_name_.empty() || StatePrecision::cached
+                                                       ? nullptr
+                                                       : reinterpret_cast<const float*>(opt_state_.data()),
+                                                   b.grad.data(),
+                                                   b.update.data(),
+                                                   step_ptr(),
+                                                   rec,
+                                                   count,
+                                                   b.flags.data() + detail::kFlagOk,
+                                                   state_ref(),
+                                                   cache_ref(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
   backend_.for_each(
       1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
                               b.update.data(), config_.dim, S, skip_non_finite(), b.flags.data(),
@@ -636,9 +679,13 @@ void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) 
     return;
   }
   if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
-    if (S > 0) {
-      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S));
+    if (S > 0) {            // all-zero bytes are 0.0 in every state precision
+      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
       backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
+      if (StatePrecision::cached && num_sets_ > 0) {
+        cache_state_.reset(static_cast<std::size_t>(cache_slots() * S));
+        backend_.fill_bytes(cache_state_.data(), 0, cache_state_.bytes());
+      }
     }
     opt_name_ = Rule::name;
   }
@@ -646,8 +693,10 @@ void MPE_CE::backward(std::span<const float> grad_output, const Opt& optimizer) 
   backend_.for_each(
       U, detail::ApplyRows<Storage, Rounding>{
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
-             stride_, config_.dim, S, S > 0 ? opt_state_.data() : nullptr, b.grad.data(), b.update.data(),
-             config_.seed, step_ptr(), b.outcome.data(), count, gate});
+             stride_, config_.dim, S,
+             S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
+             b.grad.data(), b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate,
+             state_ref()});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
   b.awaiting_backward = false;
@@ -658,17 +707,22 @@ void MPE_CE::flush() {
   const index_t slots = cache_slots();
   if (slots == 0) return;
   detail::Counters* counters = counters_.data();
+  const detail::StateRef state = state_ref();
   backend_.for_each(slots,
                     detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
-                                                          step_ptr(), flush_outcome_.data()});
+                                                          step_ptr(), flush_outcome_.data(), state});
   backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
-  backend_.for_each(
-      1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr,
-                            static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)), nullptr});
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr, row_bytes, nullptr});
 }
 
 MPE_CE_TEMPLATE
 void MPE_CE::write_rows(const float* src, index_t first, index_t count, num::RoundingSite site) {
+  if (const detail::StateRef state = state_ref(); state.active() && num_sets_ > 0) {
+    backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr()});
+  }
   backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first,
                                                                 src, config_.seed, step_ptr(), site});
 }
@@ -734,9 +788,8 @@ MPE_CE_TEMPLATE
 MemoryFootprint MPE_CE::memory() const {
   MemoryFootprint m;
   m.store_bytes = store_.bytes();
-  m.cache_bytes =
-      cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
-  m.optimizer_bytes = opt_state_.bytes();
+  m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
+  m.optimizer_bytes = opt_state_.bytes() + cache_state_.bytes();
   m.metadata_bytes = table_offsets_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +
                       flush_outcome_.bytes() + record_.bytes() + deferred_.bytes();

@@ -11,6 +11,7 @@
 #include "mpe/detail/atomics.hpp"
 #include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/row_accumulate.hpp"
+#include "mpe/detail/state_ref.hpp"
 #include "mpe/detail/validation.hpp"
 #include "mpe/embedding_ref.hpp"
 #include "mpe/numeric/float_ops.hpp"
@@ -298,6 +299,11 @@ struct AccumulateRows {
   CallRecord* rec;
   const index_t* count;  // (1) U; items u >= U do nothing
   const index_t* gate;   // ok flag of the batch, or null
+  // Compact state precision (opt_state is then null): the row's state is read from its
+  // cache slot (FP32) or decoded from the store, and stepped in place in new_state.
+  StateRef state{};
+  CacheRef cache{};
+  const index_t* slot_of_unique = nullptr;  // (U) or null
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
@@ -329,7 +335,13 @@ struct AccumulateRows {
     }
     const std::int64_t S = Rule::state_floats(D);
     float* st = new_state + u * S;
-    if (opt_state) {
+    if (state.active()) {
+      // The same slot lookup as ApplyRows (no populate runs between the two passes).
+      index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+      if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+      state.read(r, s, st);
+      Rule::step(opt, st, st, g, D, *step + 1);
+    } else if (opt_state) {
       Rule::step(opt, opt_state + r * S, st, g, D, *step + 1);
     } else {  // before the first applied step every state value is 0
       for (std::int64_t k = 0; k < S; ++k) st[k] = 0.0f;
@@ -362,16 +374,21 @@ struct ApplyRows {
   std::uint8_t* outcome;      // (U)
   const index_t* count;       // (1) U; items u >= U do nothing
   const index_t* gate;        // apply flag of the batch, or null
+  StateRef state{};           // compact state precision (opt_state is then null)
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate)) return;
     const index_t r = uniq[u];
     float* up = update + u * D;
-    for (std::int64_t k = 0; k < state_floats; ++k)
-      opt_state[r * state_floats + k] = new_state[u * state_floats + k];
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
     // A row uncached at forward (conflict or policy rejection) may have been filled since
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+    if (state.active()) {  // into the cache slot beside the row, or rounded into the store
+      state.template write<Rounding>(r, s, new_state + u * state_floats, static_cast<std::uint32_t>(*step));
+    } else {
+      for (std::int64_t k = 0; k < state_floats; ++k)
+        opt_state[r * state_floats + k] = new_state[u * state_floats + k];
+    }
     if (s >= 0) {
       // The cached FP32 row keeps to the store format's range (as a store update does),
       // so it never overflows to inf and always round-trips through set_weights. The
@@ -494,6 +511,7 @@ struct FlushSlots {
   std::uint64_t seed;
   const std::uint64_t* step;  // (1) completed backward() calls
   std::uint8_t* outcome;      // (slots)
+  StateRef state{};           // compact optimizer state: written back with the row
   MPE_HOST_DEVICE void operator()(index_t s) const {
     outcome[s] = 0;
     if (cache.tags[s] < 0 || !cache.dirty[s]) return;
@@ -502,6 +520,8 @@ struct FlushSlots {
                           num::RoundingSite::Flush};
     const bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
                                                        store + static_cast<std::size_t>(r) * stride, rng);
+    state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                        num::RoundingSite::StateFlush);
     cache.dirty[s] = 0;
     outcome[s] = static_cast<std::uint8_t>(kWroteBack | (sat ? kSaturated : 0));
   }

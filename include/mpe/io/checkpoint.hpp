@@ -4,7 +4,7 @@
 ///
 /// The core (mpe/cached_embedding.hpp) declares save()/load() but holds no file code;
 /// this header supplies it (mpe/mpe.hpp includes it). The byte format (MPECKPT1, version
-/// in checkpoint_format.hpp) is documented in docs/checkpoint_format.md.
+/// 3) is documented in mpe/io/checkpoint_format.hpp.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,9 @@ struct CheckpointFile {
   /// Reads the whole file at `path`, verifies all of it (magic, version, policies,
   /// shapes, CRC-32C checksums, values) and only then replaces `e`'s state. A pending
   /// deferred validation error of `e` is thrown first (nothing loaded). Throws
-  /// mpe::checkpoint_error naming the path and the first fault; `e` is then unchanged.
+  /// mpe::checkpoint_error naming the path and the first fault, or std::invalid_argument
+  /// naming both precisions when the file's optimizer-state precision is not the
+  /// object's; `e` is then unchanged.
   template <class Embedding>
   static void load(Embedding& e, const std::filesystem::path& path) {
     e.throw_deferred();

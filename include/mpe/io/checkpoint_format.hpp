@@ -5,7 +5,8 @@
 ///
 /// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
 /// (the format is only read and written on little-endian hosts; a static_assert says so).
-/// A string is `u16 length` + that many bytes (no terminator). The file is, in order:
+/// A string is `u16 length` + that many bytes (no terminator). Every object, whatever its
+/// policies and StatePrecision, writes version 3. The file is, in order:
 ///
 /// **Header** (offsets from the start of the file)
 ///
@@ -13,7 +14,7 @@
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
-/// | 8  | `u32 version` | 3 (2: see "Version 3: cache-policy section" below; 1: as 2 without the `pending_batch` section) |
+/// | 8  | `u32 version` | 3 (older versions: see "Versions 1 and 2" below) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
 /// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"`, `"wtinylfu"` |
@@ -23,39 +24,39 @@
 /// |    | `i32 dim`, `i32 row_alignment` | D and the store row padding |
 /// |    | `u64 store_row_bytes` | bytes of one padded store row |
 /// |    | `i64 num_sets`, `i64 cache_slots` | num_sets * ways = cache_slots (0: no cache) |
-/// |    | `i64 policy_words` | `Cache::meta_words(cache_slots)`: u32 words of the policy section (versions 1, 2: `sketch_width`, the LFU sketch width, 0 for other policies) |
+/// |    | `i64 policy_words` | `Cache::meta_words(cache_slots)`: u32 words of the policy section |
 /// |    | `u64 seed` | stochastic-rounding seed (load() adopts it) |
 /// |    | `u64 step` | completed backward() calls |
 /// |    | `u64 populate_counter` | batches populated so far (LRU's clock) |
-/// |    | `u64 decay_clock` | unique rows since the policy's last decay, below `Cache::decay_period` (versions 1, 2: `sketch_increments`, the same for LFU) |
-/// |    | `str optimizer` | `OptimizerRule::name` of the optimizer that owns the state, empty before the first applied step (version 1: `u32 optimizer_kind`, 0 none, 1 `sgd`, 2 `rowwise_adagrad`) |
-/// |    | `u32 optimizer_state_floats` | FP32 state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D) |
-/// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order (12 in version 1) |
-/// |    | `u32 n_sections` | 8 (version 1: 7) |
+/// |    | `u64 decay_clock` | unique rows since the policy's last decay, below `Cache::decay_period` |
+/// |    | `str optimizer` | `OptimizerRule::name` of the optimizer that owns the state, empty before the first applied step |
+/// |    | `u32 optimizer_state_floats` | S, state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D); 0 before the first applied step |
+/// |    | `str state_precision` | `StatePrecision::name`: `"fp32"`, `"bf16"`, `"fp16"` |
+/// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order, 12 (load() accepts fewer: the rest read 0) |
+/// |    | `u32 n_sections` | 9 |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
 // clang-format on
 ///
-/// **Sections**, exactly these eight in this order (version 1: the first seven), each
-/// `str name`, `u64 length` (bytes), the payload, then `u32 crc` = CRC-32C of the payload:
+/// **Sections**, exactly these nine in this order, each `str name`, `u64 length` (bytes),
+/// the payload, then `u32 crc` = CRC-32C of the payload:
 ///
 // clang-format off
-/// | name | payload | length |
-/// |---|---|---|
-/// | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows * store_row_bytes |
-/// | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 |
-/// | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
-/// | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
-/// | `dirty` | u8 per slot, 0 or 1 | slots |
-/// | policy section | the cache policy's own metadata, named `Cache::name` (versions 1, 2: named `sketch`, holding the LFU sketch, empty for other policies); see below | policy_words * 4 |
-/// | `optimizer` | FP32 state (rows, optimizer_state_floats) | rows * state_floats * 4 |
-/// | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
+/// | # | name | payload | length |
+/// |---|---|---|---|
+/// | 0 | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows * store_row_bytes |
+/// | 1 | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 |
+/// | 2 | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
+/// | 3 | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
+/// | 4 | `dirty` | u8 per slot, 0 or 1 | slots |
+/// | 5 | `Cache::name` (`lru`, `lfu`, `direct_mapped`, `wtinylfu`) | the cache policy's metadata (table below) | policy_words * 4 |
+/// | 6 | `optimizer` | state (rows, S) in the header's state_precision: FP32 values, or BF16/FP16 u16 bit patterns | rows * S * 4 (fp32), rows * S * 2 (bf16, fp16) |
+/// | 7 | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
+/// | 8 | `optimizer_cache` | bf16/fp16 with a cache: FP32 state of the cached rows (slots, S), slot order as `tags` (an empty slot's entries are written but never read); empty for fp32 (cached rows keep no state copy), without a cache, or before the first applied step | slots * S * 4, or 0 |
 // clang-format on
 ///
-// ---- Version 3: cache-policy section (cache-policy branch) ----
-/// **Version 3: cache-policy section.** Section 5 is named by the cache policy
-/// (`Cache::name`) and holds its metadata array as the library keeps it in memory
-/// (`Cache::meta_words(slots)` little-endian u32 words; mpe/cache/policy.hpp), checked on
-/// load by `Cache::check_meta`:
+/// **Policy section.** Section 5 is named by the cache policy (`Cache::name`) and holds
+/// its metadata array as the library keeps it in memory (`Cache::meta_words(slots)`
+/// little-endian u32 words; mpe/cache/policy.hpp), checked on load by `Cache::check_meta`:
 ///
 // clang-format off
 /// | policy | section name | payload |
@@ -65,9 +66,32 @@
 /// | `WTinyLfu<W>` | `wtinylfu` | the same sketch, then one byte per slot (segment: 0 window, 1 probation, 2 protected; meaningless for an empty slot), zero-padded to a multiple of 4 bytes |
 // clang-format on
 ///
-/// A version 1 or 2 file of `Lru`, `Lfu` or `DirectMapped` loads unchanged: its `sketch`
-/// section is exactly the version 3 section of the same policy.
-// ---- end of version 3: cache-policy section ----
+/// **Optimizer state precision** (mpe/optim/state_precision.hpp). With `"fp32"` the
+/// `optimizer` section is the state itself (updated in place). With `"bf16"` or `"fp16"`
+/// it holds the state of rows not cached, and of cached rows as last written back, and
+/// `optimizer_cache` holds the current FP32 state of every cached row. load() refuses a
+/// file whose precision is not the object's StatePrecision with std::invalid_argument
+/// naming both (versions 1 and 2 count as `"fp32"`), and checks every decoded `optimizer`
+/// row and every occupied slot's `optimizer_cache` entry against the optimizer's state
+/// domain.
+///
+/// **Versions 1 and 2** (load() reads both; it refuses any other version, naming it).
+/// They differ from version 3 only in these points:
+///
+// clang-format off
+/// | item | version 2 | version 1 |
+/// |---|---|---|
+/// | `policy_words` | `i64 sketch_width`: the LFU sketch width (the section holds 4 lines of it), 0 for the other policies | as version 2 |
+/// | `decay_clock` | `u64 sketch_increments`: the same clock, for LFU | as version 2 |
+/// | `str optimizer` | as version 3 | `u32 optimizer_kind`: 0 none, 1 `sgd`, 2 `rowwise_adagrad` |
+/// | `str state_precision` | absent: the state is FP32 | absent: the state is FP32 |
+/// | sections | 8: no `optimizer_cache` | 7: no `pending_batch`, no `optimizer_cache` |
+/// | section 5 | named `sketch`: the LFU sketch, empty for other policies | as version 2 |
+// clang-format on
+///
+/// A version 1 or 2 file of `Lru`, `Lfu` or `DirectMapped` thus loads unchanged into an
+/// object with StateFp32: its `sketch` section is exactly the version 3 section of the
+/// same policy, and its `optimizer` section the FP32 state.
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
@@ -84,16 +108,20 @@
 /// may still hold values the state cannot): every store row decodes (as the store's Reader
 /// does) to finite values within Storage::limit; every occupied cache row is finite and
 /// within Storage::limit; tags, dirty bits and last-use scores are consistent with the
-/// sets; the optimizer is known, its state has that optimizer's size and every value is in
-/// its domain (RowwiseAdagrad: finite and >= 0); the pending batch's offsets and indices
-/// are valid for the tables. Each failure names the section, the row or slot, and the value.
+/// sets; the policy section passes `Cache::check_meta` and the decay clock is below the
+/// policy's period; the optimizer is known, its state has that optimizer's size and every
+/// value is in its domain (RowwiseAdagrad: finite and >= 0), for the `optimizer` section
+/// as decoded from its precision and for each occupied slot of `optimizer_cache`; the
+/// pending batch's offsets and indices are valid for the tables. Each failure names the
+/// section, the row or slot, and the value.
 ///
 /// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
 /// the backend's memory is not host memory) and needs no copy of the state. load() reads
 /// the whole file into host memory (one extra copy of the state, file-sized) and verifies
 /// all of it there; only then does it copy the sections into the object's existing buffers
-/// (backend copy_from_host; a new optimizer-state buffer is allocated first when its size
-/// changes). Both synchronize. load() adopts the file's seed, step, counters and stats.
+/// (backend copy_from_host; new optimizer-state buffers, for `optimizer` and
+/// `optimizer_cache`, are allocated first when their sizes change). Both synchronize.
+/// load() adopts the file's seed, step, counters and stats.
 ///
 /// CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial and final
 /// XOR 0xFFFFFFFF; RFC 3720 appendix B.4), check value crc32c("123456789") = 0xE3069283.
@@ -111,25 +139,30 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
+/// Version every object writes.
 inline constexpr std::uint32_t kVersion = 3;
 /// Oldest version load() reads (version 1: no `pending_batch` section).
 inline constexpr std::uint32_t kMinVersion = 1;
-/// Number of CacheStats counters written by version 1.
+/// Number of CacheStats counters written (every version).
 inline constexpr std::uint32_t kNumStats = 12;
-inline constexpr std::uint32_t kNumSections = 8;
+/// Sections of version 3.
+inline constexpr std::uint32_t kNumSections = 9;
 /// Sections held in the object's buffers (all but `pending_batch`); version 1 has these only.
 inline constexpr std::uint32_t kNumBufferSections = 7;
-inline constexpr const char* kSectionNames[kNumSections] = {
-    "store", "cache_rows", "tags", "last_use", "dirty", "sketch", "optimizer", "pending_batch"};
-
-// ---- Version 3: cache-policy section (cache-policy branch) ----
-/// Index of the cache policy's section; kSectionNames holds its version 1 and 2 name.
+/// Section names in file order; index kPolicySection is the version 1 and 2 name (`sketch`).
+inline constexpr const char* kSectionNames[kNumSections] = {"store",     "cache_rows",    "tags",
+                                                            "last_use",  "dirty",         "sketch",
+                                                            "optimizer", "pending_batch", "optimizer_cache"};
+/// Index of the cache policy's section.
 inline constexpr std::uint32_t kPolicySection = 5;
+/// Index of the `optimizer_cache` section (version 3: FP32 state of the cached rows).
+inline constexpr std::uint32_t kOptimizerCacheSection = 8;
 /// Name of the cache policy's section in a file of `version`: `policy_name` from version 3.
 inline const char* policy_section_name(std::uint32_t version, const char* policy_name) {
   return version >= 3 ? policy_name : kSectionNames[kPolicySection];
 }
-// ---- end of version 3: cache-policy section ----
+/// Sections of a file of version v (1: 7, 2: 8, 3: 9).
+constexpr std::uint32_t sections_of_version(std::uint32_t v) { return v == 1 ? 7u : v == 2 ? 8u : 9u; }
 /// Bytes of the trailer: end magic, file size, file CRC.
 inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;
 /// Longest policy or section name accepted by the reader.

@@ -61,6 +61,13 @@ enum class RoundingSite : std::uint32_t {
   WriteBack = 3,    ///< eviction of a dirty cache row
   Flush = 4,        ///< flush() of dirty cache rows
   Init = 5,         ///< in-place initializers
+  // Optimizer-state writes (compact state precisions, optim/state_precision.hpp): sites of
+  // their own, so a row's state and weight streams never share random bits. The element
+  // group counts over the row's S state values. (Site 6 is ShardedEmbedding's.)
+  StateUpdate = 8,     ///< optimizer step of a row that has no cache slot
+  StateWriteBack = 9,  ///< eviction of a dirty cache row: its FP32 state
+  StateFlush = 10,     ///< flush() of dirty cache rows: their FP32 state
+  StateDrop = 11,      ///< a dirty cached row dropped by set_weights/init_uniform/import
 };
 
 /// The stochastic-rounding stream of one row write: the counter of docs/numerics.md,

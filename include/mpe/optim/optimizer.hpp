@@ -10,18 +10,20 @@
 /// | member | meaning |
 /// |---|---|
 /// | `name` | identifies the optimizer (and its state) in checkpoints, e.g. `"adam"` |
-/// | `state_floats(D)` | FP32 state values per table row (may depend on D) |
-/// | `step(o, state_in, state_out, g, D, t)` | one row's update: reads the row's summed gradient `g` (D
-/// floats) and its state (`state_in`, state_floats(D) values; zeros before the row's first update), writes
-/// the new state to `state_out` and replaces `g` by the update `u` applied as `w = w - u` per element; `t` =
-/// the 1-based number of this step (the object's step() + 1), for bias correction | | `check(o)` | empty when
-/// the hyperparameters are usable, else what is wrong (named, with the value) | | `state_ok(state, D)` |
-/// whether one row's state is in the optimizer's domain (load() checks it) | | `state_domain` | that domain
-/// in words, for load()'s messages |
+/// | `state_floats(D)` | state values per table row (may depend on D; stored in the table's StatePrecision,
+/// stepped in FP32) | | `step(o, state_in, state_out, g, D, t)` | one row's update: reads the row's summed
+/// gradient `g` (D floats) and its state (`state_in`, state_floats(D) values; zeros before the row's first
+/// update), writes the new state to `state_out` and replaces `g` by the update `u` applied as `w = w - u` per
+/// element; `t` = the 1-based number of this step (the object's step() + 1), for bias correction | |
+/// `check(o)` | empty when the hyperparameters are usable, else what is wrong (named, with the value) | |
+/// `state_ok(state, D)` | whether one row's state is in the optimizer's domain (load() checks it) | |
+/// `state_domain` | that domain in words, for load()'s messages |
 ///
 /// `step` is `MPE_HOST_DEVICE` single-source code that follows the numerics contract
 /// (num::add/mul/div/sqrt, reductions across D through num::pairwise_sum), so host and GPU
-/// give the same bits. backward() runs it on a copy of the state and applies nothing
+/// give the same bits. `step` must allow `state_in == state_out` (in place: every value read
+/// before its own write), as backward() steps a compact (BF16/FP16) row's decoded state in
+/// place (mpe/optim/state_precision.hpp). backward() runs it on a copy of the state and applies nothing
 /// unless every row's summed gradient and new state are finite and no update is NaN (an
 /// update of +-inf saturates into the store format's range, counted).
 ///

@@ -10,6 +10,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
 #include "mpe/detail/kernels.hpp"
+#include "mpe/detail/state_ref.hpp"
 #include "mpe/numeric/philox.hpp"
 
 namespace mpe::detail {
@@ -55,7 +56,8 @@ struct AdmissionKeys {
 
 /// One set of one batch: hits first (last use = batch number, then the policy's on_hit),
 /// then misses in admission order ask the policy for a slot (choose), write back dirty
-/// victims and fill from the store. Runs once per set (at each run head).
+/// victims (and, with a compact state precision, their FP32 optimizer state) and fill from
+/// the store (decoding the filled row's state into its slot). Runs once per set (at each run head).
 template <class Storage, class Rounding, class P>
 struct AdmitSet {
   const std::uint64_t* keys;        // (U) sorted admission keys
@@ -74,6 +76,7 @@ struct AdmitSet {
   const std::uint64_t* step;  // (1) completed backward() calls
   index_t* slot_of_unique;    // (U)
   std::uint8_t* outcome;      // (U)
+  StateRef state{};           // compact optimizer state: moves with its row (inactive: nothing)
 
   MPE_HOST_DEVICE void operator()(index_t p) const {
     const index_t U = *count;
@@ -119,11 +122,14 @@ struct AdmitSet {
                                                 rng)) {
             code |= kSaturated;
           }
+          state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),
+                                              num::RoundingSite::StateWriteBack);
           code |= kWroteBack;
         }
       }
       const typename Storage::Reader rd(store + static_cast<std::size_t>(uniq[u]) * stride, D);
       for (std::int32_t d = 0; d < D; ++d) crow[d] = rd[d];
+      state.fill(victim, uniq[u]);
       cache.tags[victim] = uniq[u];
       cache.last_use[victim] = batch_id;
       cache.dirty[victim] = 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The checkpoint writer and verifying reader behind CachedEmbedding::save() / load()
 // (included by mpe/io/checkpoint.hpp). The format is documented in
-// mpe/io/checkpoint_format.hpp and docs/checkpoint_format.md.
+// mpe/io/checkpoint_format.hpp.
 #pragma once
 
 #include <fcntl.h>
@@ -276,8 +276,8 @@ struct CheckpointAccess {
     b.put(static_cast<std::uint64_t>(e.populate_counter_));
     b.put(static_cast<std::uint64_t>(counters.decay_clock));
     b.str(e.opt_name_);
-    const std::size_t rows = static_cast<std::size_t>(e.total_rows_);
-    b.put(static_cast<std::uint32_t>(rows == 0 ? 0 : e.opt_state_.size() / rows));
+    b.put(static_cast<std::uint32_t>(e.state_floats()));
+    b.str(E::state_precision::name);
     b.put(fmt::kNumStats);
     std::uint64_t st[fmt::kNumStats];
     ckpt::stats_to_array(counters.stats, st);
@@ -287,6 +287,13 @@ struct CheckpointAccess {
     std::memcpy(b.v.data() + 12, &H, 4);
     b.put(fmt::crc32c(b.v.data(), b.v.size()));
     return b;
+  }
+
+  /// The `optimizer_cache` section: FP32 state of the cached rows (slots, S), in backend
+  /// memory; empty for StateFp32, without a cache, or before the first applied step.
+  template <class E>
+  static Section optimizer_cache(const E& e) {
+    return {e.cache_state_.data(), e.cache_state_.bytes()};
   }
 
   template <class E>
@@ -327,6 +334,7 @@ struct CheckpointAccess {
     std::copy(std::begin(buffers), std::end(buffers), sec);
     const std::vector<std::uint8_t> pending = pending_batch(e);
     sec[fmt::kNumBufferSections] = {pending.data(), pending.size()};
+    sec[fmt::kOptimizerCacheSection] = optimizer_cache(e);
     ckpt::AtomicWriter w(path);
     w.write(head.v.data(), head.v.size());
     std::vector<std::uint8_t> staging;
@@ -337,7 +345,7 @@ struct CheckpointAccess {
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
-      if (!Backend::device_spans || i >= fmt::kNumBufferSections) {  // host memory
+      if (!Backend::device_spans || i == fmt::kNumBufferSections) {  // host memory
         w.write(sec[i].data, sec[i].bytes);
         crc = fmt::crc32c(sec[i].data, sec[i].bytes);
       } else {
@@ -369,6 +377,7 @@ struct CheckpointAccess {
     using S = typename E::storage_type;
     using C = typename E::cache_policy;
     using R = typename E::rounding_type;
+    using P = typename E::state_precision;
     const std::string prefix = "mpe::CachedEmbedding::load: '" + source + "': ";
     ckpt::Cursor c{data, n, 0, n, prefix};
     auto mismatch = [&](const std::string& what, const std::string& file, const std::string& here) {
@@ -382,7 +391,7 @@ struct CheckpointAccess {
       c.fail("format version " + std::to_string(version) + " in file; this build reads versions " +
              std::to_string(fmt::kMinVersion) + " to " + std::to_string(fmt::kVersion));
     }
-    const std::uint32_t n_sections = version == 1 ? fmt::kNumBufferSections : fmt::kNumSections;
+    const std::uint32_t n_sections = fmt::sections_of_version(version);
     const auto H = c.get<std::uint32_t>("header_bytes");
     if (H < 24 || H > (1u << 24)) c.fail("header_bytes = " + std::to_string(H) + " is implausible");
     if (H > n) c.fail("truncated at byte " + std::to_string(n) + ": the header needs " + std::to_string(H));
@@ -455,6 +464,15 @@ struct CheckpointAccess {
              quote(opt_name.empty() ? "none" : opt_name) + " (" + std::to_string(known_state_floats) +
              " at dim " + std::to_string(e.config_.dim) + ")");
     }
+    // The state's precision (version 3; versions 1 and 2 hold FP32 state): a mismatch is a
+    // usage error, not a bad file.
+    const std::string precision = version >= 3 ? c.str("state_precision") : std::string("fp32");
+    if (precision != P::name) {
+      throw std::invalid_argument(prefix + "optimizer state precision " + quote(precision) + " in file, " +
+                                  quote(P::name) +
+                                  " here (the object's StatePrecision); load it into a CachedEmbedding "
+                                  "of the file's precision");
+    }
     const auto n_stats = c.get<std::uint32_t>("n_stats");
     if (n_stats > fmt::kNumStats) {
       c.fail("n_stats = " + std::to_string(n_stats) + "; this build knows " + std::to_string(fmt::kNumStats));
@@ -469,8 +487,13 @@ struct CheckpointAccess {
     Section here[fmt::kNumBufferSections];
     sections(e, here);
     const auto rows = static_cast<std::uint64_t>(e.total_rows_);
-    if (state_floats > 0 && rows > UINT64_MAX / (4u * state_floats)) c.fail("optimizer state size overflows");
-    const std::uint64_t opt_bytes = rows * state_floats * 4u;
+    if (state_floats > 0 && rows > UINT64_MAX / (P::value_bytes * state_floats)) {
+      c.fail("optimizer state size overflows");
+    }
+    const std::uint64_t opt_bytes = rows * state_floats * P::value_bytes;
+    // FP32 state of the cached rows (compact precisions with a cache, once the state exists)
+    const std::uint64_t opt_cache_bytes =
+        P::cached ? static_cast<std::uint64_t>(e.cache_slots()) * state_floats * 4u : 0u;
     const std::uint8_t* payload[fmt::kNumSections] = {};
     std::uint64_t pending_len = 0;
     for (std::uint32_t i = 0; i < n_sections; ++i) {
@@ -486,7 +509,10 @@ struct CheckpointAccess {
           c.fail("section " + quote(want) + " is " + std::to_string(len) + " bytes, longer than the file");
         pending_len = len;
       }
-      const std::uint64_t expect = i == 6 ? opt_bytes : i == fmt::kNumBufferSections ? len : here[i].bytes;
+      const std::uint64_t expect = i == 6                             ? opt_bytes
+                                   : i == fmt::kNumBufferSections     ? len
+                                   : i == fmt::kOptimizerCacheSection ? opt_cache_bytes
+                                                                      : here[i].bytes;
       if (len != expect) {
         c.fail("section " + quote(want) + " is " + std::to_string(len) + " bytes, expected " +
                std::to_string(expect));
@@ -569,11 +595,16 @@ struct CheckpointAccess {
     }
     // ---- commit: allocation first (a failure leaves e unchanged), then copies ----
     using Backend = typename E::backend_type;
-    detail::Buffer<float, Backend> opt;
+    detail::Buffer<std::uint8_t, Backend> opt;
     opt.set_backend(e.backend_);
     opt.set_purpose(MemoryPurpose::Optimizer);
     const bool new_opt = opt_bytes != e.opt_state_.bytes();
-    if (new_opt) opt.reset(static_cast<std::size_t>(opt_bytes / 4));
+    if (new_opt) opt.reset(static_cast<std::size_t>(opt_bytes));
+    detail::Buffer<float, Backend> opt_cache;
+    opt_cache.set_backend(e.backend_);
+    opt_cache.set_purpose(MemoryPurpose::Optimizer);
+    const bool new_opt_cache = opt_cache_bytes != e.cache_state_.bytes();
+    if (new_opt_cache) opt_cache.reset(static_cast<std::size_t>(opt_cache_bytes / 4));
     void* dst[fmt::kNumBufferSections] = {e.store_.data(),
                                           e.cache_rows_.data(),
                                           e.tags_.data(),
@@ -586,6 +617,12 @@ struct CheckpointAccess {
       e.backend_.copy_from_host(dst[i], payload[i], bytes);
     }
     if (new_opt) e.opt_state_.swap(opt);
+    if (opt_cache_bytes > 0) {
+      e.backend_.copy_from_host(new_opt_cache ? opt_cache.data() : e.cache_state_.data(),
+                                payload[fmt::kOptimizerCacheSection],
+                                static_cast<std::size_t>(opt_cache_bytes));
+    }
+    if (new_opt_cache) e.cache_state_.swap(opt_cache);
     e.config_.seed = seed;
     Counters counters{};
     counters.stats = ckpt::stats_from_array(st);
@@ -635,19 +672,36 @@ struct CheckpointAccess {
       }
     }
     if (opt_name.empty()) return;
+    using P = typename E::state_precision;
     KnownOptimizers::visit(opt_name, [&]<class Opt>() {
       using Rule = OptimizerRule<Opt>;
       const auto S = static_cast<std::size_t>(Rule::state_floats(D));
       if (S == 0) return;
       std::vector<float> st(S);
-      for (index_t r = 0; r < e.total_rows_; ++r) {
-        std::memcpy(st.data(), payload[6] + static_cast<std::size_t>(r) * S * 4, S * 4);
+      const auto refuse = [&](const std::string& where) {
+        std::string v;
+        for (std::size_t k = 0; k < S && k < 8; ++k) v += (k ? ", " : "") + format_float(st[k]);
+        if (S > 8) v += ", ...";
+        c.fail(where + " holds " + Rule::name + " state [" + v + "]; it must be " + Rule::state_domain);
+      };
+      for (index_t r = 0; r < e.total_rows_; ++r) {  // decoded from the file's precision (P's)
+        const std::uint8_t* row = payload[6] + static_cast<std::size_t>(r) * S * P::value_bytes;
+        for (std::size_t k = 0; k < S; ++k)
+          st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
+        if (!Rule::state_ok(st.data(), D)) refuse("section 'optimizer': row " + std::to_string(r));
+      }
+      // Version 3, compact precisions: the FP32 state of the occupied cache slots.
+      if (!P::cached || payload[io::checkpoint::kOptimizerCacheSection] == nullptr) return;
+      for (index_t s = 0; s < e.cache_slots(); ++s) {
+        index_t tag;
+        std::memcpy(&tag, payload[2] + s * 8, 8);
+        if (tag < 0) continue;  // an empty slot's state is never read
+        std::memcpy(st.data(),
+                    payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
+                    S * 4);
         if (!Rule::state_ok(st.data(), D)) {
-          std::string v;
-          for (std::size_t k = 0; k < S && k < 8; ++k) v += (k ? ", " : "") + format_float(st[k]);
-          if (S > 8) v += ", ...";
-          c.fail("section 'optimizer': row " + std::to_string(r) + " holds " + Rule::name + " state [" + v +
-                 "]; it must be " + Rule::state_domain);
+          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) +
+                 ")");
         }
       }
     });
@@ -710,6 +764,10 @@ struct CheckpointAccess {
   static void drop_rows(E& e, index_t first, index_t count) {
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
+    if (const StateRef state = e.state_ref(); state.active()) {  // keep the state of dirty rows
+      e.backend_.for_each(slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first,
+                                                                             count, e.step_ptr()});
+    }
     e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
   }
   /// Adds `rows` to stats().saturated_rows (queued on the backend).

@@ -1,0 +1,11 @@
+// Fp8E4M3Rowwise store: its instantiations (3 cache policies x 2 roundings, and the
+// compact optimizer-state precisions with LRU).
+#include "trainer.hpp"
+
+namespace dlrm {
+
+RunResult run_fp8(const RunSpec& spec, const DataSetup& data) {
+  return run_storage<mpe::Fp8E4M3Rowwise>(spec, data);
+}
+
+}  // namespace dlrm
