@@ -181,7 +181,7 @@ class CachedEmbedding {
 
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
   /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
-  /// failure; the previous file is then untouched. Format: mpe/io/checkpoint_format.hpp.
+  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
   /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
   /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
   /// leave the default.
