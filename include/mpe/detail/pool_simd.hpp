@@ -35,6 +35,7 @@
 #if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDA_ARCH__) && defined(__x86_64__) && \
     (defined(__GNUC__) || defined(__clang__))
 #define MPE_HOST_SIMD 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define MPE_HOST_SIMD 0
@@ -84,7 +85,10 @@ MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
 inline bool cpu_has_avx2_f16c() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C through CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
   }();
   return has;
 }
