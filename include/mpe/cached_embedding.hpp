@@ -339,4 +339,8 @@ class CachedEmbedding {
 
 }  // namespace mpe
 
-#include "mpe/detail/cached_embedding.inl"
+#include "mpe/detail/embedding_setup.inl"
+#include "mpe/detail/embedding_checks.inl"
+#include "mpe/detail/embedding_lookup.inl"
+#include "mpe/detail/embedding_train.inl"
+#include "mpe/detail/embedding_weights.inl"

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// CachedEmbedding: backward (the optimizer's two passes) and flush (included by cached_embedding.hpp).
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "mpe/detail/kernels.hpp"
+
+namespace mpe {
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backward(
+    std::span<const float> grad_output, const Opt& optimizer) {
+  using Rule = OptimizerRule<Opt>;
+  const char* fn = "backward";
+  ++call_seq_;
+  Batch& b = current_;
+  if (!b.valid || !b.awaiting_backward) {
+    throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
+  }
+  if (!opt_name_.empty() && opt_name_ != Rule::name) {
+    throw std::logic_error(detail::ce_prefix(fn) + "the optimizer changed from " + opt_name_ + " to " +
+                           Rule::name +
+                           "; one table trains with one optimizer (its state is the optimizer's)");
+  }
+  if (const std::string bad = Rule::check(optimizer); !bad.empty()) detail::invalid(fn, bad);
+  const index_t T = num_tables();
+  const auto expect = static_cast<std::size_t>(b.B * T * config_.dim);
+  if (grad_output.size() != expect) {
+    detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
+                            "; expected B*T*D = " + std::to_string(expect));
+  }
+  detail::CallRecord* rec = record_.data();
+  detail::Counters* counters = counters_.data();
+  backend_.for_each(1, detail::ResetRecord{rec});
+  backend_.for_each(static_cast<index_t>(grad_output.size()),
+                    detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+  // First pass: every row's summed gradient, update and new optimizer state into
+  // workspace, checked for overflow before anything is written (one verdict per call).
+  if (!b.sorted) sort_unique(b);
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const std::int64_t S = Rule::state_floats(config_.dim);
+  b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
+  b.update.reserve_discard(static_cast<std::size_t>(U * S));
+  b.outcome.reserve_discard(static_cast<std::size_t>(U));
+  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(),
+                                                   b.seg_start.data(),
+                                                   b.sorted_pos.data(),
+                                                   b.bag_of.data(),
+                                                   b.has_coef ? b.coef.data() : nullptr,
+                                                   grad_output.data(),
+                                                   b.B,
+                                                   T,
+                                                   config_.dim,
+                                                   optimizer,
+                                                   opt_name_.empty() || StatePrecision::cached
+                                                       ? nullptr
+                                                       : reinterpret_cast<const float*>(opt_state_.data()),
+                                                   b.grad.data(),
+                                                   b.update.data(),
+                                                   step_ptr(),
+                                                   rec,
+                                                   count,
+                                                   b.flags.data() + detail::kFlagOk,
+                                                   state_ref(),
+                                                   cache_ref(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
+  backend_.for_each(
+      1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
+                              b.update.data(), config_.dim, S, skip_non_finite(), b.flags.data(),
+                              &counters->stats.skipped_steps, deferred() ? deferred_.data() : nullptr,
+                              static_cast<index_t>(call_seq_)});
+  bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
+  if (!deferred()) {
+    const detail::CallRecord r = read_record(rec);  // the one wait of this call
+    throw_if_failed(fn, r, skip_non_finite(), nullptr);
+    apply = r.apply != 0;
+  } else if constexpr (!Backend::asynchronous) {
+    apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
+  }
+  if (!apply) {  // skipped (NonFinite::Skip, counted on the backend) or a failed batch
+    b.awaiting_backward = false;
+    return;
+  }
+  if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
+    if (S > 0) {            // all-zero bytes are 0.0 in every state precision
+      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
+      backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
+      if (StatePrecision::cached && num_sets_ > 0) {
+        cache_state_.reset(static_cast<std::size_t>(cache_slots() * S));
+        backend_.fill_bytes(cache_state_.data(), 0, cache_state_.bytes());
+      }
+    }
+    opt_name_ = Rule::name;
+  }
+  const index_t* gate = b.flags.data() + detail::kFlagApply;
+  backend_.for_each(
+      U, detail::ApplyRows<Storage, Rounding>{
+             b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
+             stride_, config_.dim, S,
+             S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
+             b.grad.data(), b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate,
+             state_ref()});
+  backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
+  b.awaiting_backward = false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush() {
+  const index_t slots = cache_slots();
+  if (slots == 0) return;
+  detail::Counters* counters = counters_.data();
+  const detail::StateRef state = state_ref();
+  backend_.for_each(slots,
+                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
+                                                          step_ptr(), flush_outcome_.data(), state});
+  backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr, row_bytes, nullptr});
+}
+
+}  // namespace mpe
