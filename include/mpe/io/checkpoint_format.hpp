@@ -137,7 +137,9 @@ namespace mpe::io::checkpoint {
 static_assert(std::endian::native == std::endian::little,
               "mpe checkpoints are written and read on little-endian hosts only");
 
+/// The first 8 bytes of every checkpoint file.
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
+/// The first 8 bytes of the trailer.
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
 /// Version every object writes.
 inline constexpr std::uint32_t kVersion = 3;

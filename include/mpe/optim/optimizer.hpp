@@ -69,7 +69,7 @@ concept Optimizer = requires(const Opt& o, const float* state_in, float* state_o
 /// OptimizerRule::name).
 template <class... Opts>
 struct OptimizerList {
-  /// Calls f.template operator()<Opt>() for the listed optimizer named `name`; returns
+  /// Calls `f.template operator()<Opt>()` for the listed optimizer named `name`; returns
   /// false when none is.
   template <class F>
   static bool visit(const std::string& name, F&& f) {

@@ -71,9 +71,9 @@ enum class StateFormat : std::uint8_t {
 /// FP32 optimizer state (the default): 4 bytes per value, updated in place, never copied
 /// into the cache. Results are those of mpe before state precisions existed.
 struct StateFp32 {
-  static constexpr const char* name = "fp32";
-  static constexpr StateFormat format = StateFormat::Fp32;
-  static constexpr std::size_t value_bytes = 4;
+  static constexpr const char* name = "fp32";  ///< names the precision in checkpoints and messages
+  static constexpr StateFormat format = StateFormat::Fp32;  ///< encoding of one state value
+  static constexpr std::size_t value_bytes = 4;             ///< bytes of one stored state value
   /// Whether cached rows hold their state in FP32 in the cache (see the file comment).
   static constexpr bool cached = false;
 };
@@ -81,19 +81,19 @@ struct StateFp32 {
 /// BF16 optimizer state: 2 bytes per value, written with the table's Rounding; cached
 /// rows hold theirs in FP32 in the cache.
 struct StateBf16 {
-  static constexpr const char* name = "bf16";
-  static constexpr StateFormat format = StateFormat::Bf16;
-  static constexpr std::size_t value_bytes = 2;
-  static constexpr bool cached = true;
+  static constexpr const char* name = "bf16";  ///< names the precision in checkpoints and messages
+  static constexpr StateFormat format = StateFormat::Bf16;  ///< encoding of one state value
+  static constexpr std::size_t value_bytes = 2;             ///< bytes of one stored state value
+  static constexpr bool cached = true;  ///< cached rows hold their state in FP32 in the cache
 };
 
 /// FP16 optimizer state: 2 bytes per value, written with the table's Rounding; cached
 /// rows hold theirs in FP32 in the cache. Narrow range: see the file comment.
 struct StateFp16 {
-  static constexpr const char* name = "fp16";
-  static constexpr StateFormat format = StateFormat::Fp16;
-  static constexpr std::size_t value_bytes = 2;
-  static constexpr bool cached = true;
+  static constexpr const char* name = "fp16";  ///< names the precision in checkpoints and messages
+  static constexpr StateFormat format = StateFormat::Fp16;  ///< encoding of one state value
+  static constexpr std::size_t value_bytes = 2;             ///< bytes of one stored state value
+  static constexpr bool cached = true;  ///< cached rows hold their state in FP32 in the cache
 };
 
 /// An optimizer-state precision policy (StateFp32, StateBf16, StateFp16).
