@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoint round trip and exact resume (between steps, and with a prefetch pending) for Fp32, Fp16 and Bf16
-// stores, every cache policy (Lru<4>, Lfu<4>, DirectMapped) and both rounding policies (split across two
+// stores, every cache policy of tests/policy_lists.hpp and both rounding policies (split across two
 // files to keep each compile short).
 #include <typeinfo>
 
@@ -16,5 +16,5 @@ TEST_CASE_TEMPLATE_DEFINE(
   ckt::check_resume_pipelined<typename T::Embedding>(
       ckt::temp_dir(std::string("pipelined_") + typeid(T).name()));
 }
-TEST_CASE_TEMPLATE_INVOKE(resume_a, CKT_COMBOS(mpe::Fp32), CKT_COMBOS(mpe::Fp16), CKT_COMBOS(mpe::Bf16));
-TEST_CASE_TEMPLATE_INVOKE(pipelined_a, CKT_COMBOS(mpe::Fp32), CKT_COMBOS(mpe::Fp16), CKT_COMBOS(mpe::Bf16));
+TEST_CASE_TEMPLATE_APPLY(resume_a, ckt::combos_t<mpe::Fp32, mpe::Fp16, mpe::Bf16>);
+TEST_CASE_TEMPLATE_APPLY(pipelined_a, ckt::combos_t<mpe::Fp32, mpe::Fp16, mpe::Bf16>);

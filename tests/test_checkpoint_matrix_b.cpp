@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoint round trip and exact resume (between steps, and with a prefetch pending) for Int8Rowwise and
-// Int4Rowwise stores, every cache policy (Lru<4>, Lfu<4>, DirectMapped) and both rounding policies (split
+// Int4Rowwise stores, every cache policy of tests/policy_lists.hpp and both rounding policies (split
 // across two files to keep each compile short).
 #include <typeinfo>
 
@@ -16,5 +16,5 @@ TEST_CASE_TEMPLATE_DEFINE(
   ckt::check_resume_pipelined<typename T::Embedding>(
       ckt::temp_dir(std::string("pipelined_") + typeid(T).name()));
 }
-TEST_CASE_TEMPLATE_INVOKE(resume_b, CKT_COMBOS(mpe::Int8Rowwise), CKT_COMBOS(mpe::Int4Rowwise));
-TEST_CASE_TEMPLATE_INVOKE(pipelined_b, CKT_COMBOS(mpe::Int8Rowwise), CKT_COMBOS(mpe::Int4Rowwise));
+TEST_CASE_TEMPLATE_APPLY(resume_b, ckt::combos_t<mpe::Int8Rowwise, mpe::Int4Rowwise>);
+TEST_CASE_TEMPLATE_APPLY(pipelined_b, ckt::combos_t<mpe::Int8Rowwise, mpe::Int4Rowwise>);

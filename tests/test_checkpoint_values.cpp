@@ -9,6 +9,7 @@
 #include <mpe/io/checkpoint_format.hpp>
 
 #include "checkpoint/common.hpp"
+#include "policy_lists.hpp"
 
 namespace {
 
@@ -427,9 +428,8 @@ struct OptCase {
 };
 }  // namespace
 
-TEST_CASE_TEMPLATE("every optimizer's state round-trips through a checkpoint exactly, at any D", P,
-                   OptCase<mpe::Sgd>, OptCase<mpe::RowwiseAdagrad>, OptCase<mpe::Adagrad>,
-                   OptCase<mpe::Adam>) {
+TEST_CASE_TEMPLATE_DEFINE("every optimizer's state round-trips through a checkpoint exactly, at any D", P,
+                          opt_round_trip) {
   using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
   const auto opt = P::make();
   for (std::int32_t D : {1, 3, 64, 4096}) {
@@ -469,3 +469,5 @@ TEST_CASE_TEMPLATE("every optimizer's state round-trips through a checkpoint exa
     }
   }
 }
+// Every optimizer of the one test list (tests/policy_lists.hpp).
+TEST_CASE_TEMPLATE_APPLY(opt_round_trip, mpe_test::product_t<OptCase, mpe_test::Optimizers>);

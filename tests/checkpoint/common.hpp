@@ -13,7 +13,10 @@
 #include <mpe/mpe.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "../policy_lists.hpp"
 
 namespace ckt {
 
@@ -22,15 +25,10 @@ template <class S, class C, class R>
 struct Combo {
   using Embedding = mpe::CachedEmbedding<S, C, R>;
 };
-/// The eight Cache x Rounding combinations (Lru<4>, Lfu<4>, DirectMapped, WTinyLfu<4> x
-/// Stochastic, Nearest) for storage S, as a type list for TEST_CASE_TEMPLATE_INVOKE.
-#define CKT_COMBOS(S)                                                                                        \
-  ckt::Combo<S, mpe::Lru<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lru<4>, mpe::NearestRounding>,     \
-      ckt::Combo<S, mpe::Lfu<4>, mpe::StochasticRounding>, ckt::Combo<S, mpe::Lfu<4>, mpe::NearestRounding>, \
-      ckt::Combo<S, mpe::DirectMapped, mpe::StochasticRounding>,                                             \
-      ckt::Combo<S, mpe::DirectMapped, mpe::NearestRounding>,                                                \
-      ckt::Combo<S, mpe::WTinyLfu<4>, mpe::StochasticRounding>,                                              \
-      ckt::Combo<S, mpe::WTinyLfu<4>, mpe::NearestRounding>
+/// Combo<S, C, R> for each storage S given, every cache policy and both roundings of the
+/// one test list (tests/policy_lists.hpp), for TEST_CASE_TEMPLATE_APPLY.
+template <class... S>
+using combos_t = mpe_test::product_t<Combo, std::tuple<S...>, mpe_test::Caches, mpe_test::Roundings>;
 
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("mpe_ckpt_test_" + std::to_string(::getpid())) / name;
