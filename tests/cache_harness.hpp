@@ -316,4 +316,41 @@ class Harness {
   std::uint64_t steps_ = 0;
 };
 
+/// A trace of about `accesses` index occurrences: two tables of rows0 and rows1 rows (Zipf(s)
+/// each, own seeds), 64 bags per table per batch, bag sizes uniform in [0, 16).
+inline std::vector<TraceBatch> two_table_zipf_trace(std::int64_t rows0, std::int64_t rows1,
+                                                    std::uint64_t accesses, double s, std::uint64_t seed) {
+  ZipfRows z0(rows0, s, seed), z1(rows1, s, seed + 1);
+  std::vector<TraceBatch> trace;
+  std::uint64_t total = 0;
+  while (total < accesses) {
+    std::vector<std::vector<std::int64_t>> bags;
+    for (int t = 0; t < 2; ++t) {
+      for (int b = 0; b < 64; ++b) {
+        auto& z = t == 0 ? z0 : z1;
+        const auto len = static_cast<int>(z.raw() % 16);
+        std::vector<std::int64_t> bag;
+        for (int i = 0; i < len; ++i) bag.push_back(z.next());
+        total += static_cast<std::uint64_t>(len);
+        bags.push_back(std::move(bag));
+      }
+    }
+    trace.push_back(make_batch(2, bags));
+  }
+  return trace;
+}
+
+/// Drives the harness through the trace: every third batch is prefetched while the
+/// previous one awaits backward; flush every 10 batches.
+template <class H>
+void run_trace(H& h, const std::vector<TraceBatch>& trace) {
+  for (std::size_t k = 0; k < trace.size(); ++k) {
+    h.forward(trace[k]);
+    if (k % 3 == 1 && k + 1 < trace.size()) h.prefetch(trace[k + 1]);
+    h.backward();
+    if (k % 10 == 9) h.flush();
+  }
+  h.flush();
+}
+
 }  // namespace mpe_test

@@ -23,41 +23,10 @@ constexpr std::int32_t kD = 4;
 constexpr std::int64_t kRows0 = 3000, kRows1 = 2000;
 constexpr std::uint64_t kAccesses = 100000;
 
-/// A trace of about kAccesses index occurrences: two tables (Zipf(s) each, own seeds), 64
-/// bags per table per batch, bag sizes uniform in [0, 16).
 std::vector<TraceBatch> zipf_trace(double s, std::uint64_t seed) {
-  ZipfRows z0(kRows0, s, seed), z1(kRows1, s, seed + 1);
-  std::vector<TraceBatch> trace;
-  std::uint64_t total = 0;
-  while (total < kAccesses) {
-    std::vector<std::vector<std::int64_t>> bags;
-    for (int t = 0; t < 2; ++t) {
-      for (int b = 0; b < 64; ++b) {
-        auto& z = t == 0 ? z0 : z1;
-        const auto len = static_cast<int>(z.raw() % 16);
-        std::vector<std::int64_t> bag;
-        for (int i = 0; i < len; ++i) bag.push_back(z.next());
-        total += static_cast<std::uint64_t>(len);
-        bags.push_back(std::move(bag));
-      }
-    }
-    trace.push_back(mpe_test::make_batch(2, bags));
-  }
-  return trace;
+  return mpe_test::two_table_zipf_trace(kRows0, kRows1, kAccesses, s, seed);
 }
-
-/// Drives the harness through the trace: every third batch is prefetched while the
-/// previous one awaits backward; flush every 10 batches.
-template <class H>
-void run_trace(H& h, const std::vector<TraceBatch>& trace) {
-  for (std::size_t k = 0; k < trace.size(); ++k) {
-    h.forward(trace[k]);
-    if (k % 3 == 1 && k + 1 < trace.size()) h.prefetch(trace[k + 1]);
-    h.backward();
-    if (k % 10 == 9) h.flush();
-  }
-  h.flush();
-}
+using mpe_test::run_trace;
 
 }  // namespace
 
