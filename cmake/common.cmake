@@ -66,7 +66,7 @@ function(mpe_configure)
     set(nvcc "-DCMAKE_CUDA_COMPILER=${MPE_CUDA_ROOT}/bin/nvcc")
   endif()
   execute_process(COMMAND ${CMAKE_COMMAND} -S "${MPE_SOURCE_DIR}" -B "${MPE_BUILD_DIR}" ${gen}
-                          -DCMAKE_BUILD_TYPE=Release ${nvcc} RESULT_VARIABLE rc)
+                          -DCMAKE_BUILD_TYPE=Release ${nvcc} ${ARGN} RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "mpe: configuring failed (see above)")
   endif()
