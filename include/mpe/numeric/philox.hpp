@@ -93,4 +93,19 @@ MPE_HOST_DEVICE inline std::uint32_t word(const Uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 
+/// Calls f(d, word) for each of `dim` elements with its random word (R stochastic) or 0
+/// (otherwise), drawing one block per group of four elements: element d uses word d mod 4
+/// of rng.draw(d / 4). The one element-to-word mapping of every rounded row write (store
+/// formats and optimizer state).
+template <class R, class F>
+MPE_HOST_DEVICE inline void for_each_element(std::int64_t dim, const RowRng& rng, F&& f) {
+  for (std::int64_t g = 0; 4 * g < dim; ++g) {
+    Uint4 r{0, 0, 0, 0};
+    if constexpr (R::stochastic) r = rng.draw(static_cast<std::uint32_t>(g));
+    const std::int64_t end = 4 * g + 4 < dim ? 4 * g + 4 : dim;
+    for (std::int64_t d = 4 * g; d < end; ++d)
+      f(static_cast<std::int32_t>(d), word(r, static_cast<int>(d - 4 * g)));
+  }
+}
+
 }  // namespace mpe::num

@@ -135,18 +135,11 @@ MPE_HOST_DEVICE inline bool encode_state(StateFormat f, const float* src, std::i
     return false;
   }
   bool sat = false;
-  for (std::int64_t g = 0; 4 * g < n; ++g) {
-    Uint4 r{0, 0, 0, 0};
-    if constexpr (R::stochastic) r = rng.draw(static_cast<std::uint32_t>(g));
-    const std::int64_t end = 4 * g + 4 < n ? 4 * g + 4 : n;
-    for (std::int64_t k = 4 * g; k < end; ++k) {
-      const std::uint32_t w = word(r, static_cast<int>(k - 4 * g));
-      const NarrowResult h =
-          f == StateFormat::Bf16 ? float_to_bf16<R>(src[k], w) : float_to_half<R>(src[k], w);
-      sat = sat || h.saturated;
-      store_u16(p + 2 * k, h.bits);
-    }
-  }
+  for_each_element<R>(n, rng, [&](std::int32_t k, std::uint32_t w) {
+    const NarrowResult h = f == StateFormat::Bf16 ? float_to_bf16<R>(src[k], w) : float_to_half<R>(src[k], w);
+    sat = sat || h.saturated;
+    store_u16(p + 2 * k, h.bits);
+  });
   return sat;
 }
 

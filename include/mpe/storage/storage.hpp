@@ -88,17 +88,8 @@ MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim
   }
 }
 
-/// Calls f(d, word) for each element with its random word (stochastic) or 0 (otherwise),
-/// drawing one Philox block per group of four elements.
-template <class R, class F>
-MPE_HOST_DEVICE inline void for_each_element(std::int32_t dim, const num::RowRng& rng, F&& f) {
-  for (std::int32_t g = 0; 4 * g < dim; ++g) {
-    num::Uint4 r{0, 0, 0, 0};
-    if constexpr (R::stochastic) r = rng.draw(static_cast<std::uint32_t>(g));
-    const std::int32_t end = 4 * g + 4 < dim ? 4 * g + 4 : dim;
-    for (std::int32_t d = 4 * g; d < end; ++d) f(d, num::word(r, d - 4 * g));
-  }
-}
+/// Calls f(d, word) for each element with its random word (num::for_each_element).
+using num::for_each_element;
 }  // namespace detail
 
 }  // namespace mpe
