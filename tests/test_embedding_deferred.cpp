@@ -10,7 +10,11 @@
 //  - Deferred errors: a failing call changes nothing (training afterwards equals a twin
 //    that never made the call, bit for bit), synchronize() throws the first error once with
 //    the call, its number, the argument and the value, and counts later failures;
-//    set_weights() and load() throw it first.
+//    set_weights() and load() throw it first;
+//  - laned kernels: AsyncHostBackend runs for_each_lanes with CudaBackend's 32 lanes (a
+//    warp per bag or row), each lane on its element chunks; for every Storage and D = 1,
+//    3, 64, 130 (tails, one chunk per lane, a second round of chunks) the bits equal the
+//    one-lane host's.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -48,12 +52,12 @@ struct Stream {
   std::vector<ref::Batch> batches;
   std::vector<std::vector<float>> grads;
   std::vector<float> init;
-  explicit Stream(bool with_non_finite) {
+  explicit Stream(bool with_non_finite, int D = kD) {
     std::mt19937_64 rng(2024);
-    init = ref::random_floats(rng, static_cast<std::size_t>(259) * kD, -1, 1);
+    init = ref::random_floats(rng, static_cast<std::size_t>(259) * D, -1, 1);
     for (int k = 0; k <= kSteps; ++k) {
       batches.push_back(ref::random_batch(rng, kTables, kB, 5, k % 3 == 1));
-      grads.push_back(ref::random_floats(rng, static_cast<std::size_t>(kB) * kTables.size() * kD, -1, 1));
+      grads.push_back(ref::random_floats(rng, static_cast<std::size_t>(kB) * kTables.size() * D, -1, 1));
       if (with_non_finite && k % 7 == 5) grads.back()[3] = std::numeric_limits<float>::quiet_NaN();
       if (with_non_finite && k % 11 == 4 && !batches.back().weights.empty()) {
         batches.back().weights[0] = std::numeric_limits<float>::infinity();
@@ -66,22 +70,23 @@ struct Stream {
 /// may consume the prefetch of step k - 1), 1 prefetch(k) right before forward(k), 2
 /// prefetch(k + 1) between forward(k) and backward(k) (the pipelined pattern).
 template <class P, class Backend>
-Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite, std::int64_t cache_rows) {
+Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite, std::int64_t cache_rows,
+          int D = kD) {
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = kTables;
-  cfg.dim = kD;
+  cfg.dim = D;
   cfg.cache_rows = cache_rows;
   cfg.seed = 77;
   cfg.validation = validation;
   cfg.non_finite = non_finite;
   mpe::CachedEmbedding<typename P::storage, typename P::cache, typename P::rounding, Backend> emb(cfg,
                                                                                                   backend);
-  const Stream s(non_finite == mpe::NonFinite::Skip);
+  const Stream s(non_finite == mpe::NonFinite::Skip, D);
   emb.set_weights(s.init);
   Run r;
   for (int k = 0; k < kSteps; ++k) {
     const ref::Batch& b = s.batches[static_cast<std::size_t>(k)];
-    std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * kD);
+    std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * D);
     if (k % 3 == 1) emb.prefetch(b.indices, b.offsets);
     const auto pooling = (k % 3 == 2) ? mpe::Pooling::Mean : mpe::Pooling::Sum;
     emb.forward(b.indices, b.offsets, out, pooling, b.weights);
@@ -95,7 +100,7 @@ Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite
   }
   emb.synchronize();  // nothing recorded: valid input throughout
   emb.flush();
-  r.weights.resize(static_cast<std::size_t>(emb.total_rows()) * kD);
+  r.weights.resize(static_cast<std::size_t>(emb.total_rows()) * D);
   emb.get_weights(r.weights);
   r.stats = emb.stats();
   r.step = emb.step();
@@ -120,6 +125,26 @@ void check_same(const Run& a, const Run& b) {
       Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding>,          \
       Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,       \
       Policy<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>
+
+TEST_CASE_TEMPLATE("laned pooling and gradient sums (32 lanes) give the one-lane bits", P,
+                   Policy<mpe::Fp32, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Fp16, mpe::Lfu<4>, mpe::NearestRounding>,
+                   Policy<mpe::Bf16, mpe::WTinyLfu<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Int4Rowwise, mpe::DirectMapped, mpe::StochasticRounding>,
+                   Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Fp8E5M2Rowwise, mpe::Lfu<4>, mpe::NearestRounding>) {
+  static_assert(ref::AsyncHostBackend::lane_width == 32);  // CudaBackend::lane_width
+  for (const int D : {1, 3, 64, 130}) {
+    for (const std::int64_t cache_rows : {std::int64_t{0}, std::int64_t{24}}) {
+      CAPTURE(D);
+      CAPTURE(cache_rows);
+      const Run base = train<P>(mpe::HostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw, cache_rows, D);
+      check_same(base, train<P>(ref::AsyncHostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw,
+                                cache_rows, D));
+    }
+  }
+}
 
 TEST_CASE_TEMPLATE("async code path and deferred validation give the synchronous host bits", P,
                    MPE_DEFERRED_POLICIES) {

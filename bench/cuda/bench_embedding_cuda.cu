@@ -5,11 +5,20 @@
 // CUDA events on the backend's stream (manual time). `cuda/step/...` times whole pipelined
 // training steps (prefetch(k+1), forward(k), backward(k); no statistics read) with the
 // store in HBM, under Validation::Synchronous (one wait per call) and Validation::Deferred
-// (no wait): the difference is what the waits cost. Without a usable GPU the binary prints
-// "MPE_CUDA_SKIP: ..." and exits 0.
+// (no wait): the difference is what the waits cost. `gpu/...` is a point sized for a GPU
+// (B = 65536, L = 32, D = 128, 10M rows: 2M lookups and about 285 MB of INT8 rows per
+// forward, several times the H200's 60 MB L2), Device placement, INT8/INT4 with a 5 % cache
+// and store only, plus FP16/FP32 stores. Before any benchmark, main() measures the device's
+// copy bandwidth (a 2 GiB device-to-device cudaMemcpyAsync, bytes read + written, best of
+// 10) and the pinned host-to-device bandwidth; every benchmark reports `fraction_of_hbm`,
+// its bytes_per_second over that measured copy bandwidth (for Managed/HostMapped stores
+// only as a scale: their rows cross the interconnect). Without a usable GPU the binary
+// prints "MPE_CUDA_SKIP: ..." and exits 0.
 #include <cuda_runtime.h>
 
 #include <mpe/cuda_backend.cuh>
+#include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "../common.hpp"
@@ -41,6 +50,25 @@ struct DeviceBatch {
   std::int64_t unique_rows;
   explicit DeviceBatch(const Batch& b) : indices(b.indices), offsets(b.offsets), unique_rows(b.unique_rows) {}
 };
+
+/// Device copy bandwidth measured in this process by main() (bytes read + written per s).
+double g_hbm_bytes_per_s = 0;
+
+/// Host batches, generated once per (rows, B, L, dist): the GPU-sized points share them
+/// across fixtures (16 batches of 2M indices take seconds to draw and sort).
+const std::vector<Batch>& batches_for(const Params& p) {
+  static std::map<std::string, std::vector<Batch>> memo;
+  const std::string key = std::to_string(p.rows) + "/" + std::to_string(p.B) + "/" + std::to_string(p.L) +
+                          "/" + std::to_string(p.dist);
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    it = memo
+             .emplace(key, make_batches(p.rows, p.B, p.L, static_cast<int>(p.dist), kBatches,
+                                        1234 + static_cast<std::uint64_t>(p.dist)))
+             .first;
+  }
+  return it->second;
+}
 
 enum Op : int { kForward = 0, kBackward = 1, kPopulate = 2, kStepSync = 3, kStepDeferred = 4 };
 const char* op_name_cuda(int op) {
@@ -77,8 +105,7 @@ struct CudaFixture {
     backend.placement = placement;
     emb = std::make_unique<E>(cfg, backend);
     emb->init_uniform(-0.05f, 0.05f);
-    for (const Batch& b : make_batches(p.rows, p.B, p.L, static_cast<int>(p.dist), kBatches,
-                                       1234 + static_cast<std::uint64_t>(p.dist))) {
+    for (const Batch& b : batches_for(p)) {
       batches.push_back(std::make_unique<DeviceBatch>(b));
     }
     output = std::make_unique<DeviceArray<float>>(std::vector<float>(static_cast<std::size_t>(p.B * p.D)));
@@ -208,6 +235,9 @@ void bm_cuda(benchmark::State& st) {
   // fraction_of_limit / fraction_of_stream are against the host's limits (common.hpp):
   // meaningful for HostMapped/Managed stores read over the interconnect only as a scale.
   set_counters(st, indices, bytes, rows, lpr, seconds, 0.0);
+  if (g_hbm_bytes_per_s > 0 && seconds > 0) {
+    st.counters["fraction_of_hbm"] = benchmark::Counter(bytes / seconds / g_hbm_bytes_per_s);
+  }
   const mpe::CacheStats s1 = e.stats();
   mpe::CacheStats d{};
   d.hits = s1.hits - s0.hits;
@@ -249,6 +279,79 @@ void reg_storage(const std::string& prefix, bool smoke) {
     reg_one<S, mpe::Lru<32>, kStepDeferred, kDev>(prefix + "deferred/", a);
   }
 }
+/// The GPU-sized point (Device placement): B = 65536, L = 32, D = 128, 10M rows.
+std::vector<std::int64_t> gpu_args(std::int64_t dist, std::int64_t cache_pm) {
+  return {65536, 32, 128, 10000000, dist, cache_pm};
+}
+
+template <class S>
+void reg_gpu_cached(std::int64_t dist) {
+  constexpr int kDev = static_cast<int>(Placement::Device);
+  for (const std::int64_t pm : {50, 0}) {
+    const auto a = gpu_args(dist, pm);
+    reg_ops<S, mpe::Lru<32>, kDev>("gpu/", a);
+    reg_one<S, mpe::Lru<32>, kStepSync, kDev>("gpu/sync/", a);
+    reg_one<S, mpe::Lru<32>, kStepDeferred, kDev>("gpu/deferred/", a);
+  }
+}
+
+template <class S>
+void reg_gpu_store_only(std::int64_t dist) {
+  constexpr int kDev = static_cast<int>(Placement::Device);
+  reg_one<S, mpe::Lru<32>, kForward, kDev>("gpu/", gpu_args(dist, 0));
+  reg_one<S, mpe::Lru<32>, kBackward, kDev>("gpu/", gpu_args(dist, 0));
+}
+
+/// Best of 10 timed copies of `bytes` from `src` to `dst` (kind as for cudaMemcpyAsync):
+/// bytes per second, counting `count_factor` x bytes (2 for device-to-device: read + write).
+double copy_bandwidth(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, double count_factor) {
+  cudaEvent_t a, b;
+  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  double best = 1e30;
+  for (int rep = 0; rep < 12; ++rep) {
+    cuda_ok(cudaEventRecord(a), "cudaEventRecord");
+    cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind), "cudaMemcpyAsync");
+    cuda_ok(cudaEventRecord(b), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    if (rep >= 2) best = std::min(best, ms * 1e-3);  // two warm-up copies
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return count_factor * static_cast<double>(bytes) / best;
+}
+
+/// Measures the device's copy bandwidth and the pinned host-to-device bandwidth, and
+/// records both (GB/s) and the device's name in the benchmark context.
+void measure_device() {
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  benchmark::AddCustomContext("mpe_cuda_device", prop.name);
+  benchmark::AddCustomContext("mpe_cuda_sms", std::to_string(prop.multiProcessorCount));
+  benchmark::AddCustomContext("mpe_cuda_l2_MiB", std::to_string(prop.l2CacheSize >> 20));
+  const std::size_t bytes = std::size_t{2} << 30;
+  void *d0 = nullptr, *d1 = nullptr, *h = nullptr;
+  cuda_ok(cudaMalloc(&d0, bytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&d1, bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(d0, 0x5a, bytes), "cudaMemset");
+  g_hbm_bytes_per_s = copy_bandwidth(d1, d0, bytes, cudaMemcpyDeviceToDevice, 2.0);
+  const std::size_t hbytes = std::size_t{512} << 20;
+  cuda_ok(cudaHostAlloc(&h, hbytes, cudaHostAllocDefault), "cudaHostAlloc");
+  std::memset(h, 0x5a, hbytes);
+  const double h2d = copy_bandwidth(d0, h, hbytes, cudaMemcpyHostToDevice, 1.0);
+  cudaFreeHost(h);
+  cudaFree(d1);
+  cudaFree(d0);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", g_hbm_bytes_per_s / 1e9);
+  benchmark::AddCustomContext("mpe_hbm_copy_GBps", buf);
+  std::snprintf(buf, sizeof buf, "%.1f", h2d / 1e9);
+  benchmark::AddCustomContext("mpe_h2d_pinned_GBps", buf);
+  std::printf("device %s: copy %.1f GB/s (read + write), pinned host-to-device %.1f GB/s\n", prop.name,
+              g_hbm_bytes_per_s / 1e9, h2d / 1e9);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,9 +362,23 @@ int main(int argc, char** argv) {
                 e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
     return 0;
   }
+  try {
+    measure_device();
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "bench_embedding_cuda: %s\n", ex.what());
+    return 1;
+  }
   for (const bool smoke : {false, true}) {
     reg_storage<mpe::Int8Rowwise>(smoke ? "smoke/" : "", smoke);
     reg_storage<mpe::Int4Rowwise>(smoke ? "smoke/" : "", smoke);
   }
+  for (const std::int64_t dist : {std::int64_t{kUniform}, std::int64_t{kZipf105}}) {
+    reg_gpu_cached<mpe::Int8Rowwise>(dist);
+    reg_gpu_cached<mpe::Int4Rowwise>(dist);
+  }
+  reg_gpu_store_only<mpe::Fp16>(kUniform);
+  reg_gpu_store_only<mpe::Fp32>(kUniform);
+  reg_one<mpe::Int8Rowwise, mpe::Lru<32>, kForward, static_cast<int>(Placement::HostMapped)>(
+      "gpu/", gpu_args(kUniform, 0));
   return mpe_bench::run_main(argc, argv);
 }

@@ -30,6 +30,23 @@ struct AsyncHostBackend : mpe::HostBackend {
     mpe::HostBackend::copy_to_host(dst, src, bytes);
   }
   void synchronize() const { ++*waits; }
+
+  /// CudaBackend's lane width, the lanes of an item run one after another: pins the
+  /// laned code paths (a warp per item on the GPU) on the CPU.
+  static constexpr std::int32_t lane_width = 32;
+  template <class F>
+  void for_each_lanes(mpe::index_t n, F f) const {
+    for_each(n, AllLanes<F>{f});
+  }
+
+ private:
+  template <class F>
+  struct AllLanes {
+    F f;
+    void operator()(mpe::index_t i) const {
+      for (std::int32_t lane = 0; lane < lane_width; ++lane) f(i, lane, lane_width);
+    }
+  };
 };
 
 }  // namespace ref

@@ -26,6 +26,14 @@
 /// - `synchronize()`: waits for all queued work.
 /// - `for_each(n, f)`: calls `f(i)` once for every i in [0, n), in any order and
 ///   concurrently; f writes disjoint outputs (integer atomics allowed).
+/// - `lane_width` (static constexpr std::int32_t >= 1) and `for_each_lanes(n, f)`: calls
+///   `f(i, lane, lane_width)` once for every item i in [0, n) and lane in [0, lane_width);
+///   the lanes of one item run together (on a GPU, one warp per item) and split the
+///   item's elements among them (detail::lane_chunks), so a row's D elements are read
+///   coalesced. A laned functor computes each element exactly as with one lane (the
+///   same operations in the same order), so the width never changes a bit. HostBackend's
+///   width is 1; tests/reference/async_backend.hpp runs 32 lanes one after another to pin
+///   the laned code on the CPU.
 /// - `stable_sort_by_key(keys, values, n)`: stable: equal keys keep their order, so the
 ///   result does not depend on the thread or block count.
 /// - `exclusive_scan(in, out, n)`: integers only (exact in any order).
@@ -52,6 +60,12 @@ struct Item {
   /// Does nothing for item i: only its signature matters (`for_each(n, f)`).
   MPE_HOST_DEVICE void operator()(index_t) const {}
 };
+/// A laned per-item functor (used only to check the concept).
+struct LanedItem {
+  /// Does nothing for lane `lane` of `lanes` of item i: only its signature matters
+  /// (`for_each_lanes(n, f)`).
+  MPE_HOST_DEVICE void operator()(index_t, std::int32_t, std::int32_t) const {}
+};
 /// An integer-valued per-item functor (used only to check the concept).
 struct Count {
   /// Returns 1 for every item: only its signature matters (`reduce_to(n, f, out)`).
@@ -68,6 +82,7 @@ concept ExecutionBackend = std::copy_constructible<B> &&
   { B::device_spans } -> std::convertible_to<bool>;
   { B::asynchronous } -> std::convertible_to<bool>;
   { B::name } -> std::convertible_to<const char*>;
+  { B::lane_width } -> std::convertible_to<std::int32_t>;
   { b.allocate(bytes, MemoryPurpose::Workspace) } -> std::same_as<void*>;
   b.deallocate(p, bytes, MemoryPurpose::Workspace);
   b.copy_to_host(p, cp, bytes);
@@ -76,6 +91,7 @@ concept ExecutionBackend = std::copy_constructible<B> &&
   b.fill_bytes(p, 0, bytes);
   b.synchronize();
   b.for_each(n, backend_probe::Item{});
+  b.for_each_lanes(n, backend_probe::LanedItem{});
   b.stable_sort_by_key(keys, values, n);
   b.exclusive_scan(keys, values, n);
   b.reduce_to(n, backend_probe::Count{}, out);

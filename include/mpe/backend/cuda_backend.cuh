@@ -83,6 +83,17 @@ __global__ void cuda_for_each_kernel(index_t n, F f) {
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
 
+/// Grid-stride loop over warps: lane `threadIdx.x % 32` of warp w runs f(i, lane, 32) for
+/// every item i = w, w + warps, ... in [0, n).
+template <class F>
+__global__ void cuda_for_each_lanes_kernel(index_t n, F f) {
+  const index_t warps = static_cast<index_t>(gridDim.x) * (blockDim.x / 32);
+  const auto lane = static_cast<std::int32_t>(threadIdx.x % 32);
+  for (index_t i = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; i < n; i += warps) {
+    f(i, lane, 32);
+  }
+}
+
 /// Byte fill that works on every device-accessible pointer (device, managed, mapped).
 template <int = 0>
 __global__ void cuda_fill_kernel(unsigned char* dst, unsigned char value, std::size_t bytes) {
@@ -273,6 +284,21 @@ struct CudaBackend {
     detail::CudaDeviceGuard guard(device);
     detail::cuda_for_each_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, f);
     detail::cuda_check(cudaGetLastError(), "for_each kernel launch");
+  }
+
+  /// A warp per item: laned functors split a row's elements over 32 lanes.
+  static constexpr std::int32_t lane_width = 32;
+  /// Launches f(i, lane, 32) for every item i in [0, n) and lane in [0, 32) as one
+  /// grid-stride kernel on the stream, one warp per item. f is a trivially copyable laned
+  /// functor with an `MPE_HOST_DEVICE` call operator.
+  template <class F>
+  void for_each_lanes(index_t n, F f) const {
+    if (n <= 0) return;
+    detail::CudaDeviceGuard guard(device);
+    const index_t blocks = (n + kBlock / 32 - 1) / (kBlock / 32);
+    detail::cuda_for_each_lanes_kernel<<<static_cast<unsigned int>(blocks < 65536 ? blocks : 65536), kBlock, 0,
+                                         stream>>>(n, f);
+    detail::cuda_check(cudaGetLastError(), "for_each_lanes kernel launch");
   }
 
   /// Stable sort of `values` by `keys` (n each, device memory): CUB's LSD radix sort,

@@ -37,6 +37,15 @@ namespace mpe {
 /// threads (the caller's OpenMP setting is restored afterwards). 1 runs sequentially
 /// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
 /// with this backend are ordinary host memory. All calls are synchronous.
+namespace detail {
+/// Adapts a laned functor to for_each: lane 0 of 1.
+template <class F>
+struct OneLane {
+  F f;
+  void operator()(index_t i) const { f(i, 0, 1); }
+};
+}  // namespace detail
+
 struct HostBackend {
   /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential
   /// (`thrust::cpp::par`), n > 1 = n OpenMP threads for that call only.
@@ -87,6 +96,15 @@ struct HostBackend {
       return;
     }
     run([&](auto&& policy) { thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f); });
+  }
+
+  /// One lane per item on the host: a core works through a row's elements in order.
+  static constexpr std::int32_t lane_width = 1;
+  /// Calls f(i, 0, 1) for every i in [0, n), in parallel (for_each). f must write
+  /// disjoint outputs per item.
+  template <class F>
+  void for_each_lanes(index_t n, F f) const {
+    for_each(n, detail::OneLane<F>{f});
   }
 
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep

@@ -246,7 +246,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   const index_t T = num_tables();
   const bool mean = pooling == Pooling::Mean;
   const index_t* gate = cur.flags.data() + detail::kFlagOk;
-  backend_.for_each(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
+  backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
                                                     num_sets_ > 0 ? cur.occ_to_unique.data() : nullptr,
                                                     num_sets_ > 0 ? cur.slot_of_unique.data() : nullptr, w,
                                                     cache_ref(), false, store_.data(), stride_, cur.B, T,
@@ -279,7 +279,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   backend_.for_each(1, detail::SealForward{record.data(), offsets.data(), bags, n, B, indices.data(), w,
                                            false, nullptr, true, nullptr, detail::kCallForward, 0});
   throw_if_failed(fn, read_record(record.data()), false, nullptr);
-  backend_.for_each(
+  backend_.for_each_lanes(
       bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr, w, cache_ref(),
                                       num_sets_ > 0, store_.data(), stride_, B, num_tables(), config_.dim,
                                       pooling == Pooling::Mean, output.data(), nullptr});

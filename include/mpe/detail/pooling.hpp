@@ -30,7 +30,10 @@ namespace mpe::detail {
 /// `lookup` the slot is found by scanning the row's set (forward_inference).
 /// On the host the rows kPoolPrefetchAhead occurrences ahead are prefetched, and where the
 /// CPU has AVX2 + F16C the bag is pooled by detail::simd::pool_bag (same bits, pinned by
-/// tests/test_pool_simd.cpp); elsewhere, and on the device, by the portable loop.
+/// tests/test_pool_simd.cpp); elsewhere by the portable loop. Launched laned
+/// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
+/// sums its element chunks over the bag's rows in registers, in the same row order, so
+/// every output element gets the same operations as with one lane.
 template <class Storage>
 struct PoolBags {
   const index_t* offsets;
@@ -112,6 +115,74 @@ struct PoolBags {
     }
   }
 #endif
+  /// Lane `lane` of `lanes` of bag j: the whole bag (operator()(j)) with one lane, else the
+  /// lane's element chunks.
+  MPE_HOST_DEVICE void operator()(index_t j, std::int32_t lane, std::int32_t lanes) const {
+    if (lanes == 1) {
+      (*this)(j);
+      return;
+    }
+    if (!open(gate)) return;
+    const index_t t = j / B, b = j - (j / B) * B;
+    float* o = output + (b * T + t) * D;
+    const index_t begin = offsets[j], end = offsets[j + 1];
+    const bool scale = mean && end > begin;
+    const float inv = scale ? num::div(1.0f, static_cast<float>(end - begin)) : 1.0f;
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+      float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // Rows in groups of kLaneGroup: every load of a group (slot lookups, then the
+      // elements) is issued before its adds, which stay in index order.
+      for (index_t i0 = begin; i0 < end; i0 += kLaneGroup) {
+        const float* crow[kLaneGroup];
+        const std::uint8_t* srow[kLaneGroup];
+        float wt[kLaneGroup];
+        float x[kLaneGroup][kLaneChunk];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+          const index_t i = i0 + q < end ? i0 + q : end - 1;
+          const index_t r = global_rows[i];
+          const index_t s = slot_of(i, r);
+          crow[q] = s >= 0 ? cache.row(s) + c : nullptr;
+          srow[q] = store + static_cast<std::size_t>(r) * stride;
+          wt[q] = weights ? weights[i] : 1.0f;
+        }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+          if (crow[q]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+            for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? crow[q][e] : 0.0f;
+          } else {
+            const typename Storage::Reader rd(srow[q], D);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+            for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? rd[c + e] : 0.0f;
+          }
+        }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+          if (i0 + q >= end) break;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+          for (std::int32_t e = 0; e < kLaneChunk; ++e) {
+            acc[e] = weights ? num::add(acc[e], num::mul(wt[q], x[q][e])) : num::add(acc[e], x[q][e]);
+          }
+        }
+      }
+      for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
+    }
+  }
+  /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {
     if (!open(gate)) return;
     const index_t t = j / B, b = j - (j / B) * B;

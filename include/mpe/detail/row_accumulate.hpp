@@ -116,6 +116,20 @@ struct RowAccumulate<Int4Rowwise> {
   }
 };
 
+/// Elements per lane chunk of the laned functors (CudaBackend: a warp per bag or row):
+/// lane `lane` of `lanes` takes elements [c, min(c + kLaneChunk, D)) for
+/// c = kLaneChunk * lane, kLaneChunk * (lane + lanes), ... (see lane_chunk_begin). Four
+/// elements are 4 bytes of an INT8 row, 16 of an FP32 row: a warp reads 128 or 512
+/// contiguous bytes of a D = 128 row at once.
+inline constexpr std::int32_t kLaneChunk = 4;
+/// Rows (or gradient occurrences) whose loads a laned functor issues together before
+/// adding them in order: the adds of one element form a chain, the loads need not.
+inline constexpr std::int32_t kLaneGroup = 8;
+/// First element of lane `lane`'s first chunk.
+MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return kLaneChunk * lane; }
+/// Distance between two chunks of one lane.
+MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
+
 /// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
 /// overlap with the pooling of earlier rows (host only; a no-op in device code). No longer
 /// used by PoolBags, which prefetches with detail::prefetch_lines (pool_simd.hpp); kept for

@@ -11,6 +11,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/row_accumulate.hpp"
 #include "mpe/detail/state_ref.hpp"
 #include "mpe/detail/statistics.hpp"
 #include "mpe/detail/validation.hpp"
@@ -32,6 +33,80 @@ namespace mpe::detail {
 /// its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be refused
 /// or skipped before anything is written. Does nothing when grad_output itself failed its
 /// check (rec->pos[kGrad]) or the batch failed validation.
+/// Backward, the gradient sum of AccumulateRows on its own and laned (CudaBackend: a warp
+/// per unique row, each lane summing its element chunks over the row's occurrences in
+/// position order, so every element gets the operations AccumulateRows would give it).
+/// Used where the backend's lane width is above one; AccumulateRows then runs with
+/// `summed` set and only steps. Same guards as AccumulateRows; writes only `grad`.
+struct SumRowGradients {
+  const index_t* seg_start;   // (U + 1)
+  const index_t* sorted_pos;  // (n)
+  const index_t* bag_of;      // (n)
+  const float* coef;          // (n), or null for plain sum pooling (coefficient 1)
+  const float* grad_output;   // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  float* grad;            // (U, D) workspace: the summed gradient
+  const CallRecord* rec;  // rec->pos[kGrad] != kNoError: grad_output failed its check
+  const index_t* count;   // (1) U; items u >= U do nothing
+  const index_t* gate;    // ok flag of the batch, or null
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
+    float* g = grad + u * D;
+    const index_t first = seg_start[u], last = seg_start[u + 1];
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+      float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // Occurrences in groups of kLaneGroup: every load of a group is issued before its
+      // adds (a hot row's occurrences are a long chain otherwise); the adds stay in
+      // position order.
+      for (index_t k0 = first; k0 < last; k0 += kLaneGroup) {
+        const float* go[kLaneGroup];
+        float cf[kLaneGroup];
+        float x[kLaneGroup][kLaneChunk];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+          const index_t k = k0 + q < last ? k0 + q : last - 1;
+          const index_t i = sorted_pos[k];
+          const index_t j = bag_of[i];
+          const index_t t = j / B, b = j - (j / B) * B;
+          go[q] = grad_output + (b * T + t) * D + c;
+          cf[q] = coef ? coef[i] : 1.0f;
+        }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+          for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? go[q][e] : 0.0f;
+        }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+          if (k0 + q >= last) break;
+          const bool head = k0 + q == first;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+          for (std::int32_t e = 0; e < kLaneChunk; ++e) {
+            if (coef) {
+              acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
+            } else {
+              acc[e] = head ? x[q][e] : num::add(acc[e], x[q][e]);
+            }
+          }
+        }
+      }
+      for (std::int32_t e = 0; e < m; ++e) g[c + e] = acc[e];
+    }
+  }
+};
+
 template <class Opt>
 struct AccumulateRows {
   using Rule = OptimizerRule<Opt>;
@@ -56,11 +131,12 @@ struct AccumulateRows {
   StateRef state{};
   CacheRef cache{};
   const index_t* slot_of_unique = nullptr;  // (U) or null
+  bool summed = false;  // `grad` already holds the sums (SumRowGradients ran)
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
     float* g = grad + u * D;
-    for (index_t k = seg_start[u]; k < seg_start[u + 1]; ++k) {
+    for (index_t k = seg_start[u]; !summed && k < seg_start[u + 1]; ++k) {
       const index_t i = sorted_pos[k];
       const index_t j = bag_of[i];
       const index_t t = j / B, b = j - (j / B) * B;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# One prepared GPU session: every CUDA test, then the CUDA benchmarks, in one run of at
+# most about 8 minutes. Built elsewhere (no GPU needed to build) and run on the GPU machine:
+#
+#   here:  bench/cuda/gpu_stage.sh              # builds the CUDA targets into build-gpu/
+#                                               # and stages binaries + libs in gpu-stage/
+#   there: bash bench/cuda/gpu_session.sh DIR   # DIR = the staged folder; logs to $OUT
+#
+# Tests run side by side (they need no quiet GPU); compute-sanitizer's memcheck runs on
+# test_cuda_core beside them when the machine has it. The benchmarks run last, alone.
+# Everything is written under $OUT (or ./gpu-out): env.txt, tests.log, sanitizer.log,
+# bench_gpu.{txt,json} and bench_base.{txt,json}; the summary is printed last.
+set -u
+STAGE=${1:-gpu-stage}
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+export LD_LIBRARY_PATH="$PWD/$STAGE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL: the toolkit's library is too large to carry; the Python wheel's copy is used.
+nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null)
+[ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv
+  nvcc --version 2>/dev/null | tail -1
+  lscpu | grep -E 'Model name|^CPU\(s\)'
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  for b in "$STAGE"/bin/*; do echo "== ldd $b"; ldd "$b" | grep -E 'not found|gomp|benchmark|nccl'; done
+} >"$OUT/env.txt" 2>&1
+
+# ---- tests, side by side
+pids=()
+names=()
+for b in "$STAGE"/bin/test_*; do
+  n=$(basename "$b")
+  (OMP_NUM_THREADS=2 timeout 150 "$b" --duration=false >"$OUT/t_$n.log" 2>&1; echo "exit $?" >>"$OUT/t_$n.log") &
+  pids+=($!)
+  names+=("$n")
+done
+if command -v compute-sanitizer >/dev/null; then
+  (OMP_NUM_THREADS=2 timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+     "$STAGE/bin/test_cuda_core" >"$OUT/sanitizer.log" 2>&1; echo "exit $?" >>"$OUT/sanitizer.log") &
+  pids+=($!)
+else
+  echo "compute-sanitizer not found" >"$OUT/sanitizer.log"
+fi
+for p in "${pids[@]}"; do wait "$p"; done
+t1=$(date +%s)
+: >"$OUT/tests.log"
+for n in "${names[@]}"; do
+  { echo "==================== $n"; cat "$OUT/t_$n.log"; } >>"$OUT/tests.log"
+  rm -f "$OUT/t_$n.log"
+done
+
+# ---- benchmarks, alone: the GPU-sized point first, then the base point (bench/RESULTS.md)
+bench() {  # bench NAME FILTER TIMEOUT
+  timeout "$3" stdbuf -oL "$STAGE/bin/bench_embedding_cuda" --benchmark_filter="$2" \
+    --benchmark_min_time=0.1 --benchmark_counters_tabular=true \
+    --benchmark_out="$OUT/$1.json" --benchmark_out_format=json >"$OUT/$1.txt" 2>&1
+  echo "exit $?" >>"$OUT/$1.txt"
+}
+bench bench_gpu '^gpu/' "${GPU_BENCH_S:-170}"
+bench bench_base '^(cuda|sync|deferred)/' "${BASE_BENCH_S:-120}"
+t2=$(date +%s)
+
+# ---- summary
+echo "tests $((t1 - t0)) s, benchmarks $((t2 - t1)) s"
+head -3 "$OUT/env.txt" | tail -2
+grep -E '^(====================|\[doctest\] (test cases|assertions)|exit |MPE_CUDA_SKIP)' "$OUT/tests.log"
+grep -m 40 -E 'ERROR|FAILED|error:|what\(\)|terminate' "$OUT/tests.log"
+grep -E 'ERROR SUMMARY|exit ' "$OUT/sanitizer.log" | tail -2
+grep -E '^device|exit ' "$OUT/bench_gpu.txt" "$OUT/bench_base.txt"
+python3 "$(dirname "$0")/summarize.py" "$OUT/bench_gpu.txt" "$OUT/bench_base.txt" | cut -c1-200

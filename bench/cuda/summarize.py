@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Markdown tables from bench_embedding_cuda's console output (--benchmark_counters_tabular).
+
+Reads the text reports of bench/cuda/gpu_session.sh (bench_gpu.txt, bench_base.txt; a run
+cut off by its timeout still parses up to its last line) and prints one row per benchmark:
+time per call, GB/s, the fraction of the device copy bandwidth measured in the same
+process, the cache hit rate, or steps per second for the pipelined steps.
+
+    python3 bench/cuda/summarize.py bench/cuda/results/h200_run2/bench_gpu.txt
+"""
+import re
+import sys
+
+UNITS = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def number(tok):
+    m = re.fullmatch(r"([0-9.eE+-]+)([kMGTmun]?)", tok)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+
+
+def parse(path):
+    header, rows, context = None, [], {}
+    for line in open(path, encoding="utf-8", errors="replace"):
+        line = line.rstrip("\n")
+        m = re.match(r"^(mpe_\w+|device \w.*): (.*)$", line)
+        if m:
+            context[m.group(1)] = m.group(2)
+        if line.startswith("Benchmark "):
+            header = line.split()
+            continue
+        if header is None or not line or line.startswith("-") or " " not in line:
+            continue
+        tok = line.split()
+        name = tok[0]
+        if "/" not in name:
+            continue
+        # name, time, unit, cpu, unit, iterations, counters...
+        vals = {"time_ms": float(tok[1]) * {"ms": 1, "us": 1e-3, "ns": 1e-6, "s": 1e3}[tok[2]]}
+        for key, t in zip(header[4:], tok[6:]):
+            vals[key] = number(t)
+        rows.append((name, vals))
+    return context, rows
+
+
+def short(name):
+    name = name.replace("/manual_time", "")
+    name = re.sub(r"B:(\d+)/L:(\d+)/D:(\d+)/rows:(\d+)/dist:(\d)/cache_pm:(\d+)",
+                  lambda m: f"B={m[1]} L={m[2]} D={m[3]} rows={int(m[4]):,} "
+                            f"{['uniform', 'zipf1.05', 'zipf1.2'][int(m[5])]} cache={int(m[6]) / 10:g}%",
+                  name)
+    return name
+
+
+def main(paths):
+    for path in paths:
+        context, rows = parse(path)
+        print(f"\n{path}: " + ", ".join(f"{k} {v}" for k, v in context.items()
+                                         if k in ("mpe_cuda_device", "mpe_hbm_copy_GBps", "mpe_h2d_pinned_GBps")))
+        print("\n| benchmark | ms per call | GB/s | of copy BW | hit rate | steps/s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, v in rows:
+            gbs = v.get("bytes_per_second")
+            frac = v.get("fraction_of_hbm")
+            hit = v.get("hit_rate")
+            sps = v.get("steps_per_second")
+            ms = v["time_ms"] / 16 if sps else v["time_ms"]  # a step benchmark times 16 steps
+            cells = [f"{ms:.3f}", f"{gbs / 1e9:.1f}" if gbs else "-",
+                     f"{100 * frac:.2f} %" if frac is not None else "-",
+                     f"{hit:.3f}" if hit is not None else "-", f"{sps:.1f}" if sps else "-"]
+            print(f"| {short(name)} | " + " | ".join(cells) + " |")
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
