@@ -139,7 +139,8 @@ TEST_CASE_TEMPLATE("laned pooling and gradient sums (32 lanes) give the one-lane
     for (const std::int64_t cache_rows : {std::int64_t{0}, std::int64_t{24}}) {
       CAPTURE(D);
       CAPTURE(cache_rows);
-      const Run base = train<P>(mpe::HostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw, cache_rows, D);
+      const Run base =
+          train<P>(mpe::HostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw, cache_rows, D);
       check_same(base, train<P>(ref::AsyncHostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw,
                                 cache_rows, D));
     }

@@ -599,3 +599,35 @@ TEST_CASE("state precision: set_weights keeps a dropped dirty row's state (round
   }
   CHECK(others);
 }
+
+TEST_CASE("state precision: a compact state rounding that saturates counts its row in saturated_rows") {
+  // Row-wise Adagrad's accumulator G = mean(g^2) with g = 300 is 90000, beyond FP16's
+  // 65504: every write of such a row's state into the FP16 store saturates. Weights are
+  // Fp32 and the update lr * g / (sqrt(G) + eps) is small, so no weight saturates: every
+  // count below comes from the state. Expected counts are the rows written, by hand.
+  // One set of 32 ways holds the whole table when cached: no conflict, no eviction.
+  using E = mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<32>, mpe::NearestRounding, mpe::HostBackend, mpe::StateFp16>;
+  const std::vector<std::int64_t> idx{0, 1, 2, 3, 3}, off{0, 3, 5};  // 2 bags, unique rows {0, 1, 2, 3}
+  const std::vector<std::int64_t> idx_small{5, 6}, off_small{0, 1, 2};
+  constexpr std::int32_t D = 4;
+  for (const std::int64_t cache_rows : {std::int64_t{0}, std::int64_t{32}}) {
+    CAPTURE(cache_rows);
+    mpe::EmbeddingConfig cfg;
+    cfg.table_rows = {20};
+    cfg.dim = D;
+    cfg.cache_rows = cache_rows;
+    cfg.seed = 5;
+    E emb(cfg);
+    emb.init_uniform(-0.5f, 0.5f);
+    std::vector<float> out(2 * D);
+    emb.forward(idx, off, out);
+    emb.backward(std::vector<float>(2 * D, 300.0f), mpe::RowwiseAdagrad{0.01f});
+    // uncached: 4 rows rounded into the store at the update; cached: held in FP32 slots
+    CHECK(emb.stats().saturated_rows == (cache_rows == 0 ? 4u : 0u));
+    emb.forward(idx_small, off_small, out);  // rows 5 and 6: G = 1, nothing saturates
+    emb.backward(std::vector<float>(2 * D, 1.0f), mpe::RowwiseAdagrad{0.01f});
+    CHECK(emb.stats().saturated_rows == (cache_rows == 0 ? 4u : 0u));
+    emb.flush();  // cached: the 4 hot rows' states are rounded into the store now
+    CHECK(emb.stats().saturated_rows == 4u);
+  }
+}

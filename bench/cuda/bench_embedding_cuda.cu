@@ -3,22 +3,24 @@
 // and populate (prefetch) for Int8Rowwise and Int4Rowwise, with a 5 % Lru<32> cache and
 // store only, the store in Device, Managed and HostMapped memory. Each part is timed with
 // CUDA events on the backend's stream (manual time). `cuda/step/...` times whole pipelined
-// training steps (prefetch(k+1), forward(k), backward(k); no statistics read) with the
+// training steps (forward(k), prefetch(k+1), backward(k), 16 per iteration after one
+// prefetch of the first batch; no statistics read) with the
 // store in HBM, under Validation::Synchronous (one wait per call) and Validation::Deferred
 // (no wait): the difference is what the waits cost. `gpu/...` is a point sized for a GPU
 // (B = 65536, L = 32, D = 128, 10M rows: 2M lookups and about 285 MB of INT8 rows per
-// forward, several times the H200's 60 MB L2), Device placement, INT8/INT4 with a 5 % cache
+// forward, several times the H200's 60 MiB L2), Device placement, INT8/INT4 with a 5 % cache
 // and store only, plus FP16/FP32 stores. Before any benchmark, main() measures the device's
 // copy bandwidth (a 2 GiB device-to-device cudaMemcpyAsync, bytes read + written, best of
-// 10) and the pinned host-to-device bandwidth; every benchmark reports `fraction_of_hbm`,
+// 10) and the pinned host-to-device bandwidth; every forward/backward/populate benchmark
+// reports `fraction_of_hbm`,
 // its bytes_per_second over that measured copy bandwidth (for Managed/HostMapped stores
 // only as a scale: their rows cross the interconnect). Without a usable GPU the binary
 // prints "MPE_CUDA_SKIP: ..." and exits 0.
 #include <cuda_runtime.h>
 
-#include <mpe/cuda_backend.cuh>
 #include <cstring>
 #include <map>
+#include <mpe/cuda_backend.cuh>
 #include <stdexcept>
 
 #include "../common.hpp"
@@ -62,8 +64,7 @@ const std::vector<Batch>& batches_for(const Params& p) {
                           "/" + std::to_string(p.dist);
   auto it = memo.find(key);
   if (it == memo.end()) {
-    it = memo
-             .emplace(key, make_batches(p.rows, p.B, p.L, static_cast<int>(p.dist), kBatches,
+    it = memo.emplace(key, make_batches(p.rows, p.B, p.L, static_cast<int>(p.dist), kBatches,
                                         1234 + static_cast<std::uint64_t>(p.dist)))
              .first;
   }
@@ -304,7 +305,8 @@ void reg_gpu_store_only(std::int64_t dist) {
 
 /// Best of 10 timed copies of `bytes` from `src` to `dst` (kind as for cudaMemcpyAsync):
 /// bytes per second, counting `count_factor` x bytes (2 for device-to-device: read + write).
-double copy_bandwidth(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, double count_factor) {
+double copy_bandwidth(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                      double count_factor) {
   cudaEvent_t a, b;
   cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
   cuda_ok(cudaEventCreate(&b), "cudaEventCreate");

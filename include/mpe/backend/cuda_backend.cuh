@@ -296,8 +296,8 @@ struct CudaBackend {
     if (n <= 0) return;
     detail::CudaDeviceGuard guard(device);
     const index_t blocks = (n + kBlock / 32 - 1) / (kBlock / 32);
-    detail::cuda_for_each_lanes_kernel<<<static_cast<unsigned int>(blocks < 65536 ? blocks : 65536), kBlock, 0,
-                                         stream>>>(n, f);
+    detail::cuda_for_each_lanes_kernel<<<static_cast<unsigned int>(blocks < 65536 ? blocks : 65536), kBlock,
+                                         0, stream>>>(n, f);
     detail::cuda_check(cudaGetLastError(), "for_each_lanes kernel launch");
   }
 

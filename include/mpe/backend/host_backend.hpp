@@ -31,12 +31,6 @@
 
 namespace mpe {
 
-/// The host execution backend (the default `Backend` of CachedEmbedding).
-///
-/// `num_threads` = 0 uses OpenMP's default; n > 0 runs each parallel primitive on n
-/// threads (the caller's OpenMP setting is restored afterwards). 1 runs sequentially
-/// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
-/// with this backend are ordinary host memory. All calls are synchronous.
 namespace detail {
 /// Adapts a laned functor to for_each: lane 0 of 1.
 template <class F>
@@ -46,6 +40,12 @@ struct OneLane {
 };
 }  // namespace detail
 
+/// The host execution backend (the default `Backend` of CachedEmbedding).
+///
+/// `num_threads` = 0 uses OpenMP's default; n > 0 runs each parallel primitive on n
+/// threads (the caller's OpenMP setting is restored afterwards). 1 runs sequentially
+/// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
+/// with this backend are ordinary host memory. All calls are synchronous.
 struct HostBackend {
   /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential
   /// (`thrust::cpp::par`), n > 1 = n OpenMP threads for that call only.

@@ -247,10 +247,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   const bool mean = pooling == Pooling::Mean;
   const index_t* gate = cur.flags.data() + detail::kFlagOk;
   backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
-                                                    num_sets_ > 0 ? cur.occ_to_unique.data() : nullptr,
-                                                    num_sets_ > 0 ? cur.slot_of_unique.data() : nullptr, w,
-                                                    cache_ref(), false, store_.data(), stride_, cur.B, T,
-                                                    config_.dim, mean, output.data(), gate});
+                                                          num_sets_ > 0 ? cur.occ_to_unique.data() : nullptr,
+                                                          num_sets_ > 0 ? cur.slot_of_unique.data() : nullptr,
+                                                          w, cache_ref(), false, store_.data(), stride_,
+                                                          cur.B, T, config_.dim, mean, output.data(), gate});
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
   if (cur.has_coef) {

@@ -52,10 +52,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backwar
   // first (coalesced reads of grad_output); AccumulateRows then only steps. Same bits.
   constexpr bool laned_sum = Backend::lane_width > 1;
   if constexpr (laned_sum) {
-    backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                                                       b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B,
-                                                       T, config_.dim, b.grad.data(), rec, count,
-                                                       b.flags.data() + detail::kFlagOk});
+    backend_.for_each_lanes(
+        U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+                                   b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
+                                   config_.dim, b.grad.data(), rec, count, b.flags.data() + detail::kFlagOk});
   }
   backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(),
                                                    b.seg_start.data(),

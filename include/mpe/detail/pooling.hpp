@@ -131,52 +131,16 @@ struct PoolBags {
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      // Rows in groups of kLaneGroup: every load of a group (slot lookups, then the
-      // elements) is issued before its adds, which stay in index order.
-      for (index_t i0 = begin; i0 < end; i0 += kLaneGroup) {
-        const float* crow[kLaneGroup];
-        const std::uint8_t* srow[kLaneGroup];
-        float wt[kLaneGroup];
-        float x[kLaneGroup][kLaneChunk];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          const index_t i = i0 + q < end ? i0 + q : end - 1;
-          const index_t r = global_rows[i];
-          const index_t s = slot_of(i, r);
-          crow[q] = s >= 0 ? cache.row(s) + c : nullptr;
-          srow[q] = store + static_cast<std::size_t>(r) * stride;
-          wt[q] = weights ? weights[i] : 1.0f;
-        }
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          if (crow[q]) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-            for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? crow[q][e] : 0.0f;
-          } else {
-            const typename Storage::Reader rd(srow[q], D);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-            for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? rd[c + e] : 0.0f;
-          }
-        }
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          if (i0 + q >= end) break;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-          for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-            acc[e] = weights ? num::add(acc[e], num::mul(wt[q], x[q][e])) : num::add(acc[e], x[q][e]);
-          }
+      for (index_t i = begin; i < end; ++i) {
+        const index_t r = global_rows[i];
+        const index_t s = slot_of(i, r);
+        const float w = weights ? weights[i] : 1.0f;
+        if (s >= 0) {
+          accumulate_f32(cache.row(s) + c, m, w, acc, weights != nullptr);
+        } else if (weights) {
+          accumulate_chunk<Storage, true>(store + static_cast<std::size_t>(r) * stride, D, c, m, w, acc);
+        } else {
+          accumulate_chunk<Storage, false>(store + static_cast<std::size_t>(r) * stride, D, c, m, w, acc);
         }
       }
       for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];

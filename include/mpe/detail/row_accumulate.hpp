@@ -122,13 +122,30 @@ struct RowAccumulate<Int4Rowwise> {
 /// elements are 4 bytes of an INT8 row, 16 of an FP32 row: a warp reads 128 or 512
 /// contiguous bytes of a D = 128 row at once.
 inline constexpr std::int32_t kLaneChunk = 4;
-/// Rows (or gradient occurrences) whose loads a laned functor issues together before
-/// adding them in order: the adds of one element form a chain, the loads need not.
+/// Gradient occurrences whose loads SumRowGradients issues together before adding them in
+/// position order: the adds of one element form a chain, the loads need not. (Grouping the
+/// rows of PoolBags the same way was measured slower on an H200 and is not done:
+/// bench/RESULTS.md, "GPU".)
 inline constexpr std::int32_t kLaneGroup = 8;
 /// First element of lane `lane`'s first chunk.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return kLaneChunk * lane; }
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
+
+/// acc[k] += x[d0 + k] for k < n (n <= kLaneChunk), x a stored row read through
+/// Storage::Reader: the elements RowAccumulate computes, with the same operations.
+template <class Storage, bool Weighted>
+MPE_HOST_DEVICE void accumulate_chunk(const std::uint8_t* row, std::int32_t D, std::int32_t d0,
+                                      std::int32_t n, float w, float* acc) {
+  const typename Storage::Reader rd(row, D);
+  for (std::int32_t k = 0; k < n; ++k) {
+    if constexpr (Weighted) {
+      acc[k] = num::add(acc[k], num::mul(w, rd[d0 + k]));
+    } else {
+      acc[k] = num::add(acc[k], rd[d0 + k]);
+    }
+  }
+}
 
 /// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
 /// overlap with the pooling of earlier rows (host only; a no-op in device code). No longer

@@ -116,10 +116,11 @@ struct FlushSlots {
     const index_t r = cache.tags[s];
     const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
                           num::RoundingSite::Flush};
-    const bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
-                                                       store + static_cast<std::size_t>(r) * stride, rng);
-    state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
-                                        num::RoundingSite::StateFlush);
+    bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
+                                                 store + static_cast<std::size_t>(r) * stride, rng);
+    sat = state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                              num::RoundingSite::StateFlush) ||
+          sat;
     cache.dirty[s] = 0;
     outcome[s] = static_cast<std::uint8_t>(kWroteBack | (sat ? kSaturated : 0));
   }

@@ -38,10 +38,11 @@ struct StateRef {
     for (std::int64_t k = 0; k < S; ++k) out[k] = num::decode_state(format, p, k);
   }
   /// Rounds `in` (S floats) into row r's stored state (policy R, stream of `site` at step t).
+  /// True when a value saturated to the format's largest finite value.
   template <class R>
-  MPE_HOST_DEVICE void encode(index_t r, const float* in, std::uint32_t t, num::RoundingSite site) const {
+  MPE_HOST_DEVICE bool encode(index_t r, const float* in, std::uint32_t t, num::RoundingSite site) const {
     const num::RowRng rng{seed, static_cast<std::uint64_t>(r), t, site};
-    num::encode_state<R>(format, in, S, row(r), rng);
+    return num::encode_state<R>(format, in, S, row(r), rng);
   }
   /// Row r's current state into out (S floats): from cache slot s (>= 0, holding r) or the store.
   MPE_HOST_DEVICE void read(index_t r, index_t s, float* out) const {
@@ -53,24 +54,26 @@ struct StateRef {
     }
   }
   /// Stores row r's new state `in` (S floats): into cache slot s (>= 0, holding r) exactly,
-  /// else rounded into the store (site StateUpdate at completed step t).
+  /// else rounded into the store (site StateUpdate at completed step t). True when a
+  /// rounded value saturated (never for the cache slot, which holds FP32).
   template <class R>
-  MPE_HOST_DEVICE void write(index_t r, index_t s, const float* in, std::uint32_t t) const {
+  MPE_HOST_DEVICE bool write(index_t r, index_t s, const float* in, std::uint32_t t) const {
     if (s >= 0 && cache) {
       float* c = slot(s);
       for (std::int64_t k = 0; k < S; ++k) c[k] = in[k];
-    } else {
-      encode<R>(r, in, t, num::RoundingSite::StateUpdate);
+      return false;
     }
+    return encode<R>(r, in, t, num::RoundingSite::StateUpdate);
   }
   /// Cache fill of row r into slot s: its stored state decoded into the slot.
   MPE_HOST_DEVICE void fill(index_t s, index_t r) const {
     if (active() && cache) decode(r, slot(s));
   }
-  /// Write-back of slot s (holding row r): its FP32 state rounded into the store.
+  /// Write-back of slot s (holding row r): its FP32 state rounded into the store. True
+  /// when a value saturated.
   template <class R>
-  MPE_HOST_DEVICE void write_back(index_t s, index_t r, std::uint32_t t, num::RoundingSite site) const {
-    if (active() && cache) encode<R>(r, slot(s), t, site);
+  MPE_HOST_DEVICE bool write_back(index_t s, index_t r, std::uint32_t t, num::RoundingSite site) const {
+    return active() && cache && encode<R>(r, slot(s), t, site);
   }
 };
 

@@ -131,7 +131,7 @@ struct AccumulateRows {
   StateRef state{};
   CacheRef cache{};
   const index_t* slot_of_unique = nullptr;  // (U) or null
-  bool summed = false;  // `grad` already holds the sums (SumRowGradients ran)
+  bool summed = false;                      // `grad` already holds the sums (SumRowGradients ran)
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
@@ -211,8 +211,10 @@ struct ApplyRows {
     // A row uncached at forward (conflict or policy rejection) may have been filled since
     // by a prefetch: update it where it lives now, or the store update would be lost.
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
-    if (state.active()) {  // into the cache slot beside the row, or rounded into the store
-      state.template write<Rounding>(r, s, new_state + u * state_floats, static_cast<std::uint32_t>(*step));
+    bool state_sat = false;  // a compact state value saturated (counted with the row)
+    if (state.active()) {    // into the cache slot beside the row, or rounded into the store
+      state_sat =
+          state.template write<Rounding>(r, s, new_state + u * state_floats, static_cast<std::uint32_t>(*step));
     } else {
       for (std::int64_t k = 0; k < state_floats; ++k)
         opt_state[r * state_floats + k] = new_state[u * state_floats + k];
@@ -226,14 +228,15 @@ struct ApplyRows {
       for (std::int32_t d = 0; d < D; ++d)
         w[d] = detail::sanitize(num::sub(w[d], up[d]), Storage::limit, sat);
       cache.dirty[s] = 1;
-      outcome[u] = sat ? kSaturated : 0;
+      outcome[u] = sat || state_sat ? kSaturated : 0;
     } else {
       std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
       const typename Storage::Reader rd(row, D);
       for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
                             num::RoundingSite::StoreUpdate};
-      outcome[u] = Storage::template store<Rounding>(up, D, row, rng) ? kSaturated : 0;
+      const bool sat = Storage::template store<Rounding>(up, D, row, rng);
+      outcome[u] = sat || state_sat ? kSaturated : 0;
     }
   }
 };

@@ -40,7 +40,9 @@
 /// have distinct groups; Adam at D = 4096 has S = 8192).
 ///
 /// **Range.** Encoding saturates like the store formats: BF16 at +-0x1.FEp127, FP16 at
-/// +-65504 (a finite state value never becomes inf); values below the format's smallest
+/// +-65504 (a finite state value never becomes inf; a rounding into the 16-bit store that
+/// saturates counts its row once in `stats().saturated_rows`, as a weight write does:
+/// an update of an uncached row, a write-back, a flush); values below the format's smallest
 /// subnormal round to 0 (stochastically: to 0 or the smallest subnormal). FP16's range
 /// is narrow for optimizer state: after one step Adam's second moment is (1 - beta2) g^2,
 /// below FP16's smallest subnormal (6e-8) for |g| < ~7.7e-3 at beta2 = 0.999, after which

@@ -122,8 +122,10 @@ struct AdmitSet {
                                                 rng)) {
             code |= kSaturated;
           }
-          state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),
-                                              num::RoundingSite::StateWriteBack);
+          if (state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),
+                                                  num::RoundingSite::StateWriteBack)) {
+            code |= kSaturated;
+          }
           code |= kWroteBack;
         }
       }
