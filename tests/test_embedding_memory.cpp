@@ -217,7 +217,7 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
     CHECK(pooled[e] == out[D + e] + out[e]);  // index order: row r0 + 1 first
   }
 
-  // AccumulateRows + ApplyRows (backward's two passes) on row r0 + 1 with row-wise Adagrad
+  // SumRowGradients, AccumulateRows + ApplyRows (backward's passes) on row r0 + 1 with row-wise Adagrad
   // state addressed at r0 + 1
   std::vector<float> state_real(1, 0.0f);
   float* state = shifted(state_real.data(), static_cast<std::uint64_t>(r0 + 1) * sizeof(float));
@@ -230,9 +230,12 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   const std::int64_t one = 1;  // unique rows
   mpe::detail::CallRecord rec;
   mpe::detail::reset_record(&rec);
+  const mpe::detail::SumRowGradients sum{
+      seg.data(), sorted_pos.data(), bag_of.data(), coef.data(), go.data(), 1, 1,
+      D,          grad.data(),       &rec,          &one,        nullptr};
+  sum(0, 0, 1);
   const mpe::detail::AccumulateRows<mpe::RowwiseAdagrad> acc{
-      uniq.data(),  seg.data(), sorted_pos.data(), bag_of.data(), coef.data(), go.data(), 1,    1,      D,
-      {1.0f, 0.0f}, state,      grad.data(),       update.data(), &step,       &rec,      &one, nullptr};
+      uniq.data(), D, {1.0f, 0.0f}, state, grad.data(), update.data(), &step, &rec, &one, nullptr};
   acc(0);
   CHECK(rec.pos[mpe::detail::kOverflow] == mpe::detail::kNoError);
   const mpe::detail::ApplyRows<S, mpe::NearestRounding> up{

@@ -289,8 +289,9 @@ struct CudaBackend {
   /// A warp per item: laned functors split a row's elements over 32 lanes.
   static constexpr std::int32_t lane_width = 32;
   /// Launches f(i, lane, 32) for every item i in [0, n) and lane in [0, 32) as one
-  /// grid-stride kernel on the stream, one warp per item. f is a trivially copyable laned
-  /// functor with an `MPE_HOST_DEVICE` call operator.
+  /// grid-stride kernel on the stream, one warp per item (queued; returns before the kernel
+  /// runs). f is a trivially copyable laned functor with an `MPE_HOST_DEVICE` call
+  /// operator. Throws std::runtime_error when the launch fails.
   template <class F>
   void for_each_lanes(index_t n, F f) const {
     if (n <= 0) return;

@@ -48,38 +48,19 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backwar
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  // Where a backend runs lanes (a warp per row on a GPU), the gradient sums run laned
-  // first (coalesced reads of grad_output); AccumulateRows then only steps. Same bits.
-  constexpr bool laned_sum = Backend::lane_width > 1;
-  if constexpr (laned_sum) {
-    backend_.for_each_lanes(
-        U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                                   b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
-                                   config_.dim, b.grad.data(), rec, count, b.flags.data() + detail::kFlagOk});
-  }
-  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(),
-                                                   b.seg_start.data(),
-                                                   b.sorted_pos.data(),
-                                                   b.bag_of.data(),
-                                                   b.has_coef ? b.coef.data() : nullptr,
-                                                   grad_output.data(),
-                                                   b.B,
-                                                   T,
-                                                   config_.dim,
-                                                   optimizer,
+  // The gradient sums run laned (a warp per row on a GPU: coalesced reads of
+  // grad_output); AccumulateRows then steps each row. Same bits for any lane width.
+  backend_.for_each_lanes(
+      U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+                                 b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
+                                 config_.dim, b.grad.data(), rec, count, b.flags.data() + detail::kFlagOk});
+  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
                                                    opt_name_.empty() || StatePrecision::cached
                                                        ? nullptr
                                                        : reinterpret_cast<const float*>(opt_state_.data()),
-                                                   b.grad.data(),
-                                                   b.update.data(),
-                                                   step_ptr(),
-                                                   rec,
-                                                   count,
-                                                   b.flags.data() + detail::kFlagOk,
-                                                   state_ref(),
-                                                   cache_ref(),
-                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr,
-                                                   laned_sum});
+                                                   b.grad.data(), b.update.data(), step_ptr(), rec, count,
+                                                   b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
   backend_.for_each(
       1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.seg_start.data(), b.grad.data(),
                               b.update.data(), config_.dim, S, skip_non_finite(), b.flags.data(),

@@ -25,19 +25,13 @@
 
 namespace mpe::detail {
 
-/// Backward, first pass, for unique row u: g = sum over its occurrences in position order
-/// of coef * grad_output[bag] into `grad`; then OptimizerRule<Opt>::step on a copy of the
-/// row's state: the new state goes to `new_state` and `grad` is replaced by the update u
-/// (applied as w - u). Changes no state of the object: a row whose summed gradient or new
-/// state is not finite, or whose update is NaN (float overflow of finite inputs), records
-/// its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be refused
-/// or skipped before anything is written. Does nothing when grad_output itself failed its
-/// check (rec->pos[kGrad]) or the batch failed validation.
-/// Backward, the gradient sum of AccumulateRows on its own and laned (CudaBackend: a warp
-/// per unique row, each lane summing its element chunks over the row's occurrences in
-/// position order, so every element gets the operations AccumulateRows would give it).
-/// Used where the backend's lane width is above one; AccumulateRows then runs with
-/// `summed` set and only steps. Same guards as AccumulateRows; writes only `grad`.
+/// Backward, first pass, part 1, for unique row u: its gradient g = the sum over its
+/// occurrences, in position order, of coef * grad_output[bag] (coefficient 1 for plain sum
+/// pooling) into `grad`. Launched laned: with one lane (the host) the row in one loop; with
+/// more (CudaBackend: a warp per row) each lane sums its element chunks in registers,
+/// loading kLaneGroup occurrences before adding them in order, so every element gets the
+/// same operations. Does nothing when grad_output failed its check (rec->pos[kGrad]) or
+/// the batch failed validation; writes only `grad`.
 struct SumRowGradients {
   const index_t* seg_start;   // (U + 1)
   const index_t* sorted_pos;  // (n)
@@ -50,10 +44,36 @@ struct SumRowGradients {
   const CallRecord* rec;  // rec->pos[kGrad] != kNoError: grad_output failed its check
   const index_t* count;   // (1) U; items u >= U do nothing
   const index_t* gate;    // ok flag of the batch, or null
+  /// Row of grad_output for sorted occurrence k, and its coefficient in `cf`.
+  MPE_HOST_DEVICE const float* occurrence(index_t k, float& cf) const {
+    const index_t i = sorted_pos[k];
+    const index_t j = bag_of[i];
+    const index_t t = j / B, b = j - (j / B) * B;
+    cf = coef ? coef[i] : 1.0f;
+    return grad_output + (b * T + t) * D;
+  }
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     float* g = grad + u * D;
     const index_t first = seg_start[u], last = seg_start[u + 1];
+    if (lanes == 1) {
+      for (index_t k = first; k < last; ++k) {
+        float c;
+        const float* go = occurrence(k, c);
+        if (coef) {
+          if (k == first) {
+            for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+          } else {
+            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+          }
+        } else if (k == first) {  // coefficient 1: mul(1, x) == x, the same bits without the multiply
+          for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
+        } else {
+          for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
+        }
+      }
+      return;
+    }
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -64,35 +84,19 @@ struct SumRowGradients {
         const float* go[kLaneGroup];
         float cf[kLaneGroup];
         float x[kLaneGroup][kLaneChunk];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+        MPE_UNROLL
+        for (std::int32_t q = 0; q < kLaneGroup; ++q)
+          go[q] = occurrence(k0 + q < last ? k0 + q : last - 1, cf[q]) + c;
+        MPE_UNROLL
         for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          const index_t k = k0 + q < last ? k0 + q : last - 1;
-          const index_t i = sorted_pos[k];
-          const index_t j = bag_of[i];
-          const index_t t = j / B, b = j - (j / B) * B;
-          go[q] = grad_output + (b * T + t) * D + c;
-          cf[q] = coef ? coef[i] : 1.0f;
-        }
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+          MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? go[q][e] : 0.0f;
         }
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+        MPE_UNROLL
         for (std::int32_t q = 0; q < kLaneGroup; ++q) {
           if (k0 + q >= last) break;
           const bool head = k0 + q == first;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+          MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) {
             if (coef) {
               acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
@@ -107,16 +111,18 @@ struct SumRowGradients {
   }
 };
 
+/// Backward, first pass, part 2, for unique row u (after SumRowGradients):
+/// OptimizerRule<Opt>::step on a copy of the row's state with the summed gradient in
+/// `grad`: the new state goes to `new_state` and `grad` is replaced by the update u
+/// (applied as w - u). Changes no state of the object: a row whose summed gradient or new
+/// state is not finite, or whose update is NaN (float overflow of finite inputs), records
+/// its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be refused
+/// or skipped before anything is written. Does nothing when grad_output itself failed its
+/// check (rec->pos[kGrad]) or the batch failed validation.
 template <class Opt>
 struct AccumulateRows {
   using Rule = OptimizerRule<Opt>;
   const index_t* uniq;
-  const index_t* seg_start;   // (U + 1)
-  const index_t* sorted_pos;  // (n)
-  const index_t* bag_of;      // (n)
-  const float* coef;          // (n), or null for plain sum pooling (coefficient 1)
-  const float* grad_output;   // (B, T*D)
-  index_t B, T;
   std::int32_t D;
   Opt opt;
   const float* opt_state;     // (rows, S) with S = Rule::state_floats(D); null before the first step: zeros
@@ -131,30 +137,10 @@ struct AccumulateRows {
   StateRef state{};
   CacheRef cache{};
   const index_t* slot_of_unique = nullptr;  // (U) or null
-  bool summed = false;                      // `grad` already holds the sums (SumRowGradients ran)
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
     const index_t r = uniq[u];
     float* g = grad + u * D;
-    for (index_t k = seg_start[u]; !summed && k < seg_start[u + 1]; ++k) {
-      const index_t i = sorted_pos[k];
-      const index_t j = bag_of[i];
-      const index_t t = j / B, b = j - (j / B) * B;
-      const float* go = grad_output + (b * T + t) * D;
-      const bool first = k == seg_start[u];
-      if (coef) {
-        const float c = coef[i];
-        if (first) {
-          for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
-        } else {
-          for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
-        }
-      } else if (first) {  // coefficient 1: mul(1, x) == x, the same bits without the multiply
-        for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
-      } else {
-        for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
-      }
-    }
     bool ok = true;
     for (std::int32_t d = 0; d < D; ++d) ok = ok && num::is_finite(g[d]);
     if (!ok) {  // the summed gradient overflowed: keep it (SealBackward reports it)
@@ -213,8 +199,8 @@ struct ApplyRows {
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     bool state_sat = false;  // a compact state value saturated (counted with the row)
     if (state.active()) {    // into the cache slot beside the row, or rounded into the store
-      state_sat =
-          state.template write<Rounding>(r, s, new_state + u * state_floats, static_cast<std::uint32_t>(*step));
+      state_sat = state.template write<Rounding>(r, s, new_state + u * state_floats,
+                                                 static_cast<std::uint32_t>(*step));
     } else {
       for (std::int64_t k = 0; k < state_floats; ++k)
         opt_state[r * state_floats + k] = new_state[u * state_floats + k];

@@ -19,6 +19,15 @@
 #define MPE_DEVICE
 #endif
 
+#if defined(__CUDA_ARCH__)
+/// Asks nvcc to unroll the loop that follows (device code only: loops over compile-time
+/// bounds whose arrays must stay in registers); empty in host code.
+#define MPE_UNROLL _Pragma("unroll")
+#else
+/// Asks nvcc to unroll the loop that follows (device code only); empty in host code.
+#define MPE_UNROLL
+#endif
+
 /// Expands to plain `inline` on every compiler (header-only definitions, ODR-safe across
 /// translation units); it forces nothing, the name only marks a hot helper. Reserved: no
 /// mpe header uses it today.
