@@ -30,6 +30,21 @@ string(TIMESTAMP t0 "%s")
 if(NOT DEFINED ENV{MAX_JOBS})
   set(ENV{MAX_JOBS} 2)
 endif()
+# setuptools rebuilds an object only when its .cpp changed: when any header (mpe's or the
+# extension's) is newer than the built module, drop the objects so everything recompiles.
+file(GLOB built_so "${site}/mpe_torch/_C*.so")
+if(built_so)
+  file(GLOB_RECURSE headers "${MPE_SOURCE_DIR}/include/*.hpp" "${MPE_SOURCE_DIR}/include/*.inl"
+       "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.hpp")
+  foreach(h ${headers})
+    if("${h}" IS_NEWER_THAN "${built_so}")
+      message(STATUS "mpe_torch: ${h} changed since the last build; rebuilding every object")
+      file(GLOB stale_objects LIST_DIRECTORIES true "${MPE_SOURCE_DIR}/python/build/temp*")
+      file(REMOVE_RECURSE ${stale_objects})
+      break()
+    endif()
+  endforeach()
+endif()
 execute_process(COMMAND "${MPE_PYTHON}" -m pip install -q --no-build-isolation --no-deps --upgrade
                         --target "${site}" "${MPE_SOURCE_DIR}/python"
                 RESULT_VARIABLE rc)

@@ -35,6 +35,9 @@ struct CheckpointAccess;
 namespace io {
 struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits above the core)
 }
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
+          StatePrecisionPolicy StatePrecision>
+class MixedDimEmbedding;  // mpe/mixed_dim_embedding.hpp
 
 /// Table-batched embedding bags in mixed precision.
 ///
@@ -266,6 +269,8 @@ class CachedEmbedding {
  private:
   friend struct detail::CheckpointAccess;
   friend struct io::CheckpointFile;
+  template <StoragePolicy, CachePolicy, RoundingPolicy, StatePrecisionPolicy>
+  friend class MixedDimEmbedding;
   using IBuf = detail::Buffer<index_t, Backend>;
   static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
 
@@ -288,6 +293,15 @@ class CachedEmbedding {
   index_t check_shapes(const char* fn, std::span<const std::int64_t> indices,
                        std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
                        std::size_t output_size) const;
+  // backward() in two phases (MixedDimEmbedding steps all its groups or none):
+  // prepare_backward validates, sums the gradients and computes every update and new
+  // state into workspace (changes no weight or state; throws what backward() throws) and
+  // returns whether the step applies; apply_backward writes the prepared step. Neither
+  // clears awaiting_backward.
+  template <Optimizer Opt>
+  bool prepare_backward(std::span<const float> grad_output, const Opt& optimizer);
+  template <Optimizer Opt>
+  void apply_backward(const Opt& optimizer);
   void check_output_size(const char* fn, std::size_t size, index_t B) const;
   void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
   void queue_checks(detail::CallRecord* rec, std::span<const std::int64_t> indices,
@@ -339,8 +353,11 @@ class CachedEmbedding {
 
 }  // namespace mpe
 
+// embedding_setup.inl defines the helpers the others use, so it comes first.
+// clang-format off
 #include "mpe/detail/embedding_setup.inl"
 #include "mpe/detail/embedding_checks.inl"
 #include "mpe/detail/embedding_lookup.inl"
 #include "mpe/detail/embedding_train.inl"
 #include "mpe/detail/embedding_weights.inl"
+// clang-format on

@@ -9,6 +9,7 @@
 #include "mpe/cache/policies.hpp"
 #include "mpe/cached_embedding.hpp"
 #include "mpe/io/checkpoint.hpp"
+#include "mpe/mixed_dim_embedding.hpp"
 #include "mpe/numeric/half.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"

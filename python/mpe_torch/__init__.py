@@ -29,8 +29,7 @@ CACHES = ("none", "lru")
 ROUNDINGS = ("stochastic", "nearest")
 OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
 _DEFAULT_EPS = {"sgd": 1e-8, "rowwise_adagrad": 1e-8, "adagrad": 1e-10, "adam": 1e-8}
-_CACHE_WAYS = 32  # Lru<32>
-_STATE_FORMAT = 1
+_STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
 
 
 def built_combinations():
@@ -73,11 +72,13 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     Args:
         specs: list of ``(rows, D)`` pairs, one per table (T tables), like FBGEMM TBE's
-            ``embedding_specs``. Tables may have different D: the module then holds one mpe
-            ``CachedEmbedding`` per distinct D ("group": groups in order of first appearance,
-            tables inside a group in spec order) and scatters each group's pooled vectors into
-            the table's columns of the output (a copy of the output, of the gradient and of the
-            indices per step; one set of workspaces and one cache per group).
+            ``embedding_specs``. Tables may have different D: the module holds one mpe
+            ``MixedDimEmbedding``, which keeps one ``CachedEmbedding`` per distinct D ("group":
+            groups in order of first appearance, tables inside a group in spec order) and
+            scatters each group's pooled vectors into the table's columns of the output (a copy
+            of the output, of the gradient and of the indices per step when there is more than
+            one group; one set of workspaces and one cache per group). All groups take a
+            training step together or none does.
         storage: ``"fp32"``, ``"fp16"``, ``"int8"`` (FBGEMM fused 8-bit row-wise) or ``"int4"``
             (fused 4-bit row-wise).
         cache: ``"none"`` or ``"lru"`` (``Lru<32>``: 32-way set-associative FP32 cache).
@@ -129,7 +130,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
                             rounding=rounding, pooling_mode=pooling_mode, optimizer=optimizer, seed=int(seed))
         self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, pooling_mode, optimizer,
-                           float(learning_rate), float(eps), float(beta1), float(beta2), int(seed), _CACHE_WAYS)
+                           float(learning_rate), float(eps), float(beta1), float(beta2), int(seed))
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -151,7 +152,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     @property
     def num_groups(self):
-        """Number of mpe CachedEmbedding objects held: one per distinct D."""
+        """Number of D-groups (mpe CachedEmbedding objects inside the MixedDimEmbedding): one per
+        distinct D."""
         return len(self._tbe.groups())
 
     # ---- forward / backward ----
@@ -295,16 +297,15 @@ class TableBatchedEmbeddingBags(nn.Module):
         return [dict(g) for g in self._tbe.groups()]
 
     # ---- state_dict ----
-    def _group_keys(self, prefix):
-        return [f"{prefix}mpe_group_{g}" for g in range(self.num_groups)]
+    def _state_keys(self, prefix):
+        return [f"{prefix}mpe_state"]
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """State: ``mpe_group_<g>`` = mpe's checkpoint bytes of group g (uint8, MPECKPT1: store,
-        cache, optimizer state, step, seed, counters) and ``_extra_state`` = the configuration
-        and the optimizer's hyperparameters. mpe saves to files only, so each group is written
-        to a temporary file and read back."""
-        for key, state in zip(self._group_keys(prefix), self._tbe.state()):
-            destination[key] = state
+        """State: ``mpe_state`` = mpe's checkpoint bytes (uint8, ``MixedDimEmbedding::save_bytes``,
+        format MPEMIXD1: the table specs and, per D-group, its MPECKPT1 checkpoint with store,
+        cache, optimizer state, step, seed and counters), built in memory; ``_extra_state`` =
+        the configuration and the optimizer's hyperparameters."""
+        destination[prefix + "mpe_state"] = self._tbe.state()
         destination[prefix + "_extra_state"] = self.get_extra_state()
 
     def get_extra_state(self):
@@ -312,9 +313,9 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        """All or nothing: the configuration is compared first, then every group's bytes are
-        loaded (and verified by mpe) into new objects, swapped in only when all succeed."""
-        keys = self._group_keys(prefix)
+        """All or nothing: the configuration is compared first, then mpe verifies all of the
+        bytes (every group's checkpoint loaded into a new object) before swapping them in."""
+        keys = self._state_keys(prefix)
         extra_key = prefix + "_extra_state"
         absent = [k for k in keys + [extra_key] if k not in state_dict]
         if absent:
@@ -326,7 +327,10 @@ class TableBatchedEmbeddingBags(nn.Module):
                     unexpected_keys.append(k)
         extra = state_dict[extra_key]
         if not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT:
-            raise ValueError(f"mpe_torch: {extra_key} is not a mpe_torch state (format {_STATE_FORMAT})")
+            got = extra.get("format") if isinstance(extra, dict) else None
+            raise ValueError(f"mpe_torch: {extra_key} has state format {got!r}; this mpe_torch reads format "
+                             f"{_STATE_FORMAT} (format 1, written before the module used mpe::MixedDimEmbedding, "
+                             "held one tensor per D-group and is not read)")
         mine, theirs = self._config, extra.get("config", {})
         for field in ("specs", "pooling_mode", "optimizer"):
             a, b = mine[field], theirs.get(field)
@@ -337,7 +341,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         p, old = extra["optimizer_params"], self.optimizer_params
         self._tbe.set_hyperparameters(p["learning_rate"], p["eps"], p["beta1"], p["beta2"])  # checks them
         try:
-            self._tbe.load_state([state_dict[k] for k in keys])
+            self._tbe.load_state(state_dict[keys[0]])
+            self._config["seed"] = int(self._tbe.groups()[0]["seed"])  # the state's, as mpe's load does
         except BaseException:
             self._tbe.set_hyperparameters(old["learning_rate"], old["eps"], old["beta1"], old["beta2"])
             raise

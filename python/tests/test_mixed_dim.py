@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tables of different D: one CachedEmbedding per distinct D, outputs scattered into the columns
+"""Tables of different D (mpe::MixedDimEmbedding: one CachedEmbedding per distinct D), outputs in the columns
 of each table. Compared bit for bit with one single-table module per table (the same mpe
 arithmetic) and with nn.EmbeddingBag (Fp32, sum, no per-sample weights: bit for bit, see
 test_reference.py)."""

@@ -81,14 +81,15 @@ def test_state_dict_keys_and_nested():
     cfg = CONFIGS[2]
     m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
     sd = m.state_dict()
-    assert sorted(sd) == ["_extra_state", "mpe_group_0", "mpe_group_1"]
-    assert all(sd[k].dtype == torch.uint8 and sd[k].dim() == 1 for k in sd if k.startswith("mpe_group"))
-    assert bytes(sd["mpe_group_0"][:8].tolist()) == b"MPECKPT1"
+    assert sorted(sd) == ["_extra_state", "mpe_state"]
+    assert sd["mpe_state"].dtype == torch.uint8 and sd["mpe_state"].dim() == 1
+    assert bytes(sd["mpe_state"][:8].tolist()) == b"MPEMIXD1"  # the container of MixedDimEmbedding
+    assert m.num_groups == 2
     outer = torch.nn.Sequential()
     outer.add_module("emb", mpe_torch.TableBatchedEmbeddingBags(**cfg))
     outer.add_module("lin", torch.nn.Linear(3, 1))
     keys = set(outer.state_dict())
-    assert {"emb.mpe_group_0", "emb.mpe_group_1", "emb._extra_state", "lin.weight", "lin.bias"} == keys
+    assert {"emb.mpe_state", "emb._extra_state", "lin.weight", "lin.bias"} == keys
     outer.load_state_dict(outer.state_dict())
 
 
@@ -100,8 +101,8 @@ def test_bad_state_changes_nothing():
     before = snapshot(m)
     sd = m.state_dict()
     bad = dict(sd)
-    bad["mpe_group_0"] = sd["mpe_group_0"].clone()
-    bad["mpe_group_0"][200] ^= 0xFF  # a flipped byte: a section checksum fails
+    bad["mpe_state"] = sd["mpe_state"].clone()
+    bad["mpe_state"][200] ^= 0xFF  # a flipped byte: the container's checksum fails
     with pytest.raises(mpe_torch.CheckpointError, match="checksum|crc|CRC"):
         m.load_state_dict(bad)
     after = snapshot(m)
@@ -114,7 +115,7 @@ def test_bad_state_changes_nothing():
     with pytest.raises(ValueError, match="specs"):
         m.load_state_dict(mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, specs=[(300, 16)])).state_dict())
     with pytest.raises(RuntimeError, match="Missing key"):
-        m.load_state_dict({k: v for k, v in sd.items() if k != "mpe_group_0"})
+        m.load_state_dict({k: v for k, v in sd.items() if k != "mpe_state"})
 
 
 def test_backward_after_load_refused():
@@ -125,3 +126,16 @@ def test_backward_after_load_refused():
     m.load_state_dict(m.state_dict())
     with pytest.raises(RuntimeError, match="last training forward"):
         out.backward(g)
+
+
+def test_loaded_seed_replaces_the_modules():
+    cfg = CONFIGS[2]  # two D-groups
+    a = mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, seed=5))
+    a.init_uniform(-0.1, 0.1)
+    train(a, batches(cfg["specs"], 2, seed=7))
+    b = mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, seed=99))
+    b.load_state_dict(a.state_dict())
+    assert b.groups()[0]["seed"] == 5 and b.state_dict()["_extra_state"]["config"]["seed"] == 5
+    assert [g["seed"] for g in b.groups()] == [g["seed"] for g in a.groups()]
+    data = batches(cfg["specs"], 2, seed=8)
+    assert all(torch.equal(x, y) for x, y in zip(train(a, data), train(b, data)))

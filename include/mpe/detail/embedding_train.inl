@@ -15,6 +15,15 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 template <Optimizer Opt>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backward(
     std::span<const float> grad_output, const Opt& optimizer) {
+  if (prepare_backward(grad_output, optimizer)) apply_backward(optimizer);
+  current_.awaiting_backward = false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare_backward(
+    std::span<const float> grad_output, const Opt& optimizer) {
   using Rule = OptimizerRule<Opt>;
   const char* fn = "backward";
   ++call_seq_;
@@ -74,10 +83,21 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backwar
   } else if constexpr (!Backend::asynchronous) {
     apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
   }
-  if (!apply) {  // skipped (NonFinite::Skip, counted on the backend) or a failed batch
-    b.awaiting_backward = false;
-    return;
-  }
+  return apply;  // false: skipped (NonFinite::Skip, counted on the backend) or a failed batch
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_backward(
+    const Opt& optimizer) {
+  using Rule = OptimizerRule<Opt>;
+  (void)optimizer;
+  Batch& b = current_;
+  detail::Counters* counters = counters_.data();
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const std::int64_t S = Rule::state_floats(config_.dim);
   if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
     if (S > 0) {            // all-zero bytes are 0.0 in every state precision
       opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
@@ -99,7 +119,6 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backwar
              state_ref()});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
-  b.awaiting_backward = false;
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file checkpoint.hpp
-/// @brief Checkpoint files of CachedEmbedding: the definitions of save() and load().
+/// @brief Checkpoints of CachedEmbedding: the definitions of save() and load(), and the
+/// same bytes in memory (save_to_bytes(), load_from_bytes()).
 ///
 /// The core (mpe/cached_embedding.hpp) declares save()/load() but holds no file code;
 /// this header supplies it (mpe/mpe.hpp includes it). The byte format (MPECKPT1, version
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,39 @@ struct CheckpointFile {
     const std::vector<std::uint8_t> bytes = ::mpe::detail::ckpt::read_file(path, prefix);
     ::mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), path.string());
   }
+
+  /// The bytes save() would write, in host memory (no file). Waits for `e`'s queued work.
+  template <class Embedding>
+  static std::vector<std::uint8_t> to_bytes(const Embedding& e) {
+    return ::mpe::detail::CheckpointAccess::save_bytes(e);
+  }
+
+  /// load() from bytes in host memory; `source` names them in messages.
+  template <class Embedding>
+  static void from_bytes(Embedding& e, std::span<const std::uint8_t> bytes, const std::string& source) {
+    e.throw_deferred();
+    ::mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), source);
+  }
 };
+
+/// A checkpoint in host memory: exactly the bytes CachedEmbedding::save() writes to a file
+/// (format MPECKPT1, docs/checkpoint_format.md), for callers that keep state in their own
+/// containers (a PyTorch state_dict, an object store). Waits for `e`'s queued work.
+/// `e`: a CachedEmbedding of any policies and backend. Throws what the reads of backend
+/// memory throw; never touches the file system.
+template <class Embedding>
+std::vector<std::uint8_t> save_to_bytes(const Embedding& e) {
+  return CheckpointFile::to_bytes(e);
+}
+
+/// Replaces `e`'s state with the checkpoint in `bytes` (host memory) after verifying all
+/// of it, exactly as CachedEmbedding::load() verifies a file. Throws mpe::checkpoint_error
+/// naming `source` and the first fault, std::invalid_argument for a state precision that
+/// is not `e`'s, or `e`'s pending deferred validation error; `e` is then unchanged.
+template <class Embedding>
+void load_from_bytes(Embedding& e, std::span<const std::uint8_t> bytes,
+                     const std::string& source = "in-memory checkpoint") {
+  CheckpointFile::from_bytes(e, bytes, source);
+}
 
 }  // namespace mpe::io

@@ -1,18 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: the type-erased interface over one mpe::CachedEmbedding instantiation
-// (a "group": the tables of one D). No torch headers here, so the instantiation
-// translation units (group_<storage>.cpp) compile without them.
+// mpe_torch: the type-erased interface over one mpe::MixedDimEmbedding instantiation.
+// No torch headers here, so the instantiation translation units (group_<storage>.cpp)
+// compile without them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <memory>
+#include <mpe/mixed_dim_embedding.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <mpe/types.hpp>
 
 namespace mpe_torch {
 
@@ -37,11 +35,12 @@ enum class Target { Same, Fp32, Fp16, Int8, Int4 };
 
 struct LayoutSpec {
   Layout layout = Layout::Fused;
-  std::int32_t alignment = 1;     // Fused: INT8 code alignment; TbeInference: row alignment
-  bool scale_bias_last = false;   // TbeInference only
+  std::int32_t alignment = 1;    // Fused: INT8 code alignment; TbeInference: row alignment
+  bool scale_bias_last = false;  // TbeInference only
 };
 
-/// One CachedEmbedding<Storage, Cache, Rounding> (HostBackend), type-erased.
+/// One mpe::MixedDimEmbedding<Storage, Cache, Rounding> (all T tables, any mix of D),
+/// type-erased. Table indices are the module's (spec order).
 class Group {
  public:
   virtual ~Group() = default;
@@ -51,27 +50,32 @@ class Group {
                                  std::span<float> out, mpe::Pooling pooling,
                                  std::span<const float> psw) const = 0;
   virtual void backward(std::span<const float> grad_output, const OptSpec& opt) = 0;
-  virtual void save(const std::filesystem::path& path) const = 0;
-  virtual void load(const std::filesystem::path& path) = 0;
-  /// A new object of the same type and configuration (for all-or-nothing loads).
-  virtual std::unique_ptr<Group> fresh() const = 0;
-  /// Swaps the whole state with `other` (same type; checked).
-  virtual void swap(Group& other) = 0;
-  virtual std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& layout, Target target) = 0;
-  virtual std::size_t export_row_bytes(const LayoutSpec& layout, Target target) const = 0;
+  /// The exact state, mpe's MPEMIXD1 checkpoint bytes (MixedDimEmbedding::save_bytes).
+  virtual std::vector<std::uint8_t> save_bytes() const = 0;
+  /// Verifies all of `bytes` and only then replaces the state (MixedDimEmbedding::load_bytes).
+  virtual void load_bytes(std::span<const std::uint8_t> bytes) = 0;
+  virtual std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& layout,
+                                                 Target target) = 0;
+  virtual std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& layout, Target target) const = 0;
   virtual std::int64_t import_table(std::int64_t table, const LayoutSpec& layout,
                                     std::span<const std::uint8_t> bytes) = 0;
-  virtual void get_weights(std::span<float> out, std::int64_t first_row) const = 0;
-  virtual void set_weights(std::span<const float> w, std::int64_t first_row) = 0;
+  virtual void get_weights(std::int64_t table, std::span<float> out) const = 0;
+  virtual void set_weights(std::int64_t table, std::span<const float> w) = 0;
   virtual void init_uniform(float low, float high) = 0;
   virtual void flush() = 0;
   virtual mpe::CacheStats stats() const = 0;
   virtual void reset_stats() = 0;
   virtual mpe::MemoryFootprint memory() const = 0;
   virtual std::uint64_t step() const = 0;
-  virtual std::int64_t cache_slots() const = 0;
-  virtual std::int64_t table_offset(std::int64_t t) const = 0;
-  virtual const mpe::EmbeddingConfig& config() const = 0;
+  virtual std::int64_t total_dim() const = 0;
+  // The D-groups of the MixedDimEmbedding.
+  virtual std::size_t num_groups() const = 0;
+  virtual std::int32_t group_dim(std::size_t g) const = 0;
+  virtual std::vector<std::int64_t> group_tables(std::size_t g) const = 0;
+  virtual std::int64_t group_cache_slots(std::size_t g) const = 0;
+  virtual std::uint64_t group_seed(std::size_t g) const = 0;
+  virtual mpe::CacheStats group_stats(std::size_t g) const = 0;
+  virtual mpe::MemoryFootprint group_memory(std::size_t g) const = 0;
   virtual std::string type_name() const = 0;
 };
 
@@ -85,14 +89,14 @@ struct PolicyNames {
 /// The combinations compiled into this build, as "storage/cache/rounding".
 std::vector<std::string> built_combinations();
 
-/// Builds a group, or throws std::invalid_argument listing the built combinations.
-std::unique_ptr<Group> make_group(const PolicyNames& names, const mpe::EmbeddingConfig& cfg);
+/// Builds the object, or throws std::invalid_argument listing the built combinations.
+std::unique_ptr<Group> make_group(const PolicyNames& names, const mpe::MixedDimConfig& cfg);
 
 // One factory per storage format, each in its own translation unit (group_<storage>.cpp).
 // They return nullptr for a cache/rounding not built.
-std::unique_ptr<Group> make_group_fp32(const PolicyNames&, const mpe::EmbeddingConfig&);
-std::unique_ptr<Group> make_group_fp16(const PolicyNames&, const mpe::EmbeddingConfig&);
-std::unique_ptr<Group> make_group_int8(const PolicyNames&, const mpe::EmbeddingConfig&);
-std::unique_ptr<Group> make_group_int4(const PolicyNames&, const mpe::EmbeddingConfig&);
+std::unique_ptr<Group> make_group_fp32(const PolicyNames&, const mpe::MixedDimConfig&);
+std::unique_ptr<Group> make_group_fp16(const PolicyNames&, const mpe::MixedDimConfig&);
+std::unique_ptr<Group> make_group_int8(const PolicyNames&, const mpe::MixedDimConfig&);
+std::unique_ptr<Group> make_group_int4(const PolicyNames&, const mpe::MixedDimConfig&);
 
 }  // namespace mpe_torch

@@ -3,7 +3,7 @@
 #include "group_impl.hpp"
 
 namespace mpe_torch {
-std::unique_ptr<Group> make_group_fp32(const PolicyNames& n, const mpe::EmbeddingConfig& cfg) {
+std::unique_ptr<Group> make_group_fp32(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
   return make_group_for<mpe::Fp32>(n, cfg);
 }
 }  // namespace mpe_torch

@@ -184,6 +184,23 @@ class AtomicWriter {
   std::size_t ops_ = 0;
 };
 
+/// The in-memory sink of a checkpoint (same interface as AtomicWriter, no commit step).
+class MemoryWriter {
+ public:
+  void write(const void* p, std::size_t n) {
+    crc_ = fmt::crc32c(p, n, crc_);
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    bytes_.insert(bytes_.end(), b, b + n);
+  }
+  std::uint32_t crc() const { return crc_; }
+  std::uint64_t bytes() const { return bytes_.size(); }
+  std::vector<std::uint8_t> take() { return std::move(bytes_); }
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+  std::uint32_t crc_ = 0;
+};
+
 /// Reads a whole file into memory; failures throw checkpoint_error naming the path.
 inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path, const std::string& prefix) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -323,11 +340,29 @@ struct CheckpointAccess {
     return v;
   }
 
+  /// Writes the file to `path` atomically (ckpt::AtomicWriter).
   template <class E>
   static void save(const E& e, const std::filesystem::path& path) {
+    const ckpt::Bytes head = header(e);
+    ckpt::AtomicWriter w(path);
+    write(e, head, w);
+    w.commit();
+  }
+
+  /// The same bytes as save() writes, in host memory.
+  template <class E>
+  static std::vector<std::uint8_t> save_bytes(const E& e) {
+    const ckpt::Bytes head = header(e);
+    ckpt::MemoryWriter w;
+    write(e, head, w);
+    return w.take();
+  }
+
+  /// Writes header, sections and trailer to `w` (an AtomicWriter or a MemoryWriter).
+  template <class E, class Writer>
+  static void write(const E& e, const ckpt::Bytes& head, Writer& w) {
     namespace fmt = io::checkpoint;
     using Backend = typename E::backend_type;
-    const ckpt::Bytes head = header(e);
     Section buffers[fmt::kNumBufferSections];
     sections(e, buffers);
     Section sec[fmt::kNumSections];
@@ -335,7 +370,6 @@ struct CheckpointAccess {
     const std::vector<std::uint8_t> pending = pending_batch(e);
     sec[fmt::kNumBufferSections] = {pending.data(), pending.size()};
     sec[fmt::kOptimizerCacheSection] = optimizer_cache(e);
-    ckpt::AtomicWriter w(path);
     w.write(head.v.data(), head.v.size());
     std::vector<std::uint8_t> staging;
     for (std::uint32_t i = 0; i < fmt::kNumSections; ++i) {
@@ -366,7 +400,6 @@ struct CheckpointAccess {
     w.write(t.v.data(), t.v.size());
     const std::uint32_t file_crc = w.crc();
     w.write(&file_crc, 4);
-    w.commit();
   }
 
   /// Verifies `data` (a whole checkpoint) against `e`'s configuration and, only if all of
