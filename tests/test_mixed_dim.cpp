@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // MixedDimEmbedding: tables of D = 1, 3, 16, 64, 130 in one object.
+//   - layout: groups in order of first appearance, columns, constructor refusals, not
+//     copyable but movable;
 //   - Fp32 store, no cache: forward and SGD / row-wise Adagrad training equal a plain FP32
 //     embedding bag per table (tests/reference/embedding_bag.hpp, no mpe code), bit for bit;
 //   - quantized stores with a cache: each D-group equals a single-D CachedEmbedding fed the
 //     group's share of the batch by hand (the columns land where the specs say), and a
 //     one-D object equals one CachedEmbedding exactly;
-//   - all or nothing: bad input and a gradient that overflows in one group change no group;
-//   - checkpoints: in-memory and file round trips resume bit-identically; corrupt bytes
-//     are refused and change nothing; io::save_to_bytes equals the file save() writes.
+//   - all or nothing: bad input and a gradient that overflows in one group change no group,
+//     messages in the caller's numbering; NonFinite::Skip skips every group, counted once;
+//   - checkpoints: in-memory and file round trips resume bit-identically (also into an
+//     object of another seed); corrupt, truncated and other-spec bytes are refused and
+//     change nothing; io::save_to_bytes equals the file save() writes and load_from_bytes
+//     refuses a corrupt copy.
 #include <doctest/doctest.h>
 #include <unistd.h>
 

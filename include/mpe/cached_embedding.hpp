@@ -295,7 +295,8 @@ class CachedEmbedding {
                        std::size_t output_size) const;
   // backward() in two phases (MixedDimEmbedding steps all its groups or none):
   // prepare_backward validates, sums the gradients and computes every update and new
-  // state into workspace (changes no weight or state; throws what backward() throws) and
+  // state into workspace (changes no weight or optimizer state; under NonFinite::Skip it
+  // counts a skipped step in stats; throws what backward() throws) and
   // returns whether the step applies; apply_backward writes the prepared step. Neither
   // clears awaiting_backward.
   template <Optimizer Opt>

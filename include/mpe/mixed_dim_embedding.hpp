@@ -405,7 +405,7 @@ class MixedDimEmbedding {
   }
 
   /// load_bytes() of the file at `path`. Throws mpe::checkpoint_error naming the path for
-  /// an unreadable or bad file; the object is then unchanged.
+  /// an unreadable or bad file, or what load_bytes() throws; the object is then unchanged.
   void load(const std::filesystem::path& path) {
     const std::vector<std::uint8_t> bytes =
         detail::ckpt::read_file(path, "mpe::MixedDimEmbedding::load: '" + path.string() + "': ");

@@ -317,6 +317,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         bytes (every group's checkpoint loaded into a new object) before swapping them in."""
         keys = self._state_keys(prefix)
         extra_key = prefix + "_extra_state"
+        # A state of another format (format 1: `mpe_group_<g>` tensors) is named before its
+        # keys are compared, whatever `strict` is.
+        extra = state_dict.get(extra_key)
+        if extra is not None and (not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT):
+            got = extra.get("format") if isinstance(extra, dict) else None
+            raise ValueError(f"mpe_torch: {extra_key} has state format {got!r}; this mpe_torch reads format "
+                             f"{_STATE_FORMAT} (format 1, written before the module used mpe::MixedDimEmbedding, "
+                             "held one tensor per D-group and is not read)")
         absent = [k for k in keys + [extra_key] if k not in state_dict]
         if absent:
             missing_keys.extend(absent)
@@ -325,12 +333,6 @@ class TableBatchedEmbeddingBags(nn.Module):
             for k in state_dict:
                 if k.startswith(prefix) and k not in keys and k != extra_key and "." not in k[len(prefix):]:
                     unexpected_keys.append(k)
-        extra = state_dict[extra_key]
-        if not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT:
-            got = extra.get("format") if isinstance(extra, dict) else None
-            raise ValueError(f"mpe_torch: {extra_key} has state format {got!r}; this mpe_torch reads format "
-                             f"{_STATE_FORMAT} (format 1, written before the module used mpe::MixedDimEmbedding, "
-                             "held one tensor per D-group and is not read)")
         mine, theirs = self._config, extra.get("config", {})
         for field in ("specs", "pooling_mode", "optimizer"):
             a, b = mine[field], theirs.get(field)

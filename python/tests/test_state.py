@@ -139,3 +139,16 @@ def test_loaded_seed_replaces_the_modules():
     assert [g["seed"] for g in b.groups()] == [g["seed"] for g in a.groups()]
     data = batches(cfg["specs"], 2, seed=8)
     assert all(torch.equal(x, y) for x, y in zip(train(a, data), train(b, data)))
+
+
+def test_format_1_state_is_named():
+    """A state written before the module used MixedDimEmbedding (one `mpe_group_<g>` tensor per
+    D-group, `_extra_state` format 1) is refused naming its format, with strict on or off."""
+    cfg = CONFIGS[2]
+    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    sd = m.state_dict()
+    old = {"mpe_group_0": sd["mpe_state"], "mpe_group_1": sd["mpe_state"],
+           "_extra_state": dict(sd["_extra_state"], format=1)}
+    for strict in (True, False):
+        with pytest.raises(ValueError, match="state format 1"):
+            m.load_state_dict(old, strict=strict)
