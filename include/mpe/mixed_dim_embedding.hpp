@@ -156,8 +156,10 @@ class MixedDimEmbedding {
                std::span<const float> per_sample_weights = {}) {
     const std::int64_t B = check("forward", indices, offsets, output.size(), pooling, per_sample_weights);
     pending_ = false;
-    run_forward(indices, offsets, output, pooling, per_sample_weights, B,
-                [&](std::size_t g, auto&... a) { groups_[g].forward(a...); });
+    each_group(
+        indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
+        [&](std::size_t g, auto i, auto o, auto out, auto w) { groups_[g].forward(i, o, out, pooling, w); });
+    pending_B_ = B;
     pending_ = true;
   }
 
@@ -168,18 +170,11 @@ class MixedDimEmbedding {
                          std::span<const float> per_sample_weights = {}) const {
     const std::int64_t B =
         check("forward_inference", indices, offsets, output.size(), pooling, per_sample_weights);
-    if (groups_.size() == 1) {
-      groups_[0].forward_inference(indices, offsets, output, pooling, per_sample_weights);
-      return;
-    }
-    detail::GroupBatch b;
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      detail::split_mixed_batch(layout_, g, indices, offsets, per_sample_weights, B, b);
-      b.buffer.resize(static_cast<std::size_t>(B) * layout_.group_tables[g].size() *
-                      static_cast<std::size_t>(layout_.group_dim[g]));
-      groups_[g].forward_inference(b.indices, b.offsets, b.buffer, pooling, b.weights);
-      detail::copy_mixed_columns<true>(layout_, g, b.buffer.data(), output.data(), B);
-    }
+    detail::GroupBatch b;  // per call, so concurrent const calls share nothing
+    each_group(indices, offsets, output, per_sample_weights, B, &b, 0,
+               [&](std::size_t g, auto i, auto o, auto out, auto w) {
+                 groups_[g].forward_inference(i, o, out, pooling, w);
+               });
   }
 
   /// Applies `optimizer` for the last forward() in every group: grad_output (B, sum D_t).
@@ -213,8 +208,7 @@ class MixedDimEmbedding {
       std::span<const float> go = grad_output;
       if (groups_.size() > 1) {
         detail::GroupBatch& b = batches_[g];
-        b.buffer.resize(static_cast<std::size_t>(B) * layout_.group_tables[g].size() *
-                        static_cast<std::size_t>(layout_.group_dim[g]));
+        b.buffer.resize(group_elements(g, B));
         detail::copy_mixed_columns<false>(layout_, g, b.buffer.data(), grad_output.data(), B);
         go = b.buffer;
       }
@@ -242,7 +236,8 @@ class MixedDimEmbedding {
     pending_ = false;
   }
 
-  /// Writes every group's dirty cache rows back to the store (CachedEmbedding::flush).
+  /// Writes every group's dirty cache rows back to the store (CachedEmbedding::flush: Rounding,
+  /// site Flush); rows stay cached. Synchronous; never throws for valid state.
   void flush() {
     for (auto& e : groups_) e.flush();
   }
@@ -279,7 +274,9 @@ class MixedDimEmbedding {
   }
 
   /// Initializes every row uniformly in [low, high), each group from its own seed
-  /// (CachedEmbedding::init_uniform).
+  /// (CachedEmbedding::init_uniform; drops the caches). Throws std::invalid_argument unless
+  /// low < high, both finite and within Storage::limit (checked by group 0 before any group
+  /// changes).
   void init_uniform(float low, float high) {
     for (auto& e : groups_) e.init_uniform(low, high);
   }
@@ -289,6 +286,8 @@ class MixedDimEmbedding {
   /// The exact state as bytes in host memory: format MPEMIXD1 (docs/checkpoint_format.md,
   /// "Mixed-D container"): magic, version 1, the table specs, then each group's MPECKPT1
   /// checkpoint (io::save_to_bytes) with its length, then a CRC-32C of everything before.
+  /// Size: about the sum of the groups' checkpoint sizes (bytes); one group's checkpoint is
+  /// held beside the container while it is appended. Throws std::bad_alloc.
   std::vector<std::uint8_t> save_bytes() const {
     detail::ckpt::Bytes b;
     b.raw(kMagic, 8);
@@ -418,21 +417,8 @@ class MixedDimEmbedding {
   /// this object (each once).
   CacheStats stats() const {
     CacheStats s;
-    for (const auto& e : groups_) {
-      const CacheStats g = e.stats();
-      s.lookups += g.lookups;
-      s.unique_rows += g.unique_rows;
-      s.hits += g.hits;
-      s.misses += g.misses;
-      s.conflict_misses += g.conflict_misses;
-      s.evictions += g.evictions;
-      s.writebacks += g.writebacks;
-      s.lfu_rejections += g.lfu_rejections;
-      s.saturated_rows += g.saturated_rows;
-      s.bytes_filled += g.bytes_filled;
-      s.bytes_written_back += g.bytes_written_back;
-    }
-    s.skipped_steps = groups_[0].stats().skipped_steps;
+    for (const auto& e : groups_) s += e.stats();
+    s.skipped_steps = groups_[0].stats().skipped_steps;  // counted once, in group 0 (see backward())
     return s;
   }
   /// Zeroes every group's counters.
@@ -467,19 +453,22 @@ class MixedDimEmbedding {
   std::uint64_t step() const { return groups_[0].step(); }
   /// Number of D-groups (distinct D values).
   std::size_t num_groups() const { return groups_.size(); }
-  /// D of group g.
+  /// D of group g (elements per row). Throws std::out_of_range for g >= num_groups().
   std::int32_t group_dim(std::size_t g) const { return layout_.group_dim.at(g); }
   /// Tables of group g, in spec order (their local indices in the group are 0, 1, ...).
+  /// Throws std::out_of_range for g >= num_groups().
   const std::vector<std::int64_t>& group_tables(std::size_t g) const { return layout_.group_tables.at(g); }
-  /// The group holding table t (its CachedEmbedding, e.g. for io::export_table) and t's
-  /// table index inside it.
+  /// {group index, t's table index inside that group} for table t (e.g. for
+  /// io::export_table(group(g), local, ...)). Throws std::invalid_argument for t outside [0, T).
   std::pair<std::size_t, std::int64_t> locate(std::int64_t t) const {
     const std::size_t i = table_index("locate", t);
     return {static_cast<std::size_t>(layout_.group_of[i]), layout_.local[i]};
   }
-  /// Group g's CachedEmbedding (for its own introspection, export and import).
+  /// Group g's CachedEmbedding (for its own introspection, export and import; host memory,
+  /// valid until this object is moved, loaded or destroyed). Throws std::out_of_range for
+  /// g >= num_groups().
   group_type& group(std::size_t g) { return groups_.at(g); }
-  /// Group g's CachedEmbedding.
+  /// Group g's CachedEmbedding (as above, read-only).
   const group_type& group(std::size_t g) const { return groups_.at(g); }
 
  private:
@@ -570,25 +559,29 @@ class MixedDimEmbedding {
     return B;
   }
 
+  /// Elements of group g's buffer: (B, k_g * D_g).
+  std::size_t group_elements(std::size_t g, std::int64_t B) const {
+    return static_cast<std::size_t>(B) * layout_.group_tables[g].size() *
+           static_cast<std::size_t>(layout_.group_dim[g]);
+  }
+
+  /// Runs `run(g, indices, offsets, out, weights)` for every group on its share of a
+  /// checked batch and scatters its out into `output`'s columns; group g uses
+  /// bufs[g * buf_step] (buf_step 0: one buffer for all). One group: the caller's spans.
   template <class Run>
-  void run_forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
-                   std::span<float> output, Pooling pooling, std::span<const float> w, std::int64_t B,
-                   Run&& run) {
-    pending_B_ = B;
+  void each_group(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+                  std::span<float> output, std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs,
+                  std::size_t buf_step, Run&& run) const {
     if (groups_.size() == 1) {
-      std::span<const float> ww = w;
-      run(0, indices, offsets, output, pooling, ww);
+      run(0, indices, offsets, output, w);
       return;
     }
     for (std::size_t g = 0; g < groups_.size(); ++g) {
-      detail::GroupBatch& b = batches_[g];
+      detail::GroupBatch& b = bufs[g * buf_step];
       detail::split_mixed_batch(layout_, g, indices, offsets, w, B, b);
-      b.buffer.resize(static_cast<std::size_t>(B) * layout_.group_tables[g].size() *
-                      static_cast<std::size_t>(layout_.group_dim[g]));
-      std::span<const std::int64_t> gi = b.indices, go = b.offsets;
-      std::span<float> out = b.buffer;
-      std::span<const float> gw = b.weights;
-      run(g, gi, go, out, pooling, gw);
+      b.buffer.resize(group_elements(g, B));
+      run(g, std::span<const std::int64_t>(b.indices), std::span<const std::int64_t>(b.offsets),
+          std::span<float>(b.buffer), std::span<const float>(b.weights));
       detail::copy_mixed_columns<true>(layout_, g, b.buffer.data(), output.data(), B);
     }
   }

@@ -67,6 +67,22 @@ struct CacheStats {
   std::uint64_t bytes_filled = 0;        ///< store bytes read to fill cache rows (+ 2S compact state)
   std::uint64_t bytes_written_back = 0;  ///< store bytes written by write-backs (+ 2S compact state)
   std::uint64_t skipped_steps = 0;       ///< backward() steps skipped for non-finite input (NonFinite::Skip)
+  /// Adds another object's counters field by field (e.g. the groups or shards of one table set).
+  CacheStats& operator+=(const CacheStats& o) {
+    lookups += o.lookups;
+    unique_rows += o.unique_rows;
+    hits += o.hits;
+    misses += o.misses;
+    conflict_misses += o.conflict_misses;
+    evictions += o.evictions;
+    writebacks += o.writebacks;
+    lfu_rejections += o.lfu_rejections;
+    saturated_rows += o.saturated_rows;
+    bytes_filled += o.bytes_filled;
+    bytes_written_back += o.bytes_written_back;
+    skipped_steps += o.skipped_steps;
+    return *this;
+  }
 };
 
 /// Bytes as allocated.

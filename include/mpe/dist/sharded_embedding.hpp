@@ -352,7 +352,7 @@ class ShardedEmbedding {
   /// This rank's counters: the sum over its local tables (local, no communication).
   CacheStats stats() const {
     CacheStats s;
-    for (const auto& l : locals_) add(s, l->stats());
+    for (const auto& l : locals_) s += l->stats();
     return s;
   }
   /// The counters summed over all ranks (collective: one MPI_Allreduce).
@@ -548,13 +548,6 @@ class ShardedEmbedding {
     return s;
   }
   static std::string format_float(float x) { return mpe::format_float(x); }
-  static void add(CacheStats& a, const CacheStats& b) {
-    a.lookups += b.lookups, a.unique_rows += b.unique_rows, a.hits += b.hits, a.misses += b.misses;
-    a.conflict_misses += b.conflict_misses, a.evictions += b.evictions, a.writebacks += b.writebacks;
-    a.lfu_rejections += b.lfu_rejections, a.saturated_rows += b.saturated_rows,
-        a.bytes_filled += b.bytes_filled;
-    a.bytes_written_back += b.bytes_written_back, a.skipped_steps += b.skipped_steps;
-  }
   static std::string shard_file(int r, std::size_t g, std::uint64_t step) {
     return "step" + std::to_string(step) + ".rank" + std::to_string(r) + ".group" + std::to_string(g) +
            ".mpe";
