@@ -181,8 +181,9 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   std::vector<float> src(2 * D);
   for (int i = 0; i < 2; ++i)
     for (int d = 0; d < D; ++d) src[static_cast<std::size_t>(i * D + d)] = static_cast<float>(i) + 0.5f * d;
+  const std::uint64_t step0 = 0;  // completed backward() calls (read for the rounding stream)
   const mpe::detail::WriteRows<S, mpe::NearestRounding> wr{
-      no_cache, store, stride, r0, src.data(), 0, 0, mpe::num::RoundingSite::SetWeights};
+      no_cache, store, stride, r0, src.data(), 0, &step0, mpe::num::RoundingSite::SetWeights};
   wr(0);
   wr(1);
   // the bytes landed in the real buffer: decode them independently (scale, bias floats)

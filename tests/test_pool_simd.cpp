@@ -271,6 +271,73 @@ TEST_CASE("fast and portable pooling give the same bits") {
   SUBCASE("Fp8Rowwise") { check_format<mpe::Fp8E4M3Rowwise>(); }
 }
 
+#if MPE_HOST_SIMD
+namespace {
+/// Whether every 64-byte line that a row of `bytes` bytes at byte offset `off` of `base`
+/// touches holds a prefetch point of for_row_lines<Lines>(.., lines, ..), and every point
+/// lies inside the row.
+template <std::int32_t Lines>
+bool points_cover(const std::uint8_t* base, std::size_t off, std::size_t bytes, std::int32_t lines) {
+  const std::uint8_t* p = base + off;
+  std::vector<bool> hit((off + bytes + 63) / 64 + 1, false);
+  bool inside = true;
+  mpe::detail::simd::for_row_lines<Lines>(p, lines, bytes - 1, [&](const std::uint8_t* a) {
+    inside = inside && a >= p && a < p + bytes;
+    if (a >= base) hit[static_cast<std::size_t>(a - base) / 64] = true;
+  });
+  for (std::size_t l = off / 64; l <= (off + bytes - 1) / 64; ++l) {
+    if (!hit[l]) return false;
+  }
+  return inside;
+}
+}  // namespace
+
+TEST_CASE("store-only pooling prefetches every line of the row ahead, and nothing outside it") {
+  // Exact enumeration: rows of 1 .. 600 bytes at strides that keep them on 64-byte lines
+  // (row_lines counts ceil(bytes / 64) points) and at every misaligned start (one more).
+  alignas(64) static std::uint8_t buf[64 * 64];
+  for (std::size_t bytes = 1; bytes <= 600; ++bytes) {
+    const std::size_t aligned_stride = (bytes + 63) / 64 * 64;
+    const std::int32_t la = mpe::detail::simd::row_lines(buf, aligned_stride, bytes);
+    CHECK(la == static_cast<std::int32_t>((bytes + 63) / 64));
+    for (std::size_t row = 0; row < 3; ++row) {
+      const std::size_t off = row * aligned_stride;
+      if (off + bytes > sizeof buf) break;
+      CHECK(points_cover<0>(buf, off, bytes, la));
+    }
+    const std::int32_t lu = mpe::detail::simd::row_lines(buf, bytes, bytes);  // stride = bytes
+    if (bytes % 64 != 0) {
+      CHECK(lu == la + 1);
+    }
+    const std::int32_t lm = mpe::detail::simd::row_lines(buf + 1, aligned_stride, bytes);  // store misaligned
+    CHECK(lm == la + 1);
+    for (std::size_t off = 0; off < 64 && off + bytes <= sizeof buf; ++off) {
+      INFO("bytes ", bytes, " offset ", off);
+      CHECK(points_cover<0>(buf, off, bytes, lm));
+      switch (lm) {  // the straight-line copies pooling uses for up to 5 points
+        case 1:
+          CHECK(points_cover<1>(buf, off, bytes, lm));
+          break;
+        case 2:
+          CHECK(points_cover<2>(buf, off, bytes, lm));
+          break;
+        case 3:
+          CHECK(points_cover<3>(buf, off, bytes, lm));
+          break;
+        case 4:
+          CHECK(points_cover<4>(buf, off, bytes, lm));
+          break;
+        case 5:
+          CHECK(points_cover<5>(buf, off, bytes, lm));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+#endif
+
 TEST_CASE("forward() and forward_inference() give the same bits with the fast path on and off") {
   const SimdSwitch restore;
   for (const std::int32_t D : {3, 64, 130}) {

@@ -35,7 +35,11 @@
 ///
 /// Variants (--variants): fbgemm (GenerateEmbeddingSpMDM / GenerateEmbeddingSpMDMNBit(4),
 /// prefetch distance 16), mpe_fwd (`CachedEmbedding::forward()`, cache_rows = 0,
-/// HostBackend{1}), mpe_inf (`forward_inference()` on a second object with the same bytes).
+/// HostBackend{1}), mpe_inf (`forward_inference()` on a second object with the same bytes),
+/// mpe_cached (`forward()` on a third object with the same bytes and an Lru<32> FP32 cache of
+/// --cache-pct % of the rows, no prefetch(): every call validates, sorts and deduplicates
+/// the batch, admits rows (fills and evictions) and pools from the cache and the store: the
+/// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches).
 ///
 /// Output: a readable table and lines prefixed "CSV," (header first).
 #include <fbgemm/FbgemmEmbedding.h>
@@ -197,6 +201,7 @@ struct Options {
   int reps = 40;
   std::int64_t pool_batches = 16;
   double zipf_s = 1.05;
+  double cache_pct = 5.0;  // mpe_cached
   std::size_t limit_mib = 2048;
   int fb_prefetch = 16;
 };
@@ -224,7 +229,8 @@ void usage() {
       "  --dims D,D,...       embedding dims (default 64)\n"
       "  --precs P,...        fp32,fp16,int8,int4 (default all)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
-      "  --variants V,...     fbgemm,mpe_fwd,mpe_inf (default fbgemm,mpe_fwd)\n"
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_inf,mpe_cached (default fbgemm,mpe_fwd)\n"
+      "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
       "  --batch B            bags per batch (default 2048)\n"
       "  --bag L              indices per bag (default 32)\n"
       "  --reps R             timed rounds (default 40)\n"
@@ -266,6 +272,8 @@ Options parse(int argc, char** argv) {
       o.pool_batches = std::stoll(val());
     } else if (a == "--zipf-s") {
       o.zipf_s = std::stod(val());
+    } else if (a == "--cache-pct") {
+      o.cache_pct = std::stod(val());
     } else if (a == "--limit-mib") {
       o.limit_mib = static_cast<std::size_t>(std::stoll(val()));
     } else if (a == "--fbgemm-prefetch") {
@@ -416,6 +424,19 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     mpe::io::import_table(*emb_inf, 0, mpe::interop::FbgemmFused{},
                           std::span<const std::uint8_t>(fbt.p, total));
   }
+  std::unique_ptr<E> emb_cached;  // mpe_cached: the same bytes behind an FP32 cache of --cache-pct rows
+  if (has("mpe_cached")) {
+    mpe::EmbeddingConfig cc = cfg;
+    cc.cache_rows = std::max<std::int64_t>(
+        32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
+    emb_cached = std::make_unique<E>(cc, be);
+    mpe::io::import_table(*emb_cached, 0, mpe::interop::FbgemmFused{},
+                          std::span<const std::uint8_t>(fbt.p, total));
+    std::printf(
+        "# mpe_cached: Lru<32> cache of %lld rows (%.2f %% of the table), forward() populates every call\n",
+        static_cast<long long>(emb_cached->cache_slots()),
+        100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows));
+  }
   std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
               prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
               secs(t0, clk::now()));
@@ -445,6 +466,11 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         x.run = [&](const std::int64_t* ind, float* out) {
           emb.forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                       std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
+      } else if (v == "mpe_cached") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          emb_cached->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                              std::span<float>(out, static_cast<std::size_t>(B * D)));
         };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {

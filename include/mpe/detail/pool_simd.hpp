@@ -48,7 +48,7 @@
 namespace mpe::detail {
 
 /// Occurrences ahead whose rows forward pooling prefetches (host only; FBGEMM's default
-/// distance).
+/// distance; 32 measured no better for 36 - 256-byte rows with the store-only loop below).
 #ifdef MPE_POOL_PREFETCH_AHEAD
 inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
 #else
@@ -111,6 +111,10 @@ inline bool set_host_simd(bool on) {
 }
 
 #define MPE_SIMD_TARGET __attribute__((target("avx2,f16c")))
+// Row decoders: inlined always (a decoder left out of line spills pooling's accumulators);
+// the trivial constructors of Fp32 / Fp16 / Bf16 rows are not marked, so code built without
+// AVX2 (tests) can make those rows.
+#define MPE_SIMD_ROW [[gnu::always_inline]] MPE_SIMD_TARGET
 
 namespace simd {
 
@@ -123,7 +127,9 @@ template <>
 struct Row<Fp32> {
   const std::uint8_t* p;
   MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+  /// The same row seen from column c0 (a multiple of 8): load8(c) reads columns c0 + c.
+  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 4 * static_cast<std::size_t>(c0), 0); }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * static_cast<std::size_t>(c)));
   }
 };
@@ -132,7 +138,8 @@ template <>
 struct Row<Fp16> {
   const std::uint8_t* p;
   MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 2 * static_cast<std::size_t>(c0), 0); }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
     const __m256i hw = _mm256_castps_si256(_mm256_cvtph_ps(h));
     // NaN codes: the hardware sets the quiet bit; take bit 22 from the code's bit 9.
@@ -149,7 +156,8 @@ template <>
 struct Row<Bf16> {
   const std::uint8_t* p;
   MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 2 * static_cast<std::size_t>(c0), 0); }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
@@ -159,9 +167,14 @@ template <>
 struct Row<Int8Rowwise> {
   const std::uint8_t* p;
   __m256 scale, bias;
-  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D)
+  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D)
       : p(r), scale(_mm256_set1_ps(num::load_f32(r + D))), bias(_mm256_set1_ps(num::load_f32(r + D + 4))) {}
-  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+  MPE_SIMD_ROW Row at(std::int32_t c0) const {
+    Row r = *this;
+    r.p += c0;
+    return r;
+  }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c));
     const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
     return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
@@ -172,7 +185,7 @@ template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
   __m256 scale, bias;
-  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
     const std::int32_t nb = (D + 1) / 2;
     const std::uint16_t sh = num::load_u16(r + nb), bh = num::load_u16(r + nb + 2);
     if (((sh & 0x7fffu) > 0x7c00u) || ((bh & 0x7fffu) > 0x7c00u)) {  // NaN: the exact software decode
@@ -185,7 +198,12 @@ struct Row<Int4Rowwise> {
       bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sb));
     }
   }
-  MPE_SIMD_TARGET __m256 load8(std::int32_t c) const {
+  MPE_SIMD_ROW Row at(std::int32_t c0) const {
+    Row r = *this;
+    r.p += c0 / 2;
+    return r;
+  }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
     // Elements c .. c+7 are the 8 nibbles of the 4 bytes at c/2, low nibble first.
     std::uint32_t w;
     __builtin_memcpy(&w, p + c / 2, 4);
@@ -216,21 +234,60 @@ inline constexpr bool has_row<Int8Rowwise> = true;
 template <>
 inline constexpr bool has_row<Int4Rowwise> = true;
 
-/// Row source of store-only pooling: occurrence i reads store row rows[i].
+/// Prefetch points of one row of `last` + 1 bytes at p: p + last, and p + 64 k for
+/// k < lines - 1; `f(address)` is called for each. With lines = row_lines(...) every 64-byte
+/// line the row touches gets one (the points p + 64 k step one line each, the last byte's
+/// line ends it). `Lines` > 0: that many points in straight-line code; 0: `lines` at run time.
+template <std::int32_t Lines, class F>
+[[gnu::always_inline]] inline void for_row_lines(const std::uint8_t* p, std::int32_t lines, std::size_t last,
+                                                 F&& f) {
+  f(p + last);
+  if constexpr (Lines > 0) {
+    for (std::int32_t k = 0; k + 1 < Lines; ++k) f(p + 64 * static_cast<std::size_t>(k));
+  } else {
+    for (std::int32_t k = 0; k + 1 < lines; ++k) f(p + 64 * static_cast<std::size_t>(k));
+  }
+}
+
+/// A read prefetch into all cache levels. Inlined always: a separate function holding only
+/// prefetches is "const" to GCC's IPA and its calls are deleted (see prefetch_lines).
+struct PrefetchRead {
+  [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 3); }
+};
+
+/// Prefetches (read, all levels) the points of for_row_lines; host only.
+template <std::int32_t Lines>
+[[gnu::always_inline]] inline void prefetch_row_lines(const std::uint8_t* p, std::int32_t lines,
+                                                      std::size_t last) {
+  for_row_lines<Lines>(p, lines, last, PrefetchRead{});
+}
+
+/// Prefetch points per row for prefetch_row_lines: ceil(bytes / 64) where every row starts
+/// on a line (64-byte aligned store and stride), one more otherwise (a row may straddle one
+/// more line).
+inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std::size_t bytes) {
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(store) % 64 == 0) && stride % 64 == 0;
+  return static_cast<std::int32_t>((bytes + 63) / 64) + (aligned ? 0 : 1);
+}
+
+/// Row source of store-only pooling: occurrence i reads store row rows[i]. The first pass
+/// over a bag prefetches the row `distance` occurrences ahead (prefetch_row_lines).
 struct StoreRows {
   static constexpr bool may_be_cached = false;
   const std::uint8_t* store;
   std::size_t stride;
-  std::size_t bytes;  ///< data bytes of a row
+  std::size_t bytes;  ///< data bytes of a row (> 0)
   const index_t* rows;
-  index_t n;  ///< occurrences of the whole batch (prefetches stop at the last)
+  index_t n;           ///< occurrences of the whole batch (prefetches stop at the last)
+  std::int32_t lines;  ///< row_lines(store, stride, bytes)
+  index_t distance;    ///< prefetch distance in occurrences (kPoolPrefetchAhead)
   [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
     cached = false;
     return store + static_cast<std::size_t>(rows[i]) * stride;
   }
   [[gnu::always_inline]] inline void ahead(index_t i) const {
-    if (i + kPoolPrefetchAhead < n) {
-      prefetch_lines(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, bytes);
+    if (i + distance < n) {
+      prefetch_row_lines<0>(store + static_cast<std::size_t>(rows[i + distance]) * stride, lines, bytes - 1);
     }
   }
 };
@@ -274,33 +331,97 @@ MPE_SIMD_TARGET void pool_step8(float* out, const std::uint8_t* row, std::int32_
   _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(acc), x));
 }
 
+/// acc[v] += x (weighted: w * x) for x = columns [c0 + 8 v, + 8) of one row of format R.
+template <class R, bool Weighted, int NV>
+[[gnu::always_inline]] MPE_SIMD_TARGET inline void add_row(__m256 (&acc)[NV], const std::uint8_t* row,
+                                                           std::int32_t D, std::int32_t c0, __m256 w) {
+  const Row<R> r = Row<R>(row, D).at(c0);  // constant offsets below: one address register
+  for (int v = 0; v < NV; ++v) {
+    __m256 x = load8_for_arith<R>(r, 8 * v);
+    if constexpr (Weighted) x = _mm256_mul_ps(w, x);
+    acc[v] = _mm256_add_ps(acc[v], x);
+  }
+}
+
+/// Store-only rows [i, stop) of a bag into acc, each after prefetching the row
+/// src.distance occurrences ahead (prefetch_row_lines<Lines>); returns the first row
+/// not pooled (stop, or i when i >= stop).
+template <class S, bool Weighted, int NV, std::int32_t Lines>
+[[gnu::always_inline]] MPE_SIMD_TARGET inline index_t prefetched_rows(__m256 (&acc)[NV], const StoreRows& src,
+                                                                      index_t i, index_t stop,
+                                                                      const float* weights, std::int32_t D,
+                                                                      std::int32_t c0) {
+  const std::uint8_t* const store = src.store;
+  const std::size_t stride = src.stride;
+  const index_t* const rows = src.rows;
+  const index_t* const ahead_rows = rows + src.distance;
+  const std::int32_t lines = src.lines;
+  const std::size_t last = src.bytes - 1;
+  __m256 w = _mm256_setzero_ps();
+  for (; i < stop; ++i) {
+    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(ahead_rows[i]) * stride, lines, last);
+    if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
+    add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
+  }
+  return i;
+}
+
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
-/// index order. `src.row(i, cached)` gives occurrence i's row (an FP32 cache row when
-/// cached); with `Prefetch`, `src.ahead(i)` is called for each occurrence first.
+/// index order. StoreRows: occurrence i reads store row rows[i], and with `Prefetch` the
+/// row src.distance occurrences ahead is prefetched first (a loop with prefetches,
+/// then one without, so the per-row work is the prefetch points, the row's address and its
+/// loads and adds). FnRows: `src.row(i, cached)` gives the row (an FP32 cache row when
+/// cached) and, with `Prefetch`, `src.ahead(i)` is called first.
 template <class S, bool Weighted, int NV, bool Prefetch, class Src>
 MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t end, const float* weights,
                                          std::int32_t D, std::int32_t c0, float* o) {
   __m256 acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
-  for (index_t i = begin; i < end; ++i) {
-    if constexpr (Prefetch) src.ahead(i);
-    bool cached = false;
-    const std::uint8_t* row = src.row(i, cached);
-    __m256 w;
-    if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
-    if (Src::may_be_cached && cached) {
-      const Row<Fp32> r(row, D);
-      for (int v = 0; v < NV; ++v) {
-        __m256 x = r.load8(c0 + 8 * v);
-        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
-        acc[v] = _mm256_add_ps(acc[v], x);
+  __m256 w = _mm256_setzero_ps();
+  if constexpr (!Src::may_be_cached) {
+    const std::uint8_t* const store = src.store;
+    const std::size_t stride = src.stride;
+    const index_t* const rows = src.rows;
+    index_t i = begin;
+    if constexpr (Prefetch) {
+      // The loop with prefetches, one copy per common number of prefetch points (no branch
+      // on it per row); then the bag's last rows, whose rows ahead lie past the batch.
+      const index_t stop = end < src.n - src.distance ? end : src.n - src.distance;
+      switch (src.lines) {
+        case 1:
+          i = prefetched_rows<S, Weighted, NV, 1>(acc, src, i, stop, weights, D, c0);
+          break;
+        case 2:
+          i = prefetched_rows<S, Weighted, NV, 2>(acc, src, i, stop, weights, D, c0);
+          break;
+        case 3:
+          i = prefetched_rows<S, Weighted, NV, 3>(acc, src, i, stop, weights, D, c0);
+          break;
+        case 4:
+          i = prefetched_rows<S, Weighted, NV, 4>(acc, src, i, stop, weights, D, c0);
+          break;
+        case 5:
+          i = prefetched_rows<S, Weighted, NV, 5>(acc, src, i, stop, weights, D, c0);
+          break;
+        default:
+          i = prefetched_rows<S, Weighted, NV, 0>(acc, src, i, stop, weights, D, c0);
+          break;
       }
-    } else {
-      const Row<S> r(row, D);
-      for (int v = 0; v < NV; ++v) {
-        __m256 x = load8_for_arith<S>(r, c0 + 8 * v);
-        if constexpr (Weighted) x = _mm256_mul_ps(w, x);
-        acc[v] = _mm256_add_ps(acc[v], x);
+    }
+    for (; i < end; ++i) {
+      if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
+      add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
+    }
+  } else {
+    for (index_t i = begin; i < end; ++i) {
+      if constexpr (Prefetch) src.ahead(i);
+      bool cached = false;
+      const std::uint8_t* row = src.row(i, cached);
+      if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
+      if (cached) {
+        add_row<Fp32, Weighted, NV>(acc, row, D, c0, w);
+      } else {
+        add_row<S, Weighted, NV>(acc, row, D, c0, w);
       }
     }
   }
@@ -381,6 +502,7 @@ MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const 
 
 }  // namespace simd
 
+#undef MPE_SIMD_ROW
 #undef MPE_SIMD_TARGET
 
 #else  // !MPE_HOST_SIMD
