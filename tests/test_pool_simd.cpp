@@ -283,18 +283,34 @@ bool points_cover(const std::uint8_t* base, std::size_t off, std::size_t bytes, 
   bool inside = true;
   mpe::detail::simd::for_row_lines<Lines>(p, lines, bytes - 1, [&](const std::uint8_t* a) {
     inside = inside && a >= p && a < p + bytes;
-    if (a >= base) hit[static_cast<std::size_t>(a - base) / 64] = true;
+    const std::size_t line = a >= base ? static_cast<std::size_t>(a - base) / 64 : hit.size();
+    if (line < hit.size()) hit[line] = true;  // points elsewhere fail `inside`
   });
   for (std::size_t l = off / 64; l <= (off + bytes - 1) / 64; ++l) {
     if (!hit[l]) return false;
   }
   return inside;
 }
+
+/// points_cover with the straight-line copy pooling uses for `lines` points (Lines = lines
+/// for 1 .. kUnrolledLines); true beyond that (the run-time loop is checked by the caller).
+template <std::int32_t L = mpe::detail::simd::kUnrolledLines>
+bool points_cover_unrolled(const std::uint8_t* base, std::size_t off, std::size_t bytes, std::int32_t lines) {
+  if constexpr (L == 0) {
+    return true;
+  } else {
+    return lines == L ? points_cover<L>(base, off, bytes, lines)
+                      : points_cover_unrolled<L - 1>(base, off, bytes, lines);
+  }
+}
 }  // namespace
 
-TEST_CASE("store-only pooling prefetches every line of the row ahead, and nothing outside it") {
+TEST_CASE("the prefetch points of a store row cover every line it touches and lie inside it") {
   // Exact enumeration: rows of 1 .. 600 bytes at strides that keep them on 64-byte lines
-  // (row_lines counts ceil(bytes / 64) points) and at every misaligned start (one more).
+  // (row_lines counts ceil(bytes / 64) points) and at every misaligned start (one more),
+  // with the run-time count and with the straight-line copy store-only pooling runs for that
+  // count (prefetched_rows_for; 1 point: aligned rows of up to 64 bytes). The pooling loops
+  // themselves are checked for bits by the cases below; a prefetch cannot change them.
   alignas(64) static std::uint8_t buf[64 * 64];
   for (std::size_t bytes = 1; bytes <= 600; ++bytes) {
     const std::size_t aligned_stride = (bytes + 63) / 64 * 64;
@@ -304,6 +320,7 @@ TEST_CASE("store-only pooling prefetches every line of the row ahead, and nothin
       const std::size_t off = row * aligned_stride;
       if (off + bytes > sizeof buf) break;
       CHECK(points_cover<0>(buf, off, bytes, la));
+      CHECK(points_cover_unrolled(buf, off, bytes, la));
     }
     const std::int32_t lu = mpe::detail::simd::row_lines(buf, bytes, bytes);  // stride = bytes
     if (bytes % 64 != 0) {
@@ -314,25 +331,7 @@ TEST_CASE("store-only pooling prefetches every line of the row ahead, and nothin
     for (std::size_t off = 0; off < 64 && off + bytes <= sizeof buf; ++off) {
       INFO("bytes ", bytes, " offset ", off);
       CHECK(points_cover<0>(buf, off, bytes, lm));
-      switch (lm) {  // the straight-line copies pooling uses for up to 5 points
-        case 1:
-          CHECK(points_cover<1>(buf, off, bytes, lm));
-          break;
-        case 2:
-          CHECK(points_cover<2>(buf, off, bytes, lm));
-          break;
-        case 3:
-          CHECK(points_cover<3>(buf, off, bytes, lm));
-          break;
-        case 4:
-          CHECK(points_cover<4>(buf, off, bytes, lm));
-          break;
-        case 5:
-          CHECK(points_cover<5>(buf, off, bytes, lm));
-          break;
-        default:
-          break;
-      }
+      CHECK(points_cover_unrolled(buf, off, bytes, lm));
     }
   }
 }

@@ -354,16 +354,34 @@ template <class S, bool Weighted, int NV, std::int32_t Lines>
   const std::uint8_t* const store = src.store;
   const std::size_t stride = src.stride;
   const index_t* const rows = src.rows;
-  const index_t* const ahead_rows = rows + src.distance;
+  const index_t distance = src.distance;
   const std::int32_t lines = src.lines;
   const std::size_t last = src.bytes - 1;
   __m256 w = _mm256_setzero_ps();
   for (; i < stop; ++i) {
-    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(ahead_rows[i]) * stride, lines, last);
+    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(rows[i + distance]) * stride, lines, last);
     if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
     add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
   }
   return i;
+}
+
+/// Straight-line copies of the prefetching loop exist for 1 .. kUnrolledLines points.
+inline constexpr std::int32_t kUnrolledLines = 5;
+
+/// prefetched_rows with Lines = src.lines where that is at most L, else the run-time count
+/// (Lines = 0): one test of the count per bag, none per row.
+template <class S, bool Weighted, int NV, std::int32_t L = kUnrolledLines>
+[[gnu::always_inline]] MPE_SIMD_TARGET inline index_t prefetched_rows_for(__m256 (&acc)[NV],
+                                                                          const StoreRows& src, index_t i,
+                                                                          index_t stop, const float* weights,
+                                                                          std::int32_t D, std::int32_t c0) {
+  if constexpr (L == 0) {
+    return prefetched_rows<S, Weighted, NV, 0>(acc, src, i, stop, weights, D, c0);
+  } else {
+    if (src.lines == L) return prefetched_rows<S, Weighted, NV, L>(acc, src, i, stop, weights, D, c0);
+    return prefetched_rows_for<S, Weighted, NV, L - 1>(acc, src, i, stop, weights, D, c0);
+  }
 }
 
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
@@ -387,26 +405,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t 
       // The loop with prefetches, one copy per common number of prefetch points (no branch
       // on it per row); then the bag's last rows, whose rows ahead lie past the batch.
       const index_t stop = end < src.n - src.distance ? end : src.n - src.distance;
-      switch (src.lines) {
-        case 1:
-          i = prefetched_rows<S, Weighted, NV, 1>(acc, src, i, stop, weights, D, c0);
-          break;
-        case 2:
-          i = prefetched_rows<S, Weighted, NV, 2>(acc, src, i, stop, weights, D, c0);
-          break;
-        case 3:
-          i = prefetched_rows<S, Weighted, NV, 3>(acc, src, i, stop, weights, D, c0);
-          break;
-        case 4:
-          i = prefetched_rows<S, Weighted, NV, 4>(acc, src, i, stop, weights, D, c0);
-          break;
-        case 5:
-          i = prefetched_rows<S, Weighted, NV, 5>(acc, src, i, stop, weights, D, c0);
-          break;
-        default:
-          i = prefetched_rows<S, Weighted, NV, 0>(acc, src, i, stop, weights, D, c0);
-          break;
-      }
+      i = prefetched_rows_for<S, Weighted, NV>(acc, src, i, stop, weights, D, c0);
     }
     for (; i < end; ++i) {
       if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
@@ -462,7 +461,9 @@ MPE_SIMD_TARGET inline void pool_groups(std::int32_t nv, const Src& src, index_t
 
 /// Sum (weighted: sum of w * x) of occurrences [begin, end) into o (D), columns in groups of
 /// up to 64 (8 registers) plus a scalar tail (the Reader's per-element code). The first
-/// pass over the rows prefetches ahead (src.ahead), the others find the rows in L1/L2.
+/// pass over the rows prefetches ahead (StoreRows: prefetched_rows in the column groups,
+/// src.ahead in the scalar tail when D < 8; FnRows: src.ahead), the others find the rows
+/// in L1/L2.
 template <class S, bool Weighted, class Src>
 MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const float* weights,
                               std::int32_t D, float* o) {

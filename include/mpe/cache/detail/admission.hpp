@@ -10,6 +10,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
 #include "mpe/detail/kernels.hpp"
+#include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/state_ref.hpp"
 #include "mpe/numeric/philox.hpp"
 
@@ -58,6 +59,9 @@ struct AdmissionKeys {
 /// then misses in admission order ask the policy for a slot (choose), write back dirty
 /// victims (and, with a compact state precision, their FP32 optimizer state) and fill from
 /// the store (decoding the filled row's state into its slot). Runs once per set (at each run head).
+/// On the host every item p also prefetches the store row of the unique row
+/// kPoolPrefetchAhead places later in admission order, so the fills' random reads of the
+/// store overlap (the row is read only if it misses; the bits do not depend on it).
 template <class Storage, class Rounding, class P>
 struct AdmitSet {
   const std::uint64_t* keys;        // (U) sorted admission keys
@@ -81,6 +85,12 @@ struct AdmitSet {
   MPE_HOST_DEVICE void operator()(index_t p) const {
     const index_t U = *count;
     if (p >= U || !open(gate)) return;
+#ifndef __CUDA_ARCH__
+    if (p + kPoolPrefetchAhead < U) {
+      prefetch_lines(store + static_cast<std::size_t>(uniq[order[p + kPoolPrefetchAhead]]) * stride,
+                     Storage::data_bytes(cache.dim));
+    }
+#endif
     const std::uint64_t set = keys[p] >> 32;
     if (p > 0 && (keys[p - 1] >> 32) == set) return;
     index_t end = p + 1;
