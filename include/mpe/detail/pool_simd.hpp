@@ -48,7 +48,8 @@
 namespace mpe::detail {
 
 /// Occurrences ahead whose rows forward pooling prefetches (host only; FBGEMM's default
-/// distance; 32 measured no better for 36 - 256-byte rows with the store-only loop below).
+/// distance; 32 and a distance from the row size gave mixed results: bench/RESULTS.md,
+/// "Store-only loop rewrite").
 #ifdef MPE_POOL_PREFETCH_AHEAD
 inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
 #else
@@ -271,7 +272,7 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
 }
 
 /// Row source of store-only pooling: occurrence i reads store row rows[i]. The first pass
-/// over a bag prefetches the row `distance` occurrences ahead (prefetch_row_lines).
+/// over a bag prefetches the row kPoolPrefetchAhead occurrences ahead (prefetch_row_lines).
 struct StoreRows {
   static constexpr bool may_be_cached = false;
   const std::uint8_t* store;
@@ -280,14 +281,14 @@ struct StoreRows {
   const index_t* rows;
   index_t n;           ///< occurrences of the whole batch (prefetches stop at the last)
   std::int32_t lines;  ///< row_lines(store, stride, bytes)
-  index_t distance;    ///< prefetch distance in occurrences (kPoolPrefetchAhead)
   [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
     cached = false;
     return store + static_cast<std::size_t>(rows[i]) * stride;
   }
   [[gnu::always_inline]] inline void ahead(index_t i) const {
-    if (i + distance < n) {
-      prefetch_row_lines<0>(store + static_cast<std::size_t>(rows[i + distance]) * stride, lines, bytes - 1);
+    if (i + kPoolPrefetchAhead < n) {
+      prefetch_row_lines<0>(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, lines,
+                            bytes - 1);
     }
   }
 };
@@ -344,7 +345,7 @@ template <class R, bool Weighted, int NV>
 }
 
 /// Store-only rows [i, stop) of a bag into acc, each after prefetching the row
-/// src.distance occurrences ahead (prefetch_row_lines<Lines>); returns the first row
+/// kPoolPrefetchAhead occurrences ahead (prefetch_row_lines<Lines>); returns the first row
 /// not pooled (stop, or i when i >= stop).
 template <class S, bool Weighted, int NV, std::int32_t Lines>
 [[gnu::always_inline]] MPE_SIMD_TARGET inline index_t prefetched_rows(__m256 (&acc)[NV], const StoreRows& src,
@@ -354,12 +355,12 @@ template <class S, bool Weighted, int NV, std::int32_t Lines>
   const std::uint8_t* const store = src.store;
   const std::size_t stride = src.stride;
   const index_t* const rows = src.rows;
-  const index_t distance = src.distance;
   const std::int32_t lines = src.lines;
   const std::size_t last = src.bytes - 1;
   __m256 w = _mm256_setzero_ps();
   for (; i < stop; ++i) {
-    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(rows[i + distance]) * stride, lines, last);
+    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, lines,
+                              last);
     if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
     add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
   }
@@ -386,7 +387,7 @@ template <class S, bool Weighted, int NV, std::int32_t L = kUnrolledLines>
 
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
 /// index order. StoreRows: occurrence i reads store row rows[i], and with `Prefetch` the
-/// row src.distance occurrences ahead is prefetched first (a loop with prefetches,
+/// row kPoolPrefetchAhead occurrences ahead is prefetched first (a loop with prefetches,
 /// then one without, so the per-row work is the prefetch points, the row's address and its
 /// loads and adds). FnRows: `src.row(i, cached)` gives the row (an FP32 cache row when
 /// cached) and, with `Prefetch`, `src.ahead(i)` is called first.
@@ -404,7 +405,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t 
     if constexpr (Prefetch) {
       // The loop with prefetches, one copy per common number of prefetch points (no branch
       // on it per row); then the bag's last rows, whose rows ahead lie past the batch.
-      const index_t stop = end < src.n - src.distance ? end : src.n - src.distance;
+      const index_t stop = end < src.n - kPoolPrefetchAhead ? end : src.n - kPoolPrefetchAhead;
       i = prefetched_rows_for<S, Weighted, NV>(acc, src, i, stop, weights, D, c0);
     }
     for (; i < end; ++i) {

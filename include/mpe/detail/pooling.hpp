@@ -88,13 +88,8 @@ struct PoolBags {
       const index_t n_all = offsets[B * T];
       if (!lookup && !slot_of_unique) {  // store only: no slot to look up
         const std::size_t bytes = Storage::data_bytes(D);
-        const simd::StoreRows src{store,
-                                  stride,
-                                  bytes,
-                                  global_rows,
-                                  n_all,
-                                  simd::row_lines(store, stride, bytes),
-                                  kPoolPrefetchAhead};
+        const simd::StoreRows src{store,       stride, bytes,
+                                  global_rows, n_all,  simd::row_lines(store, stride, bytes)};
         if (weights) {
           simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
         } else {
