@@ -61,7 +61,7 @@ setup(
             # -std=c++20 after torch's own -std=c++17 (the last one wins); torch's headers as
             # system headers (-isystem overrides their -I), so -Wall -Wextra report our code only;
             # -g0: no debug info (Python's own CFLAGS add -g).
-            extra_compile_args=["-std=c++20", "-O2", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
+            extra_compile_args=["-std=c++20", "-O3", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
             + [f for p in include_paths() for f in ("-isystem", p)],
             extra_link_args=["-fopenmp"],
         )

@@ -30,7 +30,9 @@ constexpr int kDim = 7;                               // odd: not a multiple of 
 constexpr std::int64_t kB = 16;
 
 template <class C, class R>
-void run_against_reference(std::int64_t cache_rows, Mode mode, Opt opt, std::uint64_t seed) {
+void run_against_reference(std::int64_t cache_rows, Mode mode, Opt opt, std::uint64_t seed,
+                           mpe::HostBackend backend = {}) {
+  CAPTURE(backend.num_threads);
   CAPTURE(cache_rows);
   CAPTURE(static_cast<int>(mode));
   CAPTURE(static_cast<int>(opt));
@@ -39,7 +41,7 @@ void run_against_reference(std::int64_t cache_rows, Mode mode, Opt opt, std::uin
   cfg.dim = kDim;
   cfg.cache_rows = cache_rows;
   cfg.seed = seed;
-  mpe::CachedEmbedding<mpe::Fp32, C, R> emb(cfg);
+  mpe::CachedEmbedding<mpe::Fp32, C, R> emb(cfg, backend);
   ref::EmbeddingBag bag(kTables, kDim);
 
   std::mt19937_64 rng(seed);
@@ -114,10 +116,16 @@ TEST_CASE_TEMPLATE("Fp32 storage with any cache equals the plain FP32 embedding 
   using R = typename P::rounding;
   // 0: no cache; 4: one set of Lru<4>/Lfu<4> (4 sets direct-mapped); 12: smaller than a
   // batch's unique rows; 1000: larger than the table (clamped to 162 rounded up to Ways).
-  for (const std::int64_t cache_rows : {0, 4, 12, 1000}) {
-    for (const Mode mode : {Mode::Sum, Mode::Mean, Mode::Weighted}) {
-      for (const Opt opt : {Opt::Sgd, Opt::Adagrad, Opt::ElementAdagrad, Opt::Adam}) {
-        run_against_reference<C, R>(cache_rows, mode, opt, 1234 + static_cast<std::uint64_t>(cache_rows));
+  // One thread and two: the host sums a row's gradients by two different passes then
+  // (backward on one thread reads grad_output in memory order and scatters; with more
+  // threads each row gathers its occurrences): both must give the reference's bits.
+  for (const int threads : {1, 2}) {
+    for (const std::int64_t cache_rows : {0, 4, 12, 1000}) {
+      for (const Mode mode : {Mode::Sum, Mode::Mean, Mode::Weighted}) {
+        for (const Opt opt : {Opt::Sgd, Opt::Adagrad, Opt::ElementAdagrad, Opt::Adam}) {
+          run_against_reference<C, R>(cache_rows, mode, opt, 1234 + static_cast<std::uint64_t>(cache_rows),
+                                      mpe::HostBackend{.num_threads = threads});
+        }
       }
     }
   }

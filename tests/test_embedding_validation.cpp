@@ -13,6 +13,8 @@
 #include <random>
 #include <string>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include "reference/embedding_bag.hpp"
 #include "reference/stats_equal.hpp"
@@ -275,6 +277,45 @@ TEST_CASE("wrong output, gradient and per-sample-weight sizes are rejected") {
     expect_throw<std::invalid_argument>(
         [&] { t.victim.forward_inference(kIdx, kOff, out, mpe::Pooling::Mean, w); }, {"per_sample_weights"});
     t.check_unchanged();
+  }
+}
+
+TEST_CASE("grad_output: the smallest non-finite position, in empty and occupied bags, on both host paths") {
+  // Bags (t, b), table-major: some empty, some with repeated rows. grad_output (B, T*D)
+  // holds bag (t, b) at [(b*T + t)*D, + D): empty bags at 5-9, 15-19, 25-29, 40-44, 45-49,
+  // 50-54; occupied at 0-4, 10-14, 20-24, 30-34, 35-39, 55-59. One thread sums the
+  // gradients in memory order, two gather each row's occurrences in sorted order: each must
+  // report the smallest position and change nothing.
+  const std::vector<std::int64_t> idx{1, 2, 3, 0, 0, 5, 7, 19, 7};
+  const std::vector<std::int64_t> off{0, 2, 2, 3, 3, 3, 5, 6, 6, 7, 7, 7, 9};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::vector<std::size_t>, std::size_t>> cases{
+      {{7}, 7}, {{22}, 22}, {{57, 27}, 27}, {{33, 47}, 33}, {{58, 12}, 12}, {{3, 59}, 3}, {{44, 9}, 9}};
+  for (const int threads : {1, 2}) {
+    for (const auto& [bad, first] : cases) {
+      CAPTURE(threads);
+      CAPTURE(first);
+      E e(config(), mpe::HostBackend{.num_threads = threads});
+      std::mt19937_64 rng(5);
+      e.set_weights(ref::random_floats(rng, static_cast<std::size_t>(e.total_rows()) * kD, -1, 1));
+      std::vector<float> out(out_size(kB));
+      e.forward(idx, off, out);
+      const auto before = weights_of(e);
+      auto g = ref::random_floats(rng, out.size(), -1, 1);
+      for (std::size_t k = 0; k < bad.size(); ++k) g[bad[k]] = k % 2 ? inf : nan;
+      const float v = g[first];
+      expect_throw<std::invalid_argument>(
+          [&] { e.backward(g, mpe::Sgd{0.1f}); },
+          {"grad_output[" + std::to_string(first) + "] = " + std::to_string(v)});
+      CHECK(ref::first_diff(weights_of(e), before) == -1);
+      CHECK(e.step() == 0);
+      // the forward still awaits its backward, which a finite gradient now completes
+      for (const std::size_t k : bad) g[k] = 0.5f;
+      e.backward(g, mpe::Sgd{0.1f});
+      CHECK(e.step() == 1);
+      CHECK(ref::first_diff(weights_of(e), before) != -1);
+    }
   }
 }
 

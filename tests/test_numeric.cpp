@@ -9,10 +9,12 @@
 #include <cstring>
 #include <ios>
 #include <limits>
+#include <mpe/detail/update.hpp>
 #include <mpe/numeric/half.hpp>
 #include <mpe/numeric/philox.hpp>
 #include <mpe/numeric/reduce.hpp>
 #include <mpe/numeric/rounding.hpp>
+#include <mpe/storage/formats.hpp>
 #include <random>
 #include <vector>
 
@@ -391,4 +393,63 @@ TEST_CASE("pairwise_sum: close to the exact sum and bit-identical to the documen
   }
   // the bit-identity check above is only meaningful if the order is observable
   CHECK(sequential_differs > 100);
+}
+
+TEST_CASE("backward's branch-free row tests equal their per-element definitions") {
+  // Every float whose top 16 bits take each of the 65,536 patterns (low bits 0, 1 and
+  // 0xffff: both ends of each binade slice), as a row of 1 and inside longer rows.
+  std::vector<float> all;
+  for (std::uint32_t hi = 0; hi < 65536; ++hi) {
+    for (const std::uint32_t lo : {0u, 1u, 0xffffu}) all.push_back(mpe::num::bits_float(hi << 16 | lo));
+  }
+  std::size_t mismatches = 0;
+  for (const float x : all) {
+    mismatches += mpe::detail::all_finite(&x, 1) != mpe::num::is_finite(x);
+    mismatches += mpe::detail::no_nan(&x, 1) != (x == x);
+  }
+  CHECK(mismatches == 0);
+  // Rows of 7 finite values with one special value at each position.
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(), 0.0f};
+  for (const float sp : specials) {
+    for (int at = 0; at < 7; ++at) {
+      std::vector<float> row{1.0f, -2.0f, 3.5f, 0.0f, -0.0f, 1e30f, -1e-30f};
+      row[static_cast<std::size_t>(at)] = sp;
+      CHECK(mpe::detail::all_finite(row.data(), 7) == mpe::num::is_finite(sp));
+      CHECK(mpe::detail::no_nan(row.data(), 7) == (sp == sp));
+    }
+  }
+  // sub_within_limit against sanitize(w - up) per element, for each format's limit: pairs
+  // of values from `all` (finite ones; backward's updates are never NaN) around the limit.
+  for (const float limit :
+       {mpe::Fp32::limit, mpe::Fp16::limit, mpe::Int8Rowwise::limit, mpe::Int4Rowwise::limit}) {
+    CAPTURE(limit);
+    std::size_t bad = 0;
+    std::mt19937_64 rng(static_cast<std::uint64_t>(mpe::num::float_bits(limit)));
+    for (int trial = 0; trial < 20000; ++trial) {
+      constexpr int kD = 9;
+      float w[kD], up[kD], expect[kD];
+      bool expect_sat = false;
+      for (int d = 0; d < kD; ++d) {
+        // mostly ordinary values; some near or beyond the limit, some infinite updates
+        const auto pick = rng() % 8;
+        w[d] = pick == 0   ? limit
+               : pick == 1 ? -limit
+                           : static_cast<float>(static_cast<std::int64_t>(rng() % 2001) - 1000);
+        const float far = std::ldexp(1.0f, static_cast<int>(rng() % 140));
+        // pick 5: minus one ulp of the limit, so limit - up lands just past it
+        const float ulp = std::nextafter(limit, std::numeric_limits<float>::infinity()) - limit;
+        up[d] = pick == 2   ? -limit
+                : pick == 3 ? far
+                : pick == 4 ? -std::numeric_limits<float>::infinity()
+                : pick == 5 ? -ulp
+                            : static_cast<float>(static_cast<std::int64_t>(rng() % 21) - 10);
+        expect[d] = mpe::detail::sanitize(mpe::num::sub(w[d], up[d]), limit, expect_sat);
+      }
+      const bool sat = mpe::detail::sub_within_limit(w, up, kD, limit);
+      bad += sat != expect_sat;
+      for (int d = 0; d < kD; ++d) bad += mpe::num::float_bits(w[d]) != mpe::num::float_bits(expect[d]);
+    }
+    CHECK(bad == 0);
+  }
 }

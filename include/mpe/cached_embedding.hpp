@@ -11,6 +11,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mpe/backend/backend.hpp"
@@ -316,6 +317,15 @@ class CachedEmbedding {
   void throw_deferred();
   void prepare_flags(Batch& b, index_t n, index_t B);
   index_t unique_bound(const Batch& b) const;
+  // Whether backward sums gradients with ScatterRowGradients (the host backend on one
+  // thread; the forward then keeps a copy of its offsets in the batch).
+  bool scatter_backward() const {
+    if constexpr (std::is_same_v<Backend, HostBackend>) {
+      return backend_.threads() == 1;
+    } else {
+      return false;
+    }
+  }
   void sort_unique(Batch& b);
   void populate(Batch& b, const Batch* awaiting_backward);
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);

@@ -304,9 +304,10 @@ struct CudaBackend {
 
   /// Stable sort of `values` by `keys` (n each, device memory): CUB's LSD radix sort,
   /// which keeps the input order of equal keys, so it equals the host's
-  /// thrust::stable_sort_by_key. Queued on the stream; integral keys only.
+  /// thrust::stable_sort_by_key. Queued on the stream; integral keys only, each in
+  /// [0, 2^key_bits): CUB sorts only bits [0, key_bits).
   template <class K, class V>
-  void stable_sort_by_key(K* keys, V* values, index_t n) const {
+  void stable_sort_by_key(K* keys, V* values, index_t n, int key_bits = 8 * sizeof(K)) const {
     if (n <= 1) return;
     detail::CudaDeviceGuard guard(device);
     const auto count = static_cast<std::size_t>(n);
@@ -314,12 +315,10 @@ struct CudaBackend {
     cub::DoubleBuffer<K> k(keys, static_cast<K*>(alt_keys.p));
     cub::DoubleBuffer<V> v(values, static_cast<V*>(alt_values.p));
     std::size_t temp_bytes = 0;
-    detail::cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0,
-                                                       static_cast<int>(sizeof(K) * 8), stream),
+    detail::cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, key_bits, stream),
                        "cub::DeviceRadixSort::SortPairs (size)");
     Scratch temp(*this, temp_bytes);
-    detail::cuda_check(cub::DeviceRadixSort::SortPairs(temp.p, temp_bytes, k, v, n, 0,
-                                                       static_cast<int>(sizeof(K) * 8), stream),
+    detail::cuda_check(cub::DeviceRadixSort::SortPairs(temp.p, temp_bytes, k, v, n, 0, key_bits, stream),
                        "cub::DeviceRadixSort::SortPairs");
     if (k.Current() != keys) copy(keys, k.Current(), count * sizeof(K));
     if (v.Current() != values) copy(values, v.Current(), count * sizeof(V));

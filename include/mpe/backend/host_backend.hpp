@@ -25,8 +25,13 @@
 #include <cstring>
 #include <new>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "mpe/backend/memory_purpose.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/radix_sort.hpp"
 #include "mpe/numeric/config.hpp"
 
 namespace mpe {
@@ -43,13 +48,22 @@ struct OneLane {
 /// The host execution backend (the default `Backend` of CachedEmbedding).
 ///
 /// `num_threads` = 0 uses OpenMP's default; n > 0 runs each parallel primitive on n
-/// threads (the caller's OpenMP setting is restored afterwards). 1 runs sequentially
-/// through `thrust::cpp::par`. Memory space: host. Spans passed to a CachedEmbedding
-/// with this backend are ordinary host memory. All calls are synchronous.
+/// threads (the caller's OpenMP setting is restored afterwards). One thread (1, or 0 while
+/// OpenMP's default is 1) runs sequentially through `thrust::cpp::par`, sorts with
+/// detail::radix_sort_pairs, and lets CachedEmbedding's backward read grad_output in
+/// memory order (detail::ScatterRowGradients); results are the same bits for any thread
+/// count. Memory space: host; big store, cache and optimizer allocations ask for huge
+/// pages (huge_pages). Spans passed to a CachedEmbedding with this backend are ordinary
+/// host memory. All calls are synchronous.
 struct HostBackend {
   /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential
   /// (`thrust::cpp::par`), n > 1 = n OpenMP threads for that call only.
   int num_threads = 0;
+
+  /// Threads a primitive runs on now: num_threads, or OpenMP's current default
+  /// (omp_get_max_threads(), e.g. 1 after torch.set_num_threads(1)) when it is 0. With 1
+  /// every primitive runs sequentially and the one-thread paths are taken.
+  int threads() const { return num_threads > 0 ? num_threads : omp_get_max_threads(); }
 
   /// Indices, outputs and gradients live in host memory with this backend.
   static constexpr bool device_spans = false;
@@ -57,14 +71,51 @@ struct HostBackend {
   static constexpr bool asynchronous = false;
   static constexpr const char* name = "host";  ///< shown in messages and benchmark names
 
-  /// Allocates `bytes` of host memory, 64-byte aligned, whatever the purpose. Throws
-  /// std::bad_alloc.
-  void* allocate(std::size_t bytes, MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const {
+  /// Back the store, the cache and the optimizer state with transparent huge pages (2 MiB)
+  /// where the OS offers them: their rows are read at random, and with 4 KiB pages nearly
+  /// every row access of a large table also misses the TLB (bench/RESULTS.md, "Huge
+  /// pages"). Linux only; elsewhere, or when the kernel's THP setting is `never`, the
+  /// memory is ordinary pages. Never changes a result.
+  bool huge_pages = true;
+  /// Allocations of at least this many bytes with a purpose other than Workspace get huge
+  /// pages (smaller ones would waste most of a 2 MiB page).
+  static constexpr std::size_t huge_page_min_bytes = std::size_t{4} << 20;
+  /// The huge page size asked for (x86-64 Linux: 2 MiB); such allocations are aligned to it
+  /// and rounded up to a multiple of it.
+  static constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
+  /// Whether allocate(bytes, purpose) asks for huge pages (deallocate decides the same way).
+  bool uses_huge_pages(std::size_t bytes, MemoryPurpose purpose) const {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    return huge_pages && purpose != MemoryPurpose::Workspace && bytes >= huge_page_min_bytes;
+#else
+    (void)bytes;
+    (void)purpose;
+    return false;
+#endif
+  }
+
+  /// Allocates `bytes` of host memory, 64-byte aligned; store, cache and optimizer memory
+  /// of 4 MiB or more is 2 MiB aligned, rounded up to whole 2 MiB pages and advised
+  /// MADV_HUGEPAGE (see huge_pages). Throws std::bad_alloc.
+  void* allocate(std::size_t bytes, MemoryPurpose purpose = MemoryPurpose::Workspace) const {
+    if (uses_huge_pages(bytes, purpose)) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+      const std::size_t rounded = (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+      void* p = ::operator new (rounded, std::align_val_t{huge_page_bytes});
+      (void)madvise(p, rounded, MADV_HUGEPAGE);  // advice only: ordinary pages if it fails
+      return p;
+#endif
+    }
     return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
   }
-  /// Frees memory from allocate() (size and purpose are ignored). Never throws.
-  void deallocate(void* p, std::size_t /*bytes*/,
-                  MemoryPurpose /*purpose*/ = MemoryPurpose::Workspace) const noexcept {
+  /// Frees memory from allocate() with the same `bytes` and `purpose`. Never throws.
+  void deallocate(void* p, std::size_t bytes,
+                  MemoryPurpose purpose = MemoryPurpose::Workspace) const noexcept {
+    if (uses_huge_pages(bytes, purpose)) {
+      ::operator delete (p, std::align_val_t{huge_page_bytes});
+      return;
+    }
     ::operator delete (p, std::align_val_t{64});
   }
   /// Copies `bytes` from backend memory to host memory (both host here: a memcpy; the
@@ -108,10 +159,17 @@ struct HostBackend {
   }
 
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep
-  /// their order, so the result does not depend on the thread count.
+  /// their order, so the result does not depend on the thread count. Every key must lie in
+  /// [0, 2^key_bits) (integral keys). One thread: detail::radix_sort_pairs over those bits
+  /// only; more: thrust::stable_sort_by_key. The same result either way (a stable sort's is
+  /// unique).
   template <class K, class V>
-  void stable_sort_by_key(K* keys, V* values, index_t n) const {
+  void stable_sort_by_key(K* keys, V* values, index_t n, int key_bits = 8 * sizeof(K)) const {
     if (n <= 1) return;
+    if (threads() == 1) {
+      detail::radix_sort_pairs(keys, values, static_cast<std::size_t>(n), key_bits);
+      return;
+    }
     run([&](auto&& policy) { thrust::stable_sort_by_key(policy, keys, keys + n, values); });
   }
 
@@ -140,7 +198,7 @@ struct HostBackend {
  private:
   template <class Body>
   void run(Body&& body) const {
-    if (num_threads == 1) {
+    if (threads() == 1) {
       body(thrust::cpp::par);
       return;
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -58,7 +59,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
   }
   backend_.for_each(n, detail::PrepareSort{b.global_rows.data(), b.sorted_keys.data(), b.sorted_pos.data(),
                                            b.flags.data() + detail::kFlagOk});
-  backend_.stable_sort_by_key(b.sorted_keys.data(), b.sorted_pos.data(), n);
+  // Keys are global rows (0 where the batch failed): below total_rows_.
+  backend_.stable_sort_by_key(
+      b.sorted_keys.data(), b.sorted_pos.data(), n,
+      std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(total_rows_ - 1)))));
   backend_.for_each(n, detail::MarkHeads{b.sorted_keys.data(), b.heads.data()});
   backend_.exclusive_scan(b.heads.data(), b.rank.data(), n);
   backend_.for_each(1, detail::CountUnique{b.heads.data(), b.rank.data(), n, count, b.seg_start.data()});
@@ -102,7 +106,12 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   }
   backend_.for_each(U, detail::AdmissionKeys<Cache>{b.uniq.data(), view, num_sets_, b.estimates.data(),
                                                     b.keys.data(), b.order.data(), count});
-  backend_.stable_sort_by_key(b.keys.data(), b.order.data(), U);
+  // Keys are set << 32 | ~priority; an asynchronous backend's items past U carry ~0.
+  backend_.stable_sort_by_key(
+      b.keys.data(), b.order.data(), U,
+      Backend::asynchronous
+          ? 64
+          : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
   backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache>{
                            b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
                            cache_ref(), view, store_.data(), stride_, b.id, &counters->lock_floor,
@@ -257,6 +266,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     cur.coef.reserve_discard(static_cast<std::size_t>(cur.n));
     backend_.for_each(
         cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data(), gate});
+  }
+  if (scatter_backward()) {
+    cur.offsets_copy.reserve_discard(offsets.size());
+    backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   }
   cur.awaiting_backward = true;
 }

@@ -46,8 +46,6 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   detail::CallRecord* rec = record_.data();
   detail::Counters* counters = counters_.data();
   backend_.for_each(1, detail::ResetRecord{rec});
-  backend_.for_each(static_cast<index_t>(grad_output.size()),
-                    detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
   // First pass: every row's summed gradient, update and new optimizer state into
   // workspace, checked for overflow before anything is written (one verdict per call).
   if (!b.sorted) sort_unique(b);
@@ -57,12 +55,32 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  // The gradient sums run laned (a warp per row on a GPU: coalesced reads of
-  // grad_output); AccumulateRows then steps each row. Same bits for any lane width.
-  backend_.for_each_lanes(
-      U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
-                                 b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
-                                 config_.dim, b.grad.data(), rec, count, b.flags.data() + detail::kFlagOk});
+  bool summed = false;
+  if constexpr (std::is_same_v<Backend, HostBackend>) {
+    if (scatter_backward()) {
+      // One thread on the host: grad_output read once in memory order (ScatterRowGradients).
+      // `outcome` serves as its started flags (ApplyRows writes every outcome afterwards).
+      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
+      backend_.for_each(1, detail::ScatterRowGradients{
+                               b.offsets_copy.data(), b.occ_to_unique.data(),
+                               b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
+                               b.grad.data(), b.outcome.data(), rec, b.flags.data() + detail::kFlagOk});
+      summed = true;
+    }
+  }
+  if (!summed) {
+    // grad_output's finiteness check: the bags without occurrences here, the rest fused
+    // into SumRowGradients (each value once, the smallest non-finite position either way).
+    backend_.for_each(
+        b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T, config_.dim,
+                                            &rec->pos[detail::kGrad], b.flags.data() + detail::kFlagOk});
+    // The gradient sums run laned (a warp per row on a GPU: coalesced reads of
+    // grad_output); AccumulateRows then steps each row. Same bits for any lane width.
+    backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),
+                                                       b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr,
+                                                       grad_output.data(), b.B, T, config_.dim, b.grad.data(),
+                                                       rec, count, b.flags.data() + detail::kFlagOk, b.n});
+  }
   backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
                                                    opt_name_.empty() || StatePrecision::cached
                                                        ? nullptr

@@ -68,6 +68,7 @@ struct PoolBags {
       const index_t s = slot_of_unique[occ_to_unique[k]];
       if (s >= 0) {
         prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+        prefetch_lines(cache.tags + s, sizeof(index_t));  // slot_of compares the slot's tag
         return;
       }
     } else if (lookup && cache.num_sets > 0) {
@@ -125,7 +126,8 @@ struct PoolBags {
       return;
     }
     if (!open(gate)) return;
-    const index_t t = j / B, b = j - (j / B) * B;
+    index_t t, b;
+    split_bag(j, B, t, b);
     float* o = output + (b * T + t) * D;
     const index_t begin = offsets[j], end = offsets[j + 1];
     const bool scale = mean && end > begin;
@@ -151,7 +153,8 @@ struct PoolBags {
   /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {
     if (!open(gate)) return;
-    const index_t t = j / B, b = j - (j / B) * B;
+    index_t t, b;
+    split_bag(j, B, t, b);
     float* o = output + (b * T + t) * D;
     const index_t begin = offsets[j], end = offsets[j + 1];
     bool done = false;

@@ -11,6 +11,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/row_accumulate.hpp"
 #include "mpe/detail/state_ref.hpp"
 #include "mpe/detail/statistics.hpp"
@@ -25,13 +26,69 @@
 
 namespace mpe::detail {
 
+/// True when every value of x[0, m) is finite. Branch-free over the run (an OR of
+/// (bits & 0x7fffffff) + 2^23, whose bit 31 is set exactly for an all-ones exponent), so
+/// compilers vectorize it.
+MPE_HOST_DEVICE inline bool all_finite(const float* x, std::int64_t m) {
+  std::uint32_t acc = 0;
+  for (std::int64_t d = 0; d < m; ++d) acc |= (num::float_bits(x[d]) & 0x7fffffffu) + 0x00800000u;
+  return (acc >> 31) == 0;
+}
+
+/// Records in *bad the position of the first non-finite value of x[0, m), offset by `base`
+/// (atomic_min: the smallest such position over all callers). A branch-free test of the
+/// whole run first (a finite run is the common case), then the position.
+MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad) {
+  if (all_finite(x, m)) return;
+  for (std::int32_t d = 0; d < m; ++d) {
+    if (!num::is_finite(x[d])) {
+      atomic_min(bad, base + d);
+      return;
+    }
+  }
+}
+
+/// True when no value of x[0, m) is NaN (|bits| > 0x7f800000, i.e. (bits & 0x7fffffff) +
+/// 0x007fffff reaches bit 31); branch-free like all_finite.
+MPE_HOST_DEVICE inline bool no_nan(const float* x, std::int64_t m) {
+  std::uint32_t acc = 0;
+  for (std::int64_t d = 0; d < m; ++d) acc |= (num::float_bits(x[d]) & 0x7fffffffu) + 0x007fffffu;
+  return (acc >> 31) == 0;
+}
+
+/// w[d] = sanitize(w[d] - up[d], limit) for d < D (detail::sanitize: NaN -> 0, beyond
+/// +-limit -> +-limit); returns whether a value was changed. The differences are computed
+/// in one branch-free pass that also tests them (|x| > limit or NaN: (bits & 0x7fffffff) +
+/// (0x7fffffff - bits(limit)) reaches bit 31), and only a row with such a value is
+/// sanitized in a second pass: the same values as sanitizing each difference.
+MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int32_t D, float limit) {
+  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
+  std::uint32_t acc = 0;
+  for (std::int32_t d = 0; d < D; ++d) {
+    const float x = num::sub(w[d], up[d]);
+    w[d] = x;
+    acc |= (num::float_bits(x) & 0x7fffffffu) + margin;
+  }
+  bool sat = false;
+  if ((acc >> 31) != 0) {
+    for (std::int32_t d = 0; d < D; ++d) w[d] = detail::sanitize(w[d], limit, sat);
+  }
+  return sat;
+}
+
 /// Backward, first pass, part 1, for unique row u: its gradient g = the sum over its
 /// occurrences, in position order, of coef * grad_output[bag] (coefficient 1 for plain sum
 /// pooling) into `grad`. Launched laned: with one lane (the host) the row in one loop; with
 /// more (CudaBackend: a warp per row) each lane sums its element chunks in registers,
 /// loading kLaneGroup occurrences before adding them in order, so every element gets the
-/// same operations. Does nothing when grad_output failed its check (rec->pos[kGrad]) or
-/// the batch failed validation; writes only `grad`.
+/// same operations. Writes only `grad` and the check of grad_output below.
+///
+/// grad_output's finiteness check is fused here: every value an occurrence reads is tested
+/// and the smallest non-finite position goes to rec->pos[kGrad] (atomic_min); the rows of
+/// bags without occurrences are tested by CheckEmptyBagGrads. Together they test every
+/// value of grad_output once (each belongs to one bag), as one pass over it would. On the
+/// host, the grad_output row of the occurrence kPoolPrefetchAhead places ahead (in sorted
+/// order) is prefetched. Does nothing when the batch failed validation.
 struct SumRowGradients {
   const index_t* seg_start;   // (U + 1)
   const index_t* sorted_pos;  // (n)
@@ -40,26 +97,36 @@ struct SumRowGradients {
   const float* grad_output;   // (B, T*D)
   index_t B, T;
   std::int32_t D;
-  float* grad;            // (U, D) workspace: the summed gradient
-  const CallRecord* rec;  // rec->pos[kGrad] != kNoError: grad_output failed its check
-  const index_t* count;   // (1) U; items u >= U do nothing
-  const index_t* gate;    // ok flag of the batch, or null
-  /// Row of grad_output for sorted occurrence k, and its coefficient in `cf`.
-  MPE_HOST_DEVICE const float* occurrence(index_t k, float& cf) const {
+  float* grad;           // (U, D) workspace: the summed gradient
+  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output (atomic_min)
+  const index_t* count;  // (1) U; items u >= U do nothing
+  const index_t* gate;   // ok flag of the batch, or null
+  index_t n = 0;         // occurrences (host prefetch bound; 0: no prefetch)
+  /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
+  MPE_HOST_DEVICE index_t occurrence(index_t k, float& cf) const {
     const index_t i = sorted_pos[k];
-    const index_t j = bag_of[i];
-    const index_t t = j / B, b = j - (j / B) * B;
+    index_t t, b;
+    split_bag(bag_of[i], B, t, b);
     cf = coef ? coef[i] : 1.0f;
-    return grad_output + (b * T + t) * D;
+    return (b * T + t) * D;
   }
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
-    if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
+    if (u >= *count || !open(gate)) return;
+    index_t* bad = &rec->pos[kGrad];
     float* g = grad + u * D;
     const index_t first = seg_start[u], last = seg_start[u + 1];
     if (lanes == 1) {
       for (index_t k = first; k < last; ++k) {
+#ifndef __CUDA_ARCH__
+        if (k + kPoolPrefetchAhead < n) {
+          float unused;
+          prefetch_lines(grad_output + occurrence(k + kPoolPrefetchAhead, unused),
+                         static_cast<std::size_t>(D) * sizeof(float));
+        }
+#endif
         float c;
-        const float* go = occurrence(k, c);
+        const index_t at = occurrence(k, c);
+        const float* go = grad_output + at;
         if (coef) {
           if (k == first) {
             for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
@@ -71,6 +138,7 @@ struct SumRowGradients {
         } else {
           for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
         }
+        check_finite_run(go, D, at, bad);
       }
       return;
     }
@@ -81,16 +149,16 @@ struct SumRowGradients {
       // adds (a hot row's occurrences are a long chain otherwise); the adds stay in
       // position order.
       for (index_t k0 = first; k0 < last; k0 += kLaneGroup) {
-        const float* go[kLaneGroup];
+        index_t at[kLaneGroup];
         float cf[kLaneGroup];
         float x[kLaneGroup][kLaneChunk];
         MPE_UNROLL
         for (std::int32_t q = 0; q < kLaneGroup; ++q)
-          go[q] = occurrence(k0 + q < last ? k0 + q : last - 1, cf[q]) + c;
+          at[q] = occurrence(k0 + q < last ? k0 + q : last - 1, cf[q]) + c;
         MPE_UNROLL
         for (std::int32_t q = 0; q < kLaneGroup; ++q) {
           MPE_UNROLL
-          for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? go[q][e] : 0.0f;
+          for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? grad_output[at[q] + e] : 0.0f;
         }
         MPE_UNROLL
         for (std::int32_t q = 0; q < kLaneGroup; ++q) {
@@ -98,6 +166,7 @@ struct SumRowGradients {
           const bool head = k0 + q == first;
           MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) {
+            if (!num::is_finite(x[q][e])) atomic_min(bad, at[q] + e);
             if (coef) {
               acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
             } else {
@@ -107,6 +176,83 @@ struct SumRowGradients {
         }
       }
       for (std::int32_t e = 0; e < m; ++e) g[c + e] = acc[e];
+    }
+  }
+};
+
+/// grad_output's finiteness check for the bags without occurrences (the rest is fused into
+/// SumRowGradients). Item i in [0, n] tests the rows of the bags strictly between the bags
+/// of occurrences i - 1 and i (bag_of is non-decreasing: CSR order; before the first and
+/// after the last occurrence, from bag 0 and up to bag B * T). Launch n + 1 items. Does
+/// nothing when the batch failed validation (its bag_of is not complete then), as
+/// SumRowGradients.
+struct CheckEmptyBagGrads {
+  const index_t* bag_of;     // (n)
+  index_t n;                 // occurrences
+  const float* grad_output;  // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  index_t* bad;         // (1) smallest non-finite position (atomic_min)
+  const index_t* gate;  // ok flag of the batch, or null
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (!open(gate)) return;
+    const index_t lo = i == 0 ? 0 : bag_of[i - 1] + 1;
+    const index_t hi = i == n ? B * T : bag_of[i];
+    for (index_t j = lo; j < hi; ++j) {
+      index_t t, b;
+      split_bag(j, B, t, b);
+      const index_t at = (b * T + t) * D;
+      check_finite_run(grad_output + at, D, at, bad);
+    }
+  }
+};
+
+/// Host, one thread: SumRowGradients and CheckEmptyBagGrads in one pass that reads
+/// grad_output in memory order (sample b, then table t) instead of gathering its rows in
+/// sorted order, adding each occurrence's row into its unique row's sum (`grad`, (U, D)).
+/// The same sums, bit for bit: a unique row belongs to one table, whose bags this order
+/// visits in increasing b, i.e. in increasing position, so every row's occurrences are
+/// added in position order as the gather does; the first one sets the sum (started[u]).
+/// Every value of grad_output is tested once, the first non-finite one (the smallest
+/// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
+/// the batch failed validation.
+struct ScatterRowGradients {
+  const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
+  const index_t* occ_to_unique;  // (n)
+  const float* coef;             // (n), or null for plain sum pooling (coefficient 1)
+  const float* grad_output;      // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  float* grad;            // (U, D) workspace: the summed gradient
+  std::uint8_t* started;  // (U) zeros on entry: unique row has a first occurrence added
+  CallRecord* rec;        // rec->pos[kGrad]
+  const index_t* gate;    // ok flag of the batch, or null
+  void operator()(index_t) const {
+    if (!open(gate)) return;
+    index_t* bad = &rec->pos[kGrad];
+    for (index_t b = 0; b < B; ++b) {
+      for (index_t t = 0; t < T; ++t) {
+        const index_t j = t * B + b, at = (b * T + t) * D;
+        const float* go = grad_output + at;
+        check_finite_run(go, D, at, bad);
+        for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+          const index_t u = occ_to_unique[i];
+          float* g = grad + u * D;
+          const float c = coef ? coef[i] : 1.0f;
+          if (!started[u]) {
+            started[u] = 1;
+            if (coef) {
+              for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+            } else {
+              for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
+            }
+          } else if (coef) {
+            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+          } else {
+            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
+          }
+        }
+      }
     }
   }
 };
@@ -139,10 +285,16 @@ struct AccumulateRows {
   const index_t* slot_of_unique = nullptr;  // (U) or null
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
+#ifndef __CUDA_ARCH__
+    // Host: the FP32 state row kPoolPrefetchAhead unique rows ahead (a random read).
+    if (opt_state && u + kPoolPrefetchAhead < *count) {
+      prefetch_lines(opt_state + uniq[u + kPoolPrefetchAhead] * Rule::state_floats(D),
+                     static_cast<std::size_t>(Rule::state_floats(D)) * sizeof(float));
+    }
+#endif
     const index_t r = uniq[u];
     float* g = grad + u * D;
-    bool ok = true;
-    for (std::int32_t d = 0; d < D; ++d) ok = ok && num::is_finite(g[d]);
+    bool ok = all_finite(g, D);
     if (!ok) {  // the summed gradient overflowed: keep it (SealBackward reports it)
       atomic_min(&rec->pos[kOverflow], u);
       return;
@@ -161,8 +313,7 @@ struct AccumulateRows {
       for (std::int64_t k = 0; k < S; ++k) st[k] = 0.0f;
       Rule::step(opt, st, st, g, D, *step + 1);
     }
-    for (std::int64_t k = 0; k < S; ++k) ok = ok && num::is_finite(st[k]);
-    for (std::int32_t d = 0; d < D; ++d) ok = ok && g[d] == g[d];  // an update of +-inf saturates; NaN never
+    ok = all_finite(st, S) && no_nan(g, D);  // an update of +-inf saturates; NaN never
     if (!ok) atomic_min(&rec->pos[kOverflow], u);
   }
 };
@@ -189,8 +340,25 @@ struct ApplyRows {
   const index_t* count;       // (1) U; items u >= U do nothing
   const index_t* gate;        // apply flag of the batch, or null
   StateRef state{};           // compact state precision (opt_state is then null)
+  /// Host only: prefetches what unique row v will read and write (its cache row, or its
+  /// store row, and its FP32 optimizer state), so the random row accesses of the rows
+  /// kPoolPrefetchAhead ahead overlap this one's work. The bits do not depend on it.
+  MPE_HOST_DEVICE void prefetch(index_t v) const {
+    const index_t r = uniq[v];
+    const index_t s = slot_of_unique ? slot_of_unique[v] : -1;
+    if (s >= 0) {
+      prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+      prefetch_lines(cache.tags + s, sizeof(index_t));  // the slot's tag, compared below
+    } else {
+      prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+    }
+    if (opt_state) prefetch_lines(opt_state + r * state_floats, static_cast<std::size_t>(state_floats) * 4);
+  }
   MPE_HOST_DEVICE void operator()(index_t u) const {
     if (u >= *count || !open(gate)) return;
+#ifndef __CUDA_ARCH__
+    if (u + kPoolPrefetchAhead < *count) prefetch(u + kPoolPrefetchAhead);
+#endif
     const index_t r = uniq[u];
     float* up = update + u * D;
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
@@ -209,10 +377,7 @@ struct ApplyRows {
       // The cached FP32 row keeps to the store format's range (as a store update does),
       // so it never overflows to inf and always round-trips through set_weights. The
       // update is never NaN here (AccumulateRows), so an overflow is +-inf (clamped).
-      float* w = cache.row(s);
-      bool sat = false;
-      for (std::int32_t d = 0; d < D; ++d)
-        w[d] = detail::sanitize(num::sub(w[d], up[d]), Storage::limit, sat);
+      const bool sat = sub_within_limit(cache.row(s), up, D, Storage::limit);
       cache.dirty[s] = 1;
       outcome[u] = sat || state_sat ? kSaturated : 0;
     } else {

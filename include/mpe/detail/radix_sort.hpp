@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file radix_sort.hpp
+/// @brief Host-only stable LSD radix sort of key/value pairs over the keys' low bits (not
+/// public): HostBackend::stable_sort_by_key on one thread.
+///
+/// mpe's sort keys are small: global rows (below the total row count, 22 bits for 3M rows)
+/// and admission keys (set << 32 | priority). thrust::stable_sort_by_key sorts all 64 bits
+/// of an int64 key (8 passes of 8 bits); this sort runs one pass per 11-bit digit of the
+/// bits in use and skips a digit all keys share. A stable sort's result is unique, so it
+/// equals Thrust's (and CUB's on a GPU) element for element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace mpe::detail {
+
+/// Bits of a radix-sort digit: 2,048 buckets, whose counts stay in L1.
+inline constexpr int kRadixDigitBits = 11;
+
+/// Sorts values (n) by keys (n) with equal keys in their input order, for integral keys in
+/// [0, 2^key_bits) (key_bits <= 8 * sizeof(K)). Scratch: two arrays of n keys and values,
+/// kept per thread between calls. Host only; synchronous.
+template <class K, class V>
+void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
+  static_assert(std::is_integral_v<K>, "radix_sort_pairs: integral keys only");
+  using UK = std::make_unsigned_t<K>;
+  constexpr std::size_t kBuckets = std::size_t{1} << kRadixDigitBits;
+  constexpr UK kMask = static_cast<UK>(kBuckets - 1);
+  constexpr int kMaxPasses = (8 * static_cast<int>(sizeof(K)) + kRadixDigitBits - 1) / kRadixDigitBits;
+  if (key_bits > 8 * static_cast<int>(sizeof(K))) key_bits = 8 * static_cast<int>(sizeof(K));
+  const int passes = key_bits <= 0 ? 0 : (key_bits + kRadixDigitBits - 1) / kRadixDigitBits;
+  if (n <= 1 || passes == 0) return;
+  // Every digit's bucket counts in one read of the keys.
+  thread_local std::vector<std::size_t> hist;
+  hist.assign(static_cast<std::size_t>(passes) * kBuckets, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto u = static_cast<UK>(keys[i]);
+    for (int p = 0; p < passes; ++p)
+      ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+  }
+  thread_local std::vector<K> key_tmp;
+  thread_local std::vector<V> value_tmp;
+  if (key_tmp.size() < n) key_tmp.resize(n);
+  if (value_tmp.size() < n) value_tmp.resize(n);
+  K* src_k = keys;
+  V* src_v = values;
+  K* dst_k = key_tmp.data();
+  V* dst_v = value_tmp.data();
+  for (int p = 0; p < passes && p < kMaxPasses; ++p) {
+    std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
+    const int shift = kRadixDigitBits * p;
+    if (h[(static_cast<UK>(src_k[0]) >> shift) & kMask] == n) continue;  // one digit for all keys
+    std::size_t sum = 0;
+    for (std::size_t b = 0; b < kBuckets; ++b) {  // counts -> first position of each bucket
+      const std::size_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = h[(static_cast<UK>(src_k[i]) >> shift) & kMask]++;
+      dst_k[at] = src_k[i];
+      dst_v[at] = src_v[i];
+    }
+    std::swap(src_k, dst_k);
+    std::swap(src_v, dst_v);
+  }
+  if (src_k != keys) {
+    std::memcpy(keys, src_k, n * sizeof(K));
+    std::memcpy(values, src_v, n * sizeof(V));
+  }
+}
+
+}  // namespace mpe::detail
