@@ -386,6 +386,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
   cfg.cache_rows = 0;
   cfg.seed = 1;
   PagedHostBackend be;
+  be.huge_pages = g_thp;  // HostBackend's own huge pages (its allocations under 8 MiB) follow --thp too
   be.num_threads = 1;
   E emb(cfg, be);
   emb.init_uniform(-0.05f, 0.05f);

@@ -34,9 +34,9 @@
 ///   same operations in the same order), so the width never changes a bit. HostBackend's
 ///   width is 1; tests/reference/async_backend.hpp runs 32 lanes one after another to pin
 ///   the laned code on the CPU.
-/// - `stable_sort_by_key(keys, values, n[, key_bits])`: stable: equal keys keep their
+/// - `stable_sort_by_key(keys, values, n, key_bits)`: stable: equal keys keep their
 ///   order, so the result does not depend on the thread or block count. Integral keys in
-///   [0, 2^key_bits) (default: the key type's width); a backend may sort only those bits.
+///   [0, 2^key_bits); a backend may sort only those bits.
 /// - `exclusive_scan(in, out, n)`: integers only (exact in any order).
 /// - `reduce_to(n, f, out)`: `*out` (backend memory) = sum of f(i) over [0, n) for an
 ///   integer or integer-aggregate type; exact in any order.
@@ -93,7 +93,7 @@ concept ExecutionBackend = std::copy_constructible<B> &&
   b.synchronize();
   b.for_each(n, backend_probe::Item{});
   b.for_each_lanes(n, backend_probe::LanedItem{});
-  b.stable_sort_by_key(keys, values, n);
+  b.stable_sort_by_key(keys, values, n, 64);
   b.exclusive_scan(keys, values, n);
   b.reduce_to(n, backend_probe::Count{}, out);
 };

@@ -73,9 +73,10 @@ struct HostBackend {
 
   /// Back the store, the cache and the optimizer state with transparent huge pages (2 MiB)
   /// where the OS offers them: their rows are read at random, and with 4 KiB pages nearly
-  /// every row access of a large table also misses the TLB (bench/RESULTS.md, "Huge
-  /// pages"). Linux only; elsewhere, or when the kernel's THP setting is `never`, the
-  /// memory is ordinary pages. Never changes a result.
+  /// every row access of a large table also misses the TLB (bench/RESULTS.md, "The
+  /// training step (2026-12-01, third round)"). Linux only; elsewhere, or when the kernel's THP setting is
+  /// `never`, the memory is ordinary pages. Never changes a result. Such allocations are rounded up to whole
+  /// 2 MiB pages; memory() reports the bytes asked for.
   bool huge_pages = true;
   /// Allocations of at least this many bytes with a purpose other than Workspace get huge
   /// pages (smaller ones would waste most of a 2 MiB page).

@@ -267,7 +267,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     backend_.for_each(
         cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data(), gate});
   }
-  if (scatter_backward()) {
+  // Decided once here (OpenMP's default may change before backward): the backward's path.
+  cur.scatter = scatter_backward();
+  if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   }

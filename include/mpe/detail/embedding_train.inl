@@ -57,7 +57,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
   bool summed = false;
   if constexpr (std::is_same_v<Backend, HostBackend>) {
-    if (scatter_backward()) {
+    if (b.scatter) {  // chosen by the forward, which kept a copy of its offsets
       // One thread on the host: grad_output read once in memory order (ScatterRowGradients).
       // `outcome` serves as its started flags (ApplyRows writes every outcome afterwards).
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
@@ -69,11 +69,18 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
     }
   }
   if (!summed) {
-    // grad_output's finiteness check: the bags without occurrences here, the rest fused
-    // into SumRowGradients (each value once, the smallest non-finite position either way).
-    backend_.for_each(
-        b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T, config_.dim,
-                                            &rec->pos[detail::kGrad], b.flags.data() + detail::kFlagOk});
+    // grad_output's finiteness check: on the host the bags without occurrences here, the
+    // rest fused into SumRowGradients; elsewhere (a GPU: CheckEmptyBagGrads walks a run of
+    // empty bags in one thread) one coalesced pass over all of it. The smallest
+    // non-finite position either way.
+    if constexpr (std::is_same_v<Backend, HostBackend>) {
+      backend_.for_each(
+          b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T, config_.dim,
+                                              &rec->pos[detail::kGrad], b.flags.data() + detail::kFlagOk});
+    } else {
+      backend_.for_each(static_cast<index_t>(grad_output.size()),
+                        detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+    }
     // The gradient sums run laned (a warp per row on a GPU: coalesced reads of
     // grad_output); AccumulateRows then steps each row. Same bits for any lane width.
     backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mpe::detail {
@@ -23,7 +24,8 @@ inline constexpr int kRadixDigitBits = 11;
 
 /// Sorts values (n) by keys (n) with equal keys in their input order, for integral keys in
 /// [0, 2^key_bits) (key_bits <= 8 * sizeof(K)). Scratch: two arrays of n keys and values,
-/// kept per thread between calls. Host only; synchronous.
+/// kept per thread between calls (not freed, not counted by memory(): 16 bytes per key of
+/// the largest sort). Host only; synchronous.
 template <class K, class V>
 void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   static_assert(std::is_integral_v<K>, "radix_sort_pairs: integral keys only");

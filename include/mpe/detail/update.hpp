@@ -86,7 +86,7 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
 /// grad_output's finiteness check is fused here: every value an occurrence reads is tested
 /// and the smallest non-finite position goes to rec->pos[kGrad] (atomic_min); the rows of
 /// bags without occurrences are tested by CheckEmptyBagGrads. Together they test every
-/// value of grad_output once (each belongs to one bag), as one pass over it would. On the
+/// value of grad_output at least once (each belongs to one bag), as one pass over it would. On the
 /// host, the grad_output row of the occurrence kPoolPrefetchAhead places ahead (in sorted
 /// order) is prefetched. Does nothing when the batch failed validation.
 struct SumRowGradients {
