@@ -278,8 +278,8 @@ class CachedEmbedding {
   struct Batch {
     bool valid = false, sorted = false, awaiting_backward = false;
     bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
-    bool scatter =
-        false;  // forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets)
+    // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
+    bool scatter = false;
     std::uint64_t id = 0;
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory

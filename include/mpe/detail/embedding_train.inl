@@ -55,38 +55,38 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  bool summed = false;
-  if constexpr (std::is_same_v<Backend, HostBackend>) {
-    if (b.scatter) {  // chosen by the forward, which kept a copy of its offsets
-      // One thread on the host: grad_output read once in memory order (ScatterRowGradients).
-      // `outcome` serves as its started flags (ApplyRows writes every outcome afterwards).
-      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
-      backend_.for_each(1, detail::ScatterRowGradients{
-                               b.offsets_copy.data(), b.occ_to_unique.data(),
-                               b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
-                               b.grad.data(), b.outcome.data(), rec, b.flags.data() + detail::kFlagOk});
-      summed = true;
-    }
-  }
-  if (!summed) {
-    // grad_output's finiteness check: on the host the bags without occurrences here, the
-    // rest fused into SumRowGradients; elsewhere (a GPU: CheckEmptyBagGrads walks a run of
-    // empty bags in one thread) one coalesced pass over all of it. The smallest
-    // non-finite position either way.
-    if constexpr (std::is_same_v<Backend, HostBackend>) {
-      backend_.for_each(
-          b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T, config_.dim,
-                                              &rec->pos[detail::kGrad], b.flags.data() + detail::kFlagOk});
-    } else {
-      backend_.for_each(static_cast<index_t>(grad_output.size()),
-                        detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
-    }
-    // The gradient sums run laned (a warp per row on a GPU: coalesced reads of
-    // grad_output); AccumulateRows then steps each row. Same bits for any lane width.
+  // The gradient sums, with grad_output's finiteness check (the smallest non-finite
+  // position on every path). SumRowGradients runs laned (a warp per row on a GPU: coalesced
+  // reads of grad_output); AccumulateRows then steps each row. Same bits on every path.
+  const auto gather = [&] {
     backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),
                                                        b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr,
                                                        grad_output.data(), b.B, T, config_.dim, b.grad.data(),
                                                        rec, count, b.flags.data() + detail::kFlagOk, b.n});
+  };
+  const index_t* ok = b.flags.data() + detail::kFlagOk;
+  if constexpr (std::is_same_v<Backend, HostBackend>) {
+    if (b.scatter) {
+      // One thread (chosen by the forward, which kept its offsets): grad_output read once in
+      // memory order, checked as it is read. `outcome` serves as the started flags
+      // (ApplyRows writes every outcome afterwards).
+      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
+      backend_.for_each(
+          1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
+                                         b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
+                                         config_.dim, b.grad.data(), b.outcome.data(), rec, ok});
+    } else {
+      // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
+      backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
+                                                            config_.dim, &rec->pos[detail::kGrad], ok});
+      gather();
+    }
+  } else {
+    // Other backends (a GPU: CheckEmptyBagGrads would walk a run of empty bags in one
+    // thread): one coalesced pass over all of grad_output.
+    backend_.for_each(static_cast<index_t>(grad_output.size()),
+                      detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+    gather();
   }
   backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
                                                    opt_name_.empty() || StatePrecision::cached

@@ -32,7 +32,6 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   using UK = std::make_unsigned_t<K>;
   constexpr std::size_t kBuckets = std::size_t{1} << kRadixDigitBits;
   constexpr UK kMask = static_cast<UK>(kBuckets - 1);
-  constexpr int kMaxPasses = (8 * static_cast<int>(sizeof(K)) + kRadixDigitBits - 1) / kRadixDigitBits;
   if (key_bits > 8 * static_cast<int>(sizeof(K))) key_bits = 8 * static_cast<int>(sizeof(K));
   const int passes = key_bits <= 0 ? 0 : (key_bits + kRadixDigitBits - 1) / kRadixDigitBits;
   if (n <= 1 || passes == 0) return;
@@ -52,7 +51,7 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   V* src_v = values;
   K* dst_k = key_tmp.data();
   V* dst_v = value_tmp.data();
-  for (int p = 0; p < passes && p < kMaxPasses; ++p) {
+  for (int p = 0; p < passes; ++p) {
     std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
     const int shift = kRadixDigitBits * p;
     if (h[(static_cast<UK>(src_k[0]) >> shift) & kMask] == n) continue;  // one digit for all keys

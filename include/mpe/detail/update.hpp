@@ -76,17 +76,38 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
   return sat;
 }
 
+/// Adds one occurrence's grad_output row `go` (D) into the row sum g (D): g = c * go (or go
+/// with no coefficients) for the row's first occurrence, else g + c * go (g + go). The
+/// one-lane step of SumRowGradients and ScatterRowGradients: mul(1, x) == x, so leaving
+/// the multiply out for coefficient 1 keeps the bits.
+MPE_HOST_DEVICE inline void add_occurrence(float* g, const float* go, std::int32_t D, const float* coef,
+                                           float c, bool first) {
+  if (coef) {
+    if (first) {
+      for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+    } else {
+      for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+    }
+  } else if (first) {
+    for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
+  } else {
+    for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
+  }
+}
+
 /// Backward, first pass, part 1, for unique row u: its gradient g = the sum over its
 /// occurrences, in position order, of coef * grad_output[bag] (coefficient 1 for plain sum
 /// pooling) into `grad`. Launched laned: with one lane (the host) the row in one loop; with
 /// more (CudaBackend: a warp per row) each lane sums its element chunks in registers,
 /// loading kLaneGroup occurrences before adding them in order, so every element gets the
-/// same operations. Writes only `grad` and the check of grad_output below.
+/// same operations. Writes only `grad` and, with one lane, the check of grad_output below.
 ///
-/// grad_output's finiteness check is fused here: every value an occurrence reads is tested
-/// and the smallest non-finite position goes to rec->pos[kGrad] (atomic_min); the rows of
-/// bags without occurrences are tested by CheckEmptyBagGrads. Together they test every
-/// value of grad_output at least once (each belongs to one bag), as one pass over it would. On the
+/// With one lane (HostBackend) grad_output's finiteness check is fused here: every value an
+/// occurrence reads is tested and the smallest non-finite position goes to rec->pos[kGrad]
+/// (atomic_min); the rows of bags without occurrences are tested by CheckEmptyBagGrads.
+/// Together they test every value of grad_output at least once (each belongs to one bag),
+/// as one pass over it would. Laned launches (other backends) leave the check to one
+/// CheckFinite pass over all of grad_output (CachedEmbedding::prepare_backward). On the
 /// host, the grad_output row of the occurrence kPoolPrefetchAhead places ahead (in sorted
 /// order) is prefetched. Does nothing when the batch failed validation.
 struct SumRowGradients {
@@ -98,7 +119,7 @@ struct SumRowGradients {
   index_t B, T;
   std::int32_t D;
   float* grad;           // (U, D) workspace: the summed gradient
-  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output (atomic_min)
+  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output (one lane)
   const index_t* count;  // (1) U; items u >= U do nothing
   const index_t* gate;   // ok flag of the batch, or null
   index_t n = 0;         // occurrences (host prefetch bound; 0: no prefetch)
@@ -112,10 +133,10 @@ struct SumRowGradients {
   }
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     if (u >= *count || !open(gate)) return;
-    index_t* bad = &rec->pos[kGrad];
     float* g = grad + u * D;
     const index_t first = seg_start[u], last = seg_start[u + 1];
     if (lanes == 1) {
+      index_t* bad = &rec->pos[kGrad];
       for (index_t k = first; k < last; ++k) {
 #ifndef __CUDA_ARCH__
         if (k + kPoolPrefetchAhead < n) {
@@ -126,19 +147,8 @@ struct SumRowGradients {
 #endif
         float c;
         const index_t at = occurrence(k, c);
-        const float* go = grad_output + at;
-        if (coef) {
-          if (k == first) {
-            for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
-          } else {
-            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
-          }
-        } else if (k == first) {  // coefficient 1: mul(1, x) == x, the same bits without the multiply
-          for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
-        } else {
-          for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
-        }
-        check_finite_run(go, D, at, bad);
+        add_occurrence(g, grad_output + at, D, coef, c, k == first);
+        check_finite_run(grad_output + at, D, at, bad);
       }
       return;
     }
@@ -166,7 +176,6 @@ struct SumRowGradients {
           const bool head = k0 + q == first;
           MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-            if (!num::is_finite(x[q][e])) atomic_min(bad, at[q] + e);
             if (coef) {
               acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
             } else {
@@ -237,20 +246,8 @@ struct ScatterRowGradients {
         check_finite_run(go, D, at, bad);
         for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
           const index_t u = occ_to_unique[i];
-          float* g = grad + u * D;
-          const float c = coef ? coef[i] : 1.0f;
-          if (!started[u]) {
-            started[u] = 1;
-            if (coef) {
-              for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
-            } else {
-              for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
-            }
-          } else if (coef) {
-            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
-          } else {
-            for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
-          }
+          add_occurrence(grad + u * D, go, D, coef, coef ? coef[i] : 1.0f, started[u] == 0);
+          started[u] = 1;
         }
       }
     }
