@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <mpe/mpe.hpp>
+#include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "cache_harness.hpp"
@@ -381,4 +383,107 @@ TEST_CASE("backward(k) updates a row that prefetch(k+1) filled after forward(k) 
   h.forward(one_bag({x}));  // uses the prefetch: reads the trained FP32 row
   h.backward();
   h.flush();
+}
+
+namespace {
+/// A scored policy whose scores do not fit SetVictims' packed keys (>= 2^56): LRU order on
+/// last use shifted up, so the list's (score, way) comparison is the one exercised.
+struct BigScoreLru : mpe::PolicyBase, mpe::ScoredPolicy<BigScoreLru> {
+  static constexpr int ways = 8;
+  static constexpr const char* name = "big_score_lru";
+  static constexpr bool victims_by_score = true;
+  using mpe::ScoredPolicy<BigScoreLru>::choose;
+  static std::uint64_t score(View, const mpe::CacheRef& c, std::int64_t slot) {
+    return (c.last_use[slot] + 1) << 58;
+  }
+  static bool admits(View, std::uint32_t, std::uint64_t) { return true; }
+};
+/// Derives from ScoredPolicy without declaring victims_by_score: asked miss by miss.
+struct UndeclaredLru : mpe::PolicyBase, mpe::ScoredPolicy<UndeclaredLru> {
+  static constexpr int ways = 4;
+  static constexpr const char* name = "undeclared_lru";
+  using mpe::ScoredPolicy<UndeclaredLru>::choose;
+  static std::uint64_t score(View, const mpe::CacheRef& c, std::int64_t slot) { return c.last_use[slot]; }
+  static bool admits(View, std::uint32_t, std::uint64_t) { return true; }
+};
+}  // namespace
+
+// The admission's per-set victim list (detail::SetVictims, used on the host for policies
+// declaring victims_by_score) against successive ScoredPolicy::choose calls, which it
+// replaces: random sets (empty, locked and unlocked ways, equal scores), random floors and
+// miss priorities, each admitted miss filled as the admission fills it; with the AVX2
+// selection and with the scalar one.
+TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls give", P, mpe::Lru<4>,
+                   mpe::Lru<32>, mpe::Lfu<8>, mpe::Lfu<32>, mpe::DirectMapped, BigScoreLru) {
+  static_assert(mpe::detail::uses_scored_choose<P>);
+  static_assert(!mpe::detail::uses_scored_choose<mpe::WTinyLfu<32>>);
+  static_assert(!mpe::detail::uses_scored_choose<UndeclaredLru>);
+  constexpr std::int32_t W = P::ways;
+  std::mt19937_64 rng(static_cast<std::uint64_t>(W) * 7 + sizeof(P));
+  int compared = 0, rejected = 0, conflicts = 0, filled = 0;
+  const bool simd_was = mpe::detail::host_simd_enabled();
+  for (int rep = 0; rep < 6000; ++rep) {
+    // the AVX2 argmin of the packed keys (where the CPU has it), then the scalar loop
+    mpe::detail::set_host_simd(rep < 3000);
+    // one set: slot s = way s (base 0)
+    std::vector<float> rows(static_cast<std::size_t>(W));
+    std::vector<std::int64_t> tags(W);
+    std::vector<std::uint64_t> last_use(W);
+    std::vector<std::uint8_t> dirty(W, 0);
+    const int empty_pct = static_cast<int>(rng() % 3) * 20;  // 0, 20 or 40 % empty ways
+    for (std::int32_t w = 0; w < W; ++w) {
+      tags[w] = static_cast<int>(rng() % 100) < empty_pct
+                    ? -1
+                    : 1000 + 10 * w + static_cast<std::int64_t>(rng() % 7);
+      last_use[w] = rng() % 6;  // few values: ties
+    }
+    const std::uint64_t floor = 1 + rng() % 6, batch = 9;
+    std::vector<std::uint32_t> words(static_cast<std::size_t>(P::meta_words(W)));
+    for (auto& x : words) x = static_cast<std::uint32_t>(rng() % 5);
+    const auto view = P::view(words.data(), W);
+    std::vector<std::int64_t> misses;
+    std::vector<std::uint32_t> prio;
+    const int k = 1 + static_cast<int>(rng() % (W + 3));
+    for (int i = 0; i < k; ++i) {
+      misses.push_back(5000 + i);
+      prio.push_back(static_cast<std::uint32_t>(rng() % 5));
+    }
+    // reference: choose on the set as each fill leaves it
+    std::vector<std::int64_t> tags_ref = tags;
+    std::vector<std::uint64_t> use_ref = last_use;
+    const mpe::CacheRef ref{rows.data(), tags_ref.data(), use_ref.data(), dirty.data(), 1, W, 1};
+    std::vector<mpe::CacheChoice> want;
+    for (int i = 0; i < k; ++i) {
+      const mpe::CacheChoice c = P::choose(view, ref, 0, floor, misses[i], prio[i]);
+      want.push_back(c);
+      if (c.slot >= 0) {
+        tags_ref[c.slot] = misses[i];
+        use_ref[c.slot] = batch;
+      }
+    }
+    // the victim list, with the same fills
+    const mpe::CacheRef got_ref{rows.data(), tags.data(), last_use.data(), dirty.data(), 1, W, 1};
+    mpe::detail::SetVictims<P> victims;
+    for (int i = 0; i < k; ++i) {
+      const mpe::CacheChoice c = victims.take(view, got_ref, 0, floor, prio[i]);
+      CHECK(c.slot == want[i].slot);
+      CHECK(c.rejected == want[i].rejected);
+      ++compared;
+      rejected += c.rejected ? 1 : 0;
+      conflicts += (c.slot < 0 && !c.rejected) ? 1 : 0;
+      filled += c.slot >= 0 ? 1 : 0;
+      if (c.slot >= 0) {
+        tags[c.slot] = misses[i];
+        last_use[c.slot] = batch;
+      }
+    }
+    CHECK(tags == tags_ref);
+  }
+  mpe::detail::set_host_simd(simd_was);
+  CHECK(compared > 6000);
+  CHECK(filled > 0);
+  CHECK(conflicts > 0);
+  if constexpr (std::is_same_v<P, mpe::Lfu<8>> || std::is_same_v<P, mpe::Lfu<32>>) {
+    CHECK(rejected > 0);  // LFU refuses rows whose estimate is not higher
+  }
 }

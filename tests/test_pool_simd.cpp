@@ -10,7 +10,10 @@
 // - detail::PoolBags with the fast path on and off gives the same output bits, on random
 //   rows of every format that has a fast decoder (and Fp8, which has none), D = 1 .. 130
 //   (odd D and partial groups of 8), sum / mean / per-sample weights, empty bags and
-//   duplicates, store only, with populate's slots (some dropped) and with set lookup.
+//   duplicates, store only, with populate's slots (some dropped, or nearly all cached: the
+//   FP32 cache-row path) and with set lookup, bag by bag and in ranges (host_range);
+// - the cache fill's decode (detail::simd::decode_row) equals the Reader and the SIMD tag
+//   scan (detail::simd::find_tag) equals CacheRef::find's loop.
 // On a CPU without AVX2 + F16C (or a build without the fast path) the comparisons run the
 // portable path twice and the decode checks are skipped (reported).
 #include <doctest/doctest.h>
@@ -157,7 +160,30 @@ void random_row(std::uint8_t* row, std::int32_t D, std::mt19937& rng) {
   }
 }
 
-enum class Slots { None, Populated, Lookup };
+/// Random store rows of format S (T tables of `rows` rows) and T*B bags of 0 .. max_len - 1
+/// occurrences each (duplicates allowed), bag j = t*B + b drawing from table t.
+template <class S>
+void random_batch(std::mt19937& rng, std::int32_t D, std::int64_t rows, std::int64_t T, std::int64_t B,
+                  int max_len, std::vector<std::uint8_t>& store, std::vector<std::int64_t>& offsets,
+                  std::vector<std::int64_t>& global_rows) {
+  const std::size_t stride = mpe::row_bytes<S>(D, 4);
+  store.assign(static_cast<std::size_t>(T * rows) * stride + 64, 0);
+  for (std::int64_t r = 0; r < T * rows; ++r)
+    random_row<S>(store.data() + static_cast<std::size_t>(r) * stride, D, rng);
+  offsets.assign(1, 0);
+  global_rows.clear();
+  for (std::int64_t j = 0; j < T * B; ++j) {
+    const int L = static_cast<int>(rng() % static_cast<unsigned>(max_len));
+    for (int k = 0; k < L; ++k)
+      global_rows.push_back((j / B) * rows +
+                            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(rows)));
+    offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
+  }
+}
+
+// Populated: about half the rows admitted, some lines dropped after (mixed bags); Cached:
+// every row admitted where its set has room (most bags wholly cached: the FP32 cache-row path).
+enum class Slots { None, Populated, Cached, Lookup };
 
 /// PoolBags over random rows with the fast path on and off: the bits must agree.
 template <class S>
@@ -165,23 +191,15 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   std::mt19937 rng(seed);
   const std::int64_t rows = 97, T = 2, B = 9;
   const std::size_t stride = mpe::row_bytes<S>(D, 4);
-  std::vector<std::uint8_t> store(static_cast<std::size_t>(T * rows) * stride + 64);
-  for (std::int64_t r = 0; r < T * rows; ++r)
-    random_row<S>(store.data() + static_cast<std::size_t>(r) * stride, D, rng);
-  // bags of 0..11 occurrences, duplicates allowed
-  std::vector<std::int64_t> offsets{0}, global_rows;
-  for (std::int64_t j = 0; j < T * B; ++j) {
-    const int L = static_cast<int>(rng() % 12);
-    for (int k = 0; k < L; ++k)
-      global_rows.push_back((j / B) * rows + static_cast<std::int64_t>(rng() % rows));
-    offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
-  }
+  std::vector<std::uint8_t> store;
+  std::vector<std::int64_t> offsets, global_rows;
+  random_batch<S>(rng, D, rows, T, B, 12, store, offsets, global_rows);  // bags of 0 .. 11
   const auto n = static_cast<std::int64_t>(global_rows.size());
   std::vector<float> weights(static_cast<std::size_t>(n));
   std::uniform_real_distribution<float> wd(-2.0f, 2.0f);
   for (auto& w : weights) w = wd(rng);
   // A 4-way cache of 8 sets holding some rows (random FP32 contents differing from the store).
-  const std::int64_t sets = 8;
+  const std::int64_t sets = slots == Slots::Cached ? 64 : 8;
   const std::int32_t ways = 4;
   std::vector<float> crow(static_cast<std::size_t>(sets * ways * D));
   std::vector<std::int64_t> tags(static_cast<std::size_t>(sets * ways), -1);
@@ -196,7 +214,7 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
     occ_to_unique[static_cast<std::size_t>(i)] = i;  // one "unique" entry per occurrence
     const std::int64_t r = global_rows[static_cast<std::size_t>(i)];
     std::int64_t s = cache.find(r);
-    if (s < 0 && rng() % 2 == 0) {  // admit into a free way of its set
+    if (s < 0 && (slots == Slots::Cached || rng() % 2 == 0)) {  // admit into a free way of its set
       const std::int64_t base = cache.set_of(r) * ways;
       for (std::int32_t w = 0; w < ways; ++w) {
         if (tags[static_cast<std::size_t>(base + w)] < 0) {
@@ -209,33 +227,65 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
     slot_of_unique[static_cast<std::size_t>(i)] = s;
   }
   // a slot given by populate whose line was dropped since (read from the store instead)
-  for (std::int64_t i = 0; i < n; i += 7) {
+  for (std::int64_t i = 0; slots == Slots::Populated && i < n; i += 7) {
     const std::int64_t s = slot_of_unique[static_cast<std::size_t>(i)];
     if (s >= 0 && rng() % 3 == 0) tags[static_cast<std::size_t>(s)] = -1;
   }
+  // What the forward hands PoolBags: each occurrence's slot checked against its tag.
+  std::vector<std::int64_t> slot_of_occ(static_cast<std::size_t>(n), -7);
+  for (std::int64_t i = 0; i < n; ++i) {
+    mpe::detail::OccurrenceSlots{global_rows.data(),
+                                 occ_to_unique.data(),
+                                 slot_of_unique.data(),
+                                 cache,
+                                 true,
+                                 slot_of_occ.data(),
+                                 nullptr}(i);
+  }
+  std::int64_t whole_bags = 0;  // bags with at least one row, all cached (the FP32 cache-row path)
+  for (std::int64_t j = 0; j < T * B; ++j) {
+    bool all = offsets[static_cast<std::size_t>(j + 1)] > offsets[static_cast<std::size_t>(j)];
+    for (std::int64_t i = offsets[static_cast<std::size_t>(j)]; i < offsets[static_cast<std::size_t>(j + 1)];
+         ++i)
+      all = all && slot_of_occ[static_cast<std::size_t>(i)] >= 0;
+    whole_bags += all ? 1 : 0;
+  }
+  if (slots == Slots::Cached) CHECK(whole_bags >= 3);
   std::vector<float> out_fast(static_cast<std::size_t>(B * T * D), -1.0f), out_port(out_fast.size(), -2.0f);
-  auto run = [&](bool fast, std::vector<float>& out) {
+  // ranged: the bags as HostBackend hands them out (PoolBags::host_range), in two ranges
+  // split at an odd bag so the second starts mid-table.
+  auto run = [&](bool fast, std::vector<float>& out, bool ranged = false) {
     mpe::detail::set_host_simd(fast);
-    const mpe::detail::PoolBags<S> pb{offsets.data(),
-                                      global_rows.data(),
-                                      slots == Slots::Populated ? occ_to_unique.data() : nullptr,
-                                      slots == Slots::Populated ? slot_of_unique.data() : nullptr,
-                                      weighted ? weights.data() : nullptr,
-                                      slots == Slots::None ? mpe::CacheRef{} : cache,
-                                      slots == Slots::Lookup,
-                                      store.data(),
-                                      stride,
-                                      B,
-                                      T,
-                                      D,
-                                      mean,
-                                      out.data(),
-                                      nullptr};
-    for (std::int64_t j = 0; j < T * B; ++j) pb(j);
+    const mpe::detail::PoolBags<S> pb{
+        offsets.data(),
+        global_rows.data(),
+        slots == Slots::Populated || slots == Slots::Cached ? slot_of_occ.data() : nullptr,
+        weighted ? weights.data() : nullptr,
+        slots == Slots::None ? mpe::CacheRef{} : cache,
+        slots == Slots::Lookup,
+        store.data(),
+        stride,
+        B,
+        T,
+        D,
+        mean,
+        out.data(),
+        nullptr};
+    if (ranged) {
+      pb.host_range(0, 5);
+      pb.host_range(5, T * B);
+    } else {
+      for (std::int64_t j = 0; j < T * B; ++j) pb(j);
+    }
   };
   run(true, out_fast);
   run(false, out_port);
   CHECK(std::memcmp(out_fast.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+  std::vector<float> out_range(out_fast.size(), -4.0f), out_range_port(out_fast.size(), -5.0f);
+  run(true, out_range, true);
+  run(false, out_range_port, true);
+  CHECK(std::memcmp(out_range.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(out_range_port.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
 }
 
 template <class S>
@@ -243,7 +293,7 @@ void check_format() {
   const SimdSwitch restore;
   std::uint32_t seed = 1;
   for (const std::int32_t D : {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 63, 64, 65, 72, 127, 128, 130}) {
-    for (const Slots slots : {Slots::None, Slots::Populated, Slots::Lookup}) {
+    for (const Slots slots : {Slots::None, Slots::Populated, Slots::Cached, Slots::Lookup}) {
       for (const bool weighted : {false, true}) {
         for (const bool mean : {false, true}) {
           if (weighted && mean) continue;
@@ -361,5 +411,156 @@ TEST_CASE("forward() and forward_inference() give the same bits with the fast pa
     e.forward_inference(idx, off, d);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+  }
+}
+
+#if MPE_HOST_SIMD
+namespace {
+/// detail::simd::decode_row<S> against the Reader, element by element in bits, over random
+/// rows of D = 1 .. 130.
+template <class S>
+int decode_row_mismatches(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  int bad = 0;
+  for (std::int32_t D = 1; D <= 130; ++D) {
+    const std::size_t stride = mpe::row_bytes<S>(D, 4);
+    std::vector<std::uint8_t> row(stride + 32);
+    for (int rep = 0; rep < 4; ++rep) {
+      random_row<S>(row.data(), D, rng);
+      std::vector<float> fast(static_cast<std::size_t>(D) + 1, -3.0f);
+      mpe::detail::simd::decode_row<S>(row.data(), D, fast.data());
+      const typename S::Reader rd(row.data(), D);
+      for (std::int32_t d = 0; d < D; ++d) {
+        if (mpe::num::float_bits(fast[static_cast<std::size_t>(d)]) != mpe::num::float_bits(rd[d])) ++bad;
+      }
+      if (fast[static_cast<std::size_t>(D)] != -3.0f) ++bad;  // nothing written past the row
+    }
+  }
+  return bad;
+}
+}  // namespace
+
+TEST_CASE("the cache fill's SIMD decode equals the Reader bit for bit") {
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C: the fill uses the Reader; skipped");
+    return;
+  }
+  CHECK(decode_row_mismatches<mpe::Fp32>(11) == 0);
+  CHECK(decode_row_mismatches<mpe::Fp16>(12) == 0);
+  CHECK(decode_row_mismatches<mpe::Bf16>(13) == 0);
+  CHECK(decode_row_mismatches<mpe::Int8Rowwise>(14) == 0);
+  CHECK(decode_row_mismatches<mpe::Int4Rowwise>(15) == 0);
+  // Every FP16 code, NaNs included, in rows of 64.
+  std::vector<std::uint8_t> codes(2 * 65536);
+  for (std::uint32_t h = 0; h < 65536; ++h)
+    mpe::num::store_u16(codes.data() + 2 * h, static_cast<std::uint16_t>(h));
+  int bad = 0;
+  for (std::uint32_t r = 0; r < 65536 / 64; ++r) {
+    float v[64];
+    mpe::detail::simd::decode_row<mpe::Fp16>(codes.data() + 128 * r, 64, v);
+    for (std::uint32_t k = 0; k < 64; ++k) {
+      const auto code = static_cast<std::uint16_t>(64 * r + k);
+      if (mpe::num::float_bits(v[k]) != mpe::num::float_bits(mpe::num::half_to_float(code))) ++bad;
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("the SIMD tag scan finds what CacheRef::find's loop finds") {
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2: the admission scans tags with the loop; skipped");
+    return;
+  }
+  std::mt19937_64 rng(5);
+  int bad = 0, found = 0;
+  for (std::int32_t ways : {1, 2, 3, 4, 5, 7, 8, 16, 31, 32, 33, 64, 256}) {
+    std::vector<std::int64_t> tags(static_cast<std::size_t>(ways));
+    for (int rep = 0; rep < 200; ++rep) {
+      // rows from a small range, so hits, misses and empty ways (-1) all occur
+      for (auto& t : tags) t = static_cast<std::int64_t>(rng() % 64) - 1;
+      const std::int64_t row = static_cast<std::int64_t>(rng() % 64) - (rep % 5 == 0 ? 1 : 0);
+      std::int32_t want = -1;
+      for (std::int32_t w = 0; w < ways; ++w) {
+        if (tags[static_cast<std::size_t>(w)] == row) {
+          want = w;
+          break;
+        }
+      }
+      found += want >= 0 ? 1 : 0;
+      if (mpe::detail::simd::find_tag(tags.data(), ways, row) != want) ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(found > 100);  // both outcomes were exercised
+}
+#endif
+
+// HostBackend hands PoolBags ranges of bags (host_range): on 2 threads, 1,203 bags in
+// ranges of 150 with a partial last one; the output bits must equal bag-by-bag pooling on
+// the portable path, store only and with populate's slots.
+TEST_CASE("pooling through HostBackend's ranges on 2 threads equals bag-by-bag pooling") {
+  using S = mpe::Int8Rowwise;
+  const SimdSwitch restore;
+  for (const std::int32_t D : {20, 64}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(D));
+    const std::int64_t rows = 500, T = 3, B = 401;
+    const std::size_t stride = mpe::row_bytes<S>(D, 4);
+    std::vector<std::uint8_t> store;
+    std::vector<std::int64_t> offsets, global_rows;
+    random_batch<S>(rng, D, rows, T, B, 9, store, offsets, global_rows);
+    const auto n = static_cast<std::int64_t>(global_rows.size());
+    const std::int64_t sets = 64;
+    const std::int32_t ways = 4;
+    std::vector<float> crow(static_cast<std::size_t>(sets * ways * D));
+    std::uniform_real_distribution<float> cv(-5.0f, 5.0f);
+    for (auto& v : crow) v = cv(rng);
+    std::vector<std::int64_t> tags(static_cast<std::size_t>(sets * ways), -1);
+    std::vector<std::uint64_t> last_use(tags.size(), 0);
+    std::vector<std::uint8_t> dirty(tags.size(), 0);
+    const mpe::CacheRef cache{crow.data(), tags.data(), last_use.data(), dirty.data(), sets, ways, D};
+    std::vector<std::int64_t> slot_of_occ(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {  // rows of table 0 cached where their set has room
+      const std::int64_t r = global_rows[static_cast<std::size_t>(i)];
+      std::int64_t s = cache.find(r);
+      if (s < 0 && r < rows) {
+        const std::int64_t base = cache.set_of(r) * ways;
+        for (std::int32_t w = 0; w < ways && s < 0; ++w) {
+          if (tags[static_cast<std::size_t>(base + w)] < 0) {
+            tags[static_cast<std::size_t>(base + w)] = r;
+            s = base + w;
+          }
+        }
+      }
+      slot_of_occ[static_cast<std::size_t>(i)] = s;
+    }
+    for (const bool cached : {false, true}) {
+      CAPTURE(D);
+      CAPTURE(cached);
+      auto pool = [&](std::vector<float>& out) {
+        return mpe::detail::PoolBags<S>{offsets.data(),
+                                        global_rows.data(),
+                                        cached ? slot_of_occ.data() : nullptr,
+                                        nullptr,
+                                        cached ? cache : mpe::CacheRef{},
+                                        false,
+                                        store.data(),
+                                        stride,
+                                        B,
+                                        T,
+                                        D,
+                                        false,
+                                        out.data(),
+                                        nullptr};
+      };
+      std::vector<float> ref(static_cast<std::size_t>(B * T * D), -1.0f), got(ref.size(), -2.0f);
+      mpe::detail::set_host_simd(false);
+      const auto portable = pool(ref);
+      for (std::int64_t j = 0; j < T * B; ++j) portable(j);
+      mpe::detail::set_host_simd(true);
+      mpe::HostBackend be;
+      be.num_threads = 2;
+      be.for_each_lanes(T * B, pool(got));
+      CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
+    }
   }
 }

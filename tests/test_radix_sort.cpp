@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // detail::radix_sort_pairs (HostBackend::stable_sort_by_key on one thread) against
 // std::stable_sort of the same pairs: keys with many duplicates (stability shows), every
-// key width from 0 to 64 bits in use, signed and unsigned keys, sizes 0 .. 100,000, and
+// key width from 0 to 64 bits in use, signed and unsigned keys, positions as values (keys
+// of <= 32 bits sort packed) and 64-bit values (the pair sort), sizes 0 .. 100,000, and
 // HostBackend on one thread (radix) and two (Thrust) giving the same pairs.
 #include <doctest/doctest.h>
 
@@ -28,14 +29,21 @@ std::vector<K> random_keys(std::mt19937_64& rng, std::size_t n, int bits) {
   return k;
 }
 
+/// Values: positions 0 .. n-1 (keys of <= 32 bits then sort packed, key << 32 | value), or
+/// with `wide` random 64-bit values, negative ones included (the pair sort).
 template <class K>
-void check_against_std(std::size_t n, int bits, std::uint64_t seed) {
+void check_against_std(std::size_t n, int bits, std::uint64_t seed, bool wide = false) {
   CAPTURE(n);
   CAPTURE(bits);
+  CAPTURE(wide);
   std::mt19937_64 rng(seed);
   std::vector<K> keys = random_keys<K>(rng, n, bits);
   std::vector<std::int64_t> values(n);
   std::iota(values.begin(), values.end(), 0);
+  if (wide) {
+    for (auto& v : values) v = static_cast<std::int64_t>(rng());
+    if (n > 0) values[n - 1] = std::int64_t{1} << 32;  // just past 32 bits
+  }
   std::vector<std::pair<K, std::int64_t>> expect(n);
   for (std::size_t i = 0; i < n; ++i) expect[i] = {keys[i], values[i]};
   std::stable_sort(expect.begin(), expect.end(), [](const auto& a, const auto& b) {
@@ -57,6 +65,7 @@ TEST_CASE("radix_sort_pairs equals std::stable_sort for every key width in use")
     for (int bits = 0; bits <= 64; bits += (bits < 24 ? 1 : 5)) {
       check_against_std<std::uint64_t>(n, bits, 11 + static_cast<std::uint64_t>(bits));
       if (bits < 64) check_against_std<std::int64_t>(n, bits, 29 + static_cast<std::uint64_t>(bits));
+      if (bits <= 32) check_against_std<std::int64_t>(n, bits, 47 + static_cast<std::uint64_t>(bits), true);
     }
   }
   check_against_std<std::uint64_t>(5000, 64, 3);

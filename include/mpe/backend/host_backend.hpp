@@ -43,6 +43,17 @@ struct OneLane {
   F f;
   void operator()(index_t i) const { f(i, 0, 1); }
 };
+
+/// A laned functor that also runs a range of items on one host thread in one call
+/// (`host_range(begin, end)`: every item of [begin, end) with one lane, the same bits as
+/// item by item); HostBackend::for_each_lanes then hands each thread ranges, not items.
+template <class F>
+concept HostRanged = requires(const F& f, index_t i) {
+  f.host_range(i, i);
+};
+
+/// Most items per range of HostBackend::for_each_lanes on several threads.
+inline constexpr index_t kHostRangeItems = 256;
 }  // namespace detail
 
 /// The host execution backend (the default `Backend` of CachedEmbedding).
@@ -153,10 +164,29 @@ struct HostBackend {
   /// One lane per item on the host: a core works through a row's elements in order.
   static constexpr std::int32_t lane_width = 1;
   /// Calls f(i, 0, 1) for every i in [0, n), in parallel (for_each). f must write
-  /// disjoint outputs per item.
+  /// disjoint outputs per item. A functor with `host_range(begin, end)` (detail::HostRanged,
+  /// e.g. forward pooling) gets [0, n) in one call on one thread, else ranges of up to
+  /// detail::kHostRangeItems items (at least 4 per thread where n allows), so its per-item
+  /// setup is paid once per range.
   template <class F>
   void for_each_lanes(index_t n, F f) const {
-    for_each(n, detail::OneLane<F>{f});
+    if constexpr (detail::HostRanged<F>) {
+      if (n <= 0) return;
+      if (threads() == 1) {
+        f.host_range(0, n);
+        return;
+      }
+      // Ranges of up to kHostRangeItems items, at least 4 per thread where n allows.
+      index_t per = n / (4 * static_cast<index_t>(threads()));
+      per = per < 1 ? 1 : (per > detail::kHostRangeItems ? detail::kHostRangeItems : per);
+      const index_t ranges = (n + per - 1) / per;
+      for_each(ranges, [f, n, per](index_t r) {
+        const index_t a = r * per;
+        f.host_range(a, a + per < n ? a + per : n);
+      });
+    } else {
+      for_each(n, detail::OneLane<F>{f});
+    }
   }
 
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep

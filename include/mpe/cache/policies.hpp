@@ -34,6 +34,9 @@ struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
   static constexpr bool uses_sketch = false;  ///< keeps no count-min sketch
   static constexpr const char* name = "lru";  ///< checkpoint name
   using ScoredPolicy<Lru<Ways>>::choose;
+  /// choose is ScoredPolicy's and the score is the slot's own last use: the admission reads
+  /// a set once for all its misses.
+  static constexpr bool victims_by_score = true;
   /// Score: the populate counter of the slot's last batch.
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];
@@ -56,6 +59,9 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
   static constexpr int ways = Ways;           ///< ways per set
   static constexpr bool uses_sketch = true;   ///< keeps a count-min sketch
   static constexpr const char* name = "lfu";  ///< checkpoint name and section name
+  /// choose is ScoredPolicy's and the score (the resident row's estimate) changes only in
+  /// observe, before admission: the admission reads a set once for all its misses.
+  static constexpr bool victims_by_score = true;
   /// The metadata is the sketch (backend memory).
   using View = SketchRef;
   /// Sketch width for `slots` slots.
@@ -109,6 +115,8 @@ struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
   static constexpr bool uses_sketch = false;            ///< keeps no count-min sketch
   static constexpr const char* name = "direct_mapped";  ///< checkpoint name
   using ScoredPolicy<DirectMapped>::choose;
+  /// choose is ScoredPolicy's and the score is the slot's own last use.
+  static constexpr bool victims_by_score = true;
   /// Score: the populate counter of the slot's last batch (as Lru<1>).
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];

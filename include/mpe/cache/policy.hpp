@@ -140,6 +140,12 @@ struct PolicyBase {
 /// the one with the lowest `Derived::score(view, cache, slot)` (ties to the lowest way)
 /// is the victim, and the miss replaces it only if
 /// `Derived::admits(view, priority, victim_score)`; no unlocked way: conflict miss.
+/// A policy using this `choose` unchanged whose slot scores do not change while other slots
+/// of the set are hit or filled during one admission (Lru: the slot's own last use; Lfu: its
+/// row's estimate, which only `observe` changes) may declare
+/// `static constexpr bool victims_by_score = true;`: the host admission then reads a set
+/// once for all its misses (mpe/cache/detail/admission.hpp, `SetVictims`, the same slots).
+/// Without it `choose` is called miss by miss.
 template <class Derived>
 struct ScoredPolicy {
   /// The slot a miss with admission `priority` is filled into in the set starting at slot

@@ -150,6 +150,25 @@ struct LookupSlots {
   }
 };
 
+/// Each occurrence's cache slot for pooling: its unique row's slot from the populate, or -1
+/// when the row stayed uncached or (with `check_tags`: the populate ran in an earlier call)
+/// set_weights dropped the line since, so the slot's tag is no longer the row. One
+/// sequential pass, so pooling follows one index per occurrence.
+struct OccurrenceSlots {
+  const index_t* global_rows;     // (n)
+  const index_t* occ_to_unique;   // (n)
+  const index_t* slot_of_unique;  // (U)
+  CacheRef cache;
+  bool check_tags;
+  index_t* slot_of_occ;  // (n)
+  const index_t* gate;   // batch ok flag, or null
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (!open(gate)) return;
+    const index_t s = slot_of_unique[occ_to_unique[i]];
+    slot_of_occ[i] = (s >= 0 && (!check_tags || cache.tags[s] == global_rows[i])) ? s : -1;
+  }
+};
+
 /// Single item before a populate: the lock floor is the number of the batch awaiting
 /// backward, unless that batch failed validation (Validation::Deferred: it locks nothing),
 /// else the populating batch's own number.

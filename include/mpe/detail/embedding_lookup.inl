@@ -112,10 +112,28 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
       Backend::asynchronous
           ? 64
           : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
-  backend_.for_each(U, detail::AdmitSet<Storage, Rounding, Cache>{
-                           b.keys.data(), b.order.data(), count, gate, b.uniq.data(), b.estimates.data(),
-                           cache_ref(), view, store_.data(), stride_, b.id, &counters->lock_floor,
-                           config_.seed, step_ptr(), b.slot_of_unique.data(), b.outcome.data(), state});
+  detail::AdmitSet<Storage, Rounding, Cache> admit{b.keys.data(),
+                                                   b.order.data(),
+                                                   count,
+                                                   gate,
+                                                   b.uniq.data(),
+                                                   b.estimates.data(),
+                                                   cache_ref(),
+                                                   view,
+                                                   store_.data(),
+                                                   stride_,
+                                                   b.id,
+                                                   &counters->lock_floor,
+                                                   config_.seed,
+                                                   step_ptr(),
+                                                   b.slot_of_unique.data(),
+                                                   b.outcome.data(),
+                                                   state,
+                                                   detail::AdmitPhase::Hits,
+                                                   scatter_backward()};
+  backend_.for_each(U, admit);  // every set's hits, then every set's misses
+  admit.phase = detail::AdmitPhase::Misses;
+  backend_.for_each(U, admit);
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
   if (const std::uint64_t period = Cache::decay_period(cache_slots()); period > 0) {
@@ -255,9 +273,17 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   const index_t T = num_tables();
   const bool mean = pooling == Pooling::Mean;
   const index_t* gate = cur.flags.data() + detail::kFlagOk;
-  backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(),
-                                                          num_sets_ > 0 ? cur.occ_to_unique.data() : nullptr,
-                                                          num_sets_ > 0 ? cur.slot_of_unique.data() : nullptr,
+  // Each occurrence's slot, into sorted_keys (only sort_unique uses it). A batch populated
+  // by an earlier prefetch() has its slots checked against their tags (set_weights may have
+  // dropped a line since); one populated by this call has nothing to check.
+  index_t* slot_of_occ = nullptr;
+  if (num_sets_ > 0) {
+    slot_of_occ = cur.sorted_keys.data();
+    backend_.for_each(cur.n, detail::OccurrenceSlots{cur.global_rows.data(), cur.occ_to_unique.data(),
+                                                     cur.slot_of_unique.data(), cache_ref(), use_pending,
+                                                     slot_of_occ, gate});
+  }
+  backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ,
                                                           w, cache_ref(), false, store_.data(), stride_,
                                                           cur.B, T, config_.dim, mean, output.data(), gate});
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
@@ -295,7 +321,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
                                            false, nullptr, true, nullptr, detail::kCallForward, 0});
   throw_if_failed(fn, read_record(record.data()), false, nullptr);
   backend_.for_each_lanes(
-      bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, nullptr, w, cache_ref(),
+      bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, w, cache_ref(),
                                       num_sets_ > 0, store_.data(), stride_, B, num_tables(), config_.dim,
                                       pooling == Pooling::Mean, output.data(), nullptr});
 }

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "mpe/numeric/config.hpp"
 
@@ -271,6 +272,15 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
   return static_cast<std::int32_t>((bytes + 63) / 64) + (aligned ? 0 : 1);
 }
 
+/// Address of row r (stride bytes) of `store`, only to prefetch: computed as an integer, so
+/// a row index of -1 (an uncached occurrence of the FP32 cache-row source, PoolBags) gives
+/// an address that is never read, not an out-of-range pointer.
+[[gnu::always_inline]] inline const std::uint8_t* prefetch_address(const std::uint8_t* store, index_t r,
+                                                                   std::size_t stride) {
+  return reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(store) +
+                                               static_cast<std::uintptr_t>(r) * stride);
+}
+
 /// Row source of store-only pooling: occurrence i reads store row rows[i]. The first pass
 /// over a bag prefetches the row kPoolPrefetchAhead occurrences ahead (prefetch_row_lines).
 struct StoreRows {
@@ -287,8 +297,7 @@ struct StoreRows {
   }
   [[gnu::always_inline]] inline void ahead(index_t i) const {
     if (i + kPoolPrefetchAhead < n) {
-      prefetch_row_lines<0>(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, lines,
-                            bytes - 1);
+      prefetch_row_lines<0>(prefetch_address(store, rows[i + kPoolPrefetchAhead], stride), lines, bytes - 1);
     }
   }
 };
@@ -359,8 +368,7 @@ template <class S, bool Weighted, int NV, std::int32_t Lines>
   const std::size_t last = src.bytes - 1;
   __m256 w = _mm256_setzero_ps();
   for (; i < stop; ++i) {
-    prefetch_row_lines<Lines>(store + static_cast<std::size_t>(rows[i + kPoolPrefetchAhead]) * stride, lines,
-                              last);
+    prefetch_row_lines<Lines>(prefetch_address(store, rows[i + kPoolPrefetchAhead], stride), lines, last);
     if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
     add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
   }
@@ -385,6 +393,18 @@ template <class S, bool Weighted, int NV, std::int32_t L = kUnrolledLines>
   }
 }
 
+/// acc[v] = 0 and o[8 v, + 8) = acc[v] for every v < NV, in straight-line code: as loops,
+/// GCC turns the stores into a memcpy from the accumulators, which then live on the stack
+/// and are zeroed by `rep stos` (a third of pooling's time with one row per bag).
+template <std::size_t... V>
+MPE_SIMD_ROW inline void zero_acc(__m256* acc, std::index_sequence<V...>) {
+  ((acc[V] = _mm256_setzero_ps()), ...);
+}
+template <std::size_t... V>
+MPE_SIMD_ROW inline void store_acc(float* o, const __m256* acc, std::index_sequence<V...>) {
+  (_mm256_storeu_ps(o + 8 * V, acc[V]), ...);
+}
+
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
 /// index order. StoreRows: occurrence i reads store row rows[i], and with `Prefetch` the
 /// row kPoolPrefetchAhead occurrences ahead is prefetched first (a loop with prefetches,
@@ -395,7 +415,7 @@ template <class S, bool Weighted, int NV, bool Prefetch, class Src>
 MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t end, const float* weights,
                                          std::int32_t D, std::int32_t c0, float* o) {
   __m256 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  zero_acc(acc, std::make_index_sequence<NV>{});
   __m256 w = _mm256_setzero_ps();
   if constexpr (!Src::may_be_cached) {
     const std::uint8_t* const store = src.store;
@@ -425,7 +445,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t 
       }
     }
   }
-  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + c0 + 8 * v, acc[v]);
+  store_acc(o + c0, acc, std::make_index_sequence<NV>{});
 }
 
 /// pool_columns for NV = nv (1 .. 8) groups of 8 columns.
@@ -500,6 +520,66 @@ MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const 
       }
     }
   }
+}
+
+/// Decodes one store row of format S (has_row<S>) into D floats at dst: the Reader's values,
+/// bit for bit (8-column groups by Row<S>::load8, which is exact, the rest by the Reader).
+/// A cache fill. Pinned by tests/test_pool_simd.cpp.
+template <class S>
+MPE_SIMD_TARGET void decode_row(const std::uint8_t* src, std::int32_t D, float* dst) {
+  const Row<S> r(src, D);
+  std::int32_t c = 0;
+  for (; c + 8 <= D; c += 8) _mm256_storeu_ps(dst + c, r.load8(c));
+  if (c < D) {
+    const typename S::Reader rd(src, D);
+    for (; c < D; ++c) dst[c] = rd[c];
+  }
+}
+
+/// First of the `ways` tags at `tags` equal to `row`, or -1: CacheRef::find's scan of one
+/// set, four tags per compare.
+MPE_SIMD_TARGET inline std::int32_t find_tag(const std::int64_t* tags, std::int32_t ways, std::int64_t row) {
+  const __m256i key = _mm256_set1_epi64x(row);
+  std::int32_t w = 0;
+  for (; w + 4 <= ways; w += 4) {
+    const __m256i t = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tags + w));
+    const int m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t, key)));
+    if (m != 0) return w + __builtin_ctz(static_cast<unsigned>(m));
+  }
+  for (; w < ways; ++w) {
+    if (tags[w] == row) return w;
+  }
+  return -1;
+}
+
+/// Index of the smallest of n >= 1 distinct keys below 2^63 (SetVictims' packed keys),
+/// four keys per compare.
+MPE_SIMD_TARGET inline std::int32_t argmin_key(const std::uint64_t* key, std::int32_t n) {
+  std::int32_t k = 0;
+  std::uint64_t m = key[0];
+  if (n >= 4) {
+    __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key));
+    for (k = 4; k + 4 <= n; k += 4) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + k));
+      best = _mm256_blendv_epi8(best, v, _mm256_cmpgt_epi64(best, v));  // signed: keys < 2^63
+    }
+    alignas(32) std::uint64_t lanes[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), best);
+    m = lanes[0];
+    for (int l = 1; l < 4; ++l) m = lanes[l] < m ? lanes[l] : m;
+  }
+  for (; k < n; ++k) m = key[k] < m ? key[k] : m;
+  const __m256i want = _mm256_set1_epi64x(static_cast<long long>(m));
+  std::int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + i));
+    const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(v, want)));
+    if (mask != 0) return i + __builtin_ctz(static_cast<unsigned>(mask));
+  }
+  for (; i < n; ++i) {
+    if (key[i] == m) return i;
+  }
+  return 0;  // not reached: m is one of the keys
 }
 
 }  // namespace simd

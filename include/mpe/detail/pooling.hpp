@@ -21,26 +21,32 @@
 #include "mpe/numeric/philox.hpp"
 #include "mpe/types.hpp"
 
+#if MPE_HOST_SIMD
+// AVX2 + F16C members of PoolBags (as detail/pool_simd.hpp's functions; undefined at the end).
+#define MPE_POOL_SIMD_TARGET __attribute__((target("avx2,f16c")))
+#endif
+
 namespace mpe::detail {
 
 /// Forward pooling of bag j = t*B + b into output (B, T*D) at [b*T*D + t*D, +D):
 /// elements summed in index order (weighted: add(acc, mul(w, x))); mean multiplies by
 /// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
-/// `slot_of_occ` may be null (no cache): then every row is read from the store; with
-/// `lookup` the slot is found by scanning the row's set (forward_inference).
+/// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
+/// then every row is read from the store; with `lookup` the slot is found by scanning the
+/// row's set (forward_inference).
 /// On the host the rows kPoolPrefetchAhead occurrences ahead are prefetched, and where the
 /// CPU has AVX2 + F16C the bag is pooled by detail::simd::pool_bag (same bits, pinned by
-/// tests/test_pool_simd.cpp); elsewhere by the portable loop. Launched laned
+/// tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
+/// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
 /// every output element gets the same operations as with one lane.
 template <class Storage>
 struct PoolBags {
   const index_t* offsets;
-  const index_t* global_rows;     // (n)
-  const index_t* occ_to_unique;   // (n) or null
-  const index_t* slot_of_unique;  // (U) or null
-  const float* weights;           // (n) or null
+  const index_t* global_rows;  // (n)
+  const index_t* slot_of_occ;  // (n) or null
+  const float* weights;        // (n) or null
   CacheRef cache;
   bool lookup;
   const std::uint8_t* store;
@@ -54,21 +60,19 @@ struct PoolBags {
     index_t s = -1;
     if (lookup) {
       s = cache.find(r);
-    } else if (slot_of_unique) {
-      s = slot_of_unique[occ_to_unique[i]];
-      if (s >= 0 && cache.tags[s] != r) s = -1;  // line dropped by set_weights after populate
+    } else if (slot_of_occ) {
+      s = slot_of_occ[i];
     }
     return s;
   }
-  /// Prefetches what pooling occurrence k will read: its cache row when populate gave it a
-  /// slot, else its store row (with `lookup`, also its set's tags). Host only.
+  /// Prefetches what pooling occurrence k will read: its cache row when it has a slot, else
+  /// its store row (with `lookup`, also its set's tags). Host only.
   MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
-    if (!lookup && slot_of_unique) {
-      const index_t s = slot_of_unique[occ_to_unique[k]];
+    if (!lookup && slot_of_occ) {
+      const index_t s = slot_of_occ[k];
       if (s >= 0) {
         prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
-        prefetch_lines(cache.tags + s, sizeof(index_t));  // slot_of compares the slot's tag
         return;
       }
     } else if (lookup && cache.num_sets > 0) {
@@ -76,45 +80,81 @@ struct PoolBags {
     }
     prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
+  /// Bags [j0, j1) with one lane on the host (HostBackend::for_each_lanes): as operator()(j)
+  /// for each, with the AVX2 path's per-bag setup done once for the range.
+  void host_range(index_t j0, index_t j1) const {
 #if MPE_HOST_SIMD
-  /// The AVX2 path of one bag (host): false, doing nothing, where it does not apply.
-  bool pool_host_simd(index_t begin, index_t end, float* o) const {
-    if constexpr (!simd::has_row<Storage>) {
-      (void)begin;
-      (void)end;
-      (void)o;
-      return false;
-    } else {
-      if (!host_simd_enabled()) return false;
-      const index_t n_all = offsets[B * T];
-      if (!lookup && !slot_of_unique) {  // store only: no slot to look up
-        const std::size_t bytes = Storage::data_bytes(D);
-        const simd::StoreRows src{store,       stride, bytes,
-                                  global_rows, n_all,  simd::row_lines(store, stride, bytes)};
-        if (weights) {
-          simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
-        } else {
-          simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
-        }
-        return true;
+    if constexpr (simd::has_row<Storage>) {
+      if (host_simd_enabled() && open(gate)) {
+        pool_range_simd(j0, j1);
+        return;
       }
-      const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
-        const index_t r = global_rows[i];
-        const index_t s = slot_of(i, r);
-        cached = s >= 0;
-        return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
-                      : store + static_cast<std::size_t>(r) * stride;
-      };
-      const auto ahead = [this, n_all](index_t i) {
-        if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
-      };
-      const simd::FnRows<decltype(row), decltype(ahead)> src{row, ahead};
-      if (weights) {
-        simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
+    }
+#endif
+    for (index_t j = j0; j < j1; ++j) (*this)(j);
+  }
+#if MPE_HOST_SIMD
+  /// The AVX2 path of bags [j0, j1) (host, where the CPU has AVX2 + F16C): per bag, store
+  /// rows only (no cache), the FP32 cache rows as a store (every row of the bag cached),
+  /// or each row from its slot or the store (`row`, with `lookup` by scanning its set).
+  MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
+    const index_t n_all = offsets[B * T];
+    const std::size_t bytes = Storage::data_bytes(D);
+    const simd::StoreRows store_src{store,       stride, bytes,
+                                    global_rows, n_all,  simd::row_lines(store, stride, bytes)};
+    const auto* crows = reinterpret_cast<const std::uint8_t*>(cache.rows);
+    const std::size_t cbytes = static_cast<std::size_t>(D) * sizeof(float);
+    const simd::StoreRows cache_src{crows,       cbytes, cbytes,
+                                    slot_of_occ, n_all,  simd::row_lines(crows, cbytes, cbytes)};
+    const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
+      const index_t r = global_rows[i];
+      const index_t s = slot_of(i, r);
+      cached = s >= 0;
+      return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
+                    : store + static_cast<std::size_t>(r) * stride;
+    };
+    const auto ahead = [this, n_all](index_t i) {
+      if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
+    };
+    const simd::FnRows<decltype(row), decltype(ahead)> mixed_src{row, ahead};
+    index_t t, b;
+    split_bag(j0, B, t, b);
+    for (index_t j = j0; j < j1; ++j) {
+      float* o = output + (b * T + t) * D;
+      const index_t begin = offsets[j], end = offsets[j + 1];
+      bool all_cached = !lookup && slot_of_occ != nullptr;
+      for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
+      if (!lookup && !slot_of_occ) {
+        pool_one(store_src, begin, end, o);
+      } else if (all_cached) {
+        pool_one_fp32(cache_src, begin, end, o);
       } else {
-        simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
+        pool_one(mixed_src, begin, end, o);
       }
-      return true;
+      if (mean && end > begin) {
+        const float inv = num::div(1.0f, static_cast<float>(end - begin));
+        for (std::int32_t d = 0; d < D; ++d) o[d] = num::mul(o[d], inv);
+      }
+      if (++b == B) {
+        b = 0;
+        ++t;
+      }
+    }
+  }
+  template <class Src>
+  MPE_POOL_SIMD_TARGET void pool_one(const Src& src, index_t begin, index_t end, float* o) const {
+    if (weights) {
+      simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
+    } else {
+      simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
+    }
+  }
+  MPE_POOL_SIMD_TARGET void pool_one_fp32(const simd::StoreRows& src, index_t begin, index_t end,
+                                          float* o) const {
+    if (weights) {
+      simd::pool_bag<Fp32, true>(src, begin, end, weights, D, o);
+    } else {
+      simd::pool_bag<Fp32, false>(src, begin, end, nullptr, D, o);
     }
   }
 #endif
@@ -153,33 +193,35 @@ struct PoolBags {
   /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {
     if (!open(gate)) return;
+#if MPE_HOST_SIMD
+    if constexpr (simd::has_row<Storage>) {
+      if (host_simd_enabled()) {
+        pool_range_simd(j, j + 1);  // mean included
+        return;
+      }
+    }
+#endif
     index_t t, b;
     split_bag(j, B, t, b);
     float* o = output + (b * T + t) * D;
     const index_t begin = offsets[j], end = offsets[j + 1];
-    bool done = false;
-#if MPE_HOST_SIMD
-    done = pool_host_simd(begin, end, o);
-#endif
-    if (!done) {
-      for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
+    for (std::int32_t d = 0; d < D; ++d) o[d] = 0.0f;
 #ifndef __CUDA_ARCH__
-      const index_t n_all = offsets[B * T];
+    const index_t n_all = offsets[B * T];
 #endif
-      for (index_t i = begin; i < end; ++i) {
+    for (index_t i = begin; i < end; ++i) {
 #ifndef __CUDA_ARCH__
-        if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
+      if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
 #endif
-        const index_t r = global_rows[i];
-        const index_t s = slot_of(i, r);
-        const float w = weights ? weights[i] : 1.0f;
-        if (s >= 0) {
-          accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
-        } else if (weights) {
-          RowAccumulate<Storage>::template run<true>(store + static_cast<std::size_t>(r) * stride, D, w, o);
-        } else {
-          RowAccumulate<Storage>::template run<false>(store + static_cast<std::size_t>(r) * stride, D, w, o);
-        }
+      const index_t r = global_rows[i];
+      const index_t s = slot_of(i, r);
+      const float w = weights ? weights[i] : 1.0f;
+      if (s >= 0) {
+        accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
+      } else if (weights) {
+        RowAccumulate<Storage>::template run<true>(store + static_cast<std::size_t>(r) * stride, D, w, o);
+      } else {
+        RowAccumulate<Storage>::template run<false>(store + static_cast<std::size_t>(r) * stride, D, w, o);
       }
     }
     if (mean && end > begin) {
@@ -190,3 +232,7 @@ struct PoolBags {
 };
 
 }  // namespace mpe::detail
+
+#ifdef MPE_POOL_SIMD_TARGET
+#undef MPE_POOL_SIMD_TARGET
+#endif

@@ -25,7 +25,8 @@ inline constexpr int kRadixDigitBits = 11;
 /// Sorts values (n) by keys (n) with equal keys in their input order, for integral keys in
 /// [0, 2^key_bits) (key_bits <= 8 * sizeof(K)). Scratch: two arrays of n keys and values,
 /// kept per thread between calls (not freed, not counted by memory(): 16 bytes per key of
-/// the largest sort). Host only; synchronous.
+/// the largest sort; 16 more where keys and values fit 32 bits, which are sorted packed).
+/// Host only; synchronous.
 template <class K, class V>
 void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   static_assert(std::is_integral_v<K>, "radix_sort_pairs: integral keys only");
@@ -35,13 +36,61 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   if (key_bits > 8 * static_cast<int>(sizeof(K))) key_bits = 8 * static_cast<int>(sizeof(K));
   const int passes = key_bits <= 0 ? 0 : (key_bits + kRadixDigitBits - 1) / kRadixDigitBits;
   if (n <= 1 || passes == 0) return;
-  // Every digit's bucket counts in one read of the keys.
   thread_local std::vector<std::size_t> hist;
   hist.assign(static_cast<std::size_t>(passes) * kBuckets, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto u = static_cast<UK>(keys[i]);
-    for (int p = 0; p < passes; ++p)
-      ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+  if constexpr (std::is_integral_v<V>) {
+    // Keys and values below 2^32 (mpe's row and position sorts): each pair packed into one
+    // u64 (key << 32 | value), so every pass moves 8 bytes per pair instead of 16; the
+    // digits are the key's, so the order is the pair sort's.
+    if (key_bits <= 32) {
+      thread_local std::vector<std::uint64_t> packed, packed_tmp;
+      if (packed.size() < n) packed.resize(n);
+      std::uint64_t high = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto u = static_cast<std::uint64_t>(static_cast<UK>(keys[i]));
+        const auto v = static_cast<std::uint64_t>(values[i]);
+        high |= u | v;
+        packed[i] = u << 32 | (v & 0xffffffffu);
+        for (int p = 0; p < passes; ++p)
+          ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+      }
+      if ((high >> 32) == 0) {
+        if (packed_tmp.size() < n) packed_tmp.resize(n);
+        std::uint64_t* src = packed.data();
+        std::uint64_t* dst = packed_tmp.data();
+        for (int p = 0; p < passes; ++p) {
+          std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
+          const int shift = 32 + kRadixDigitBits * p;
+          if (h[(src[0] >> shift) & kMask] == n) continue;  // one digit for all keys
+          std::size_t sum = 0;
+          for (std::size_t b = 0; b < kBuckets; ++b) {
+            const std::size_t c = h[b];
+            h[b] = sum;
+            sum += c;
+          }
+          for (std::size_t i = 0; i < n; ++i) dst[h[(src[i] >> shift) & kMask]++] = src[i];
+          std::swap(src, dst);
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          keys[i] = static_cast<K>(src[i] >> 32);
+          values[i] = static_cast<V>(src[i] & 0xffffffffu);
+        }
+        return;
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto u = static_cast<UK>(keys[i]);
+        for (int p = 0; p < passes; ++p)
+          ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+      }
+    }
+  } else {
+    // Every digit's bucket counts in one read of the keys.
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto u = static_cast<UK>(keys[i]);
+      for (int p = 0; p < passes; ++p)
+        ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+    }
   }
   thread_local std::vector<K> key_tmp;
   thread_local std::vector<V> value_tmp;

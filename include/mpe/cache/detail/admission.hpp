@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
@@ -55,13 +56,153 @@ struct AdmissionKeys {
   }
 };
 
-/// One set of one batch: hits first (last use = batch number, then the policy's on_hit),
-/// then misses in admission order ask the policy for a slot (choose), write back dirty
-/// victims (and, with a compact state precision, their FP32 optimizer state) and fill from
-/// the store (decoding the filled row's state into its slot). Runs once per set (at each run head).
-/// On the host every item p also prefetches the store row of the unique row
-/// kPoolPrefetchAhead places later in admission order, so the fills' random reads of the
-/// store overlap (the row is read only if it misses; the bits do not depend on it).
+/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find without the
+/// hash). `simd`: the host's AVX2 scan (the same result).
+MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
+#if MPE_HOST_SIMD
+  if (simd) {
+    const std::int32_t w = simd::find_tag(c.tags + base, c.ways, row);
+    return w < 0 ? -1 : base + w;
+  }
+#else
+  (void)simd;
+#endif
+  for (std::int32_t w = 0; w < c.ways; ++w) {
+    if (c.tags[base + w] == row) return base + w;
+  }
+  return -1;
+}
+
+/// Decodes store row `src` of format Storage into the D floats at dst (a cache fill):
+/// the Reader's values; on the host with AVX2 (`simd`) by detail::simd::decode_row (same bits).
+template <class Storage>
+MPE_HOST_DEVICE void fill_row(const std::uint8_t* src, std::int32_t D, float* dst, bool simd) {
+#if MPE_HOST_SIMD
+  if constexpr (simd::has_row<Storage>) {
+    if (simd) {
+      simd::decode_row<Storage>(src, D, dst);
+      return;
+    }
+  }
+#else
+  (void)simd;
+#endif
+  const typename Storage::Reader rd(src, D);
+  for (std::int32_t d = 0; d < D; ++d) dst[d] = rd[d];
+}
+
+/// True when P declares `victims_by_score = true` (Lru, Lfu, DirectMapped): its `choose` is
+/// ScoredPolicy's, unchanged, and its scores keep ScoredPolicy's contract, so a set's
+/// misses may take their slots from SetVictims. Every other policy is asked miss by miss.
+template <class P>
+inline constexpr bool uses_scored_choose = [] {
+  if constexpr (requires { P::victims_by_score; }) {
+    return std::is_base_of_v<ScoredPolicy<P>, P> && static_cast<bool>(P::victims_by_score);
+  } else {
+    return false;
+  }
+}();
+
+/// Stand-in for SetVictims where a policy is asked miss by miss (no arrays).
+struct NoVictims {};
+
+/// The slots that ScoredPolicy::choose gives one set's successive misses, from one read of
+/// the set. choose takes the lowest empty way while one is left, then the unlocked occupied
+/// way of lowest (score, way) if `admits` says so. A filled slot is locked (its last use
+/// becomes the batch number, which is at or above the lock floor: SetLockFloor takes the
+/// floor from this batch or an earlier one), a rejected miss changes nothing, and a slot's
+/// score does not change when another slot of its set is filled (what victims_by_score states),
+/// so the sequence is: the empty ways in way order, then the unlocked occupied ways by
+/// ascending (score, way), each taken by the next admitted miss. Built at the set's first
+/// miss (after its hits). Host only: on a GPU its arrays would sit in every thread's local
+/// memory, so the device asks choose miss by miss (the same slots).
+template <class P>
+struct SetVictims {
+  std::int64_t slot[P::ways];    // empty ways first (way order), then the unlocked occupied ways
+  std::uint64_t score[P::ways];  // score of each unlocked occupied way
+  std::uint64_t key[P::ways];    // score << 8 | way where every score is below 2^55 (`packed`)
+  std::int32_t empties = 0;      // slot[0, empties): the empty ways
+  std::int32_t count = -1;       // entries in slot; -1: not built yet
+  std::int32_t next = 0;         // next entry to hand out
+  bool packed = true;            // (score, way) order is key order: one compare per way
+  bool selected = false;         // slot[next] is the lowest (score, way) of [next, count)
+
+  /// The slot for the next miss of the set at `base` (see the struct comment).
+  MPE_HOST_DEVICE CacheChoice take(typename P::View v, const CacheRef& c, index_t base, std::uint64_t floor,
+                                   std::uint32_t priority) {
+    if (count < 0) {
+      count = 0;
+      for (std::int32_t w = 0; w < c.ways; ++w) {
+        if (c.tags[base + w] < 0) slot[count++] = base + w;
+      }
+      empties = count;
+      for (std::int32_t w = 0; w < c.ways; ++w) {
+        const index_t s = base + w;
+        if (c.tags[s] < 0 || c.last_use[s] >= floor) continue;
+        const std::uint64_t sc = P::score(v, c, s);
+        packed = packed && (sc >> 55) == 0;
+        slot[count] = s;
+        score[count] = sc;
+        key[count] = sc << 8 | static_cast<std::uint64_t>(w);
+        ++count;
+      }
+    }
+    if (next < empties) return {slot[next++], false};
+    if (next == count) return {-1, false};  // every way locked: a conflict miss
+    if (!selected) {
+      std::int32_t m = next;
+#if MPE_HOST_SIMD
+      const bool simd = packed && host_simd_enabled();
+      if (simd) m = next + simd::argmin_key(key + next, count - next);
+#else
+      const bool simd = false;
+#endif
+      if (packed && !simd) {
+        std::uint64_t best = key[next];
+        for (std::int32_t k = next + 1; k < count; ++k) {
+          const bool lower = key[k] < best;
+          best = lower ? key[k] : best;
+          m = lower ? k : m;
+        }
+      } else if (!packed) {
+        for (std::int32_t k = next + 1; k < count; ++k) {
+          if (score[k] < score[m] || (score[k] == score[m] && slot[k] < slot[m])) m = k;
+        }
+      }
+      const std::int64_t ts = slot[m];
+      const std::uint64_t tv = score[m], tk = key[m];
+      slot[m] = slot[next];
+      score[m] = score[next];
+      key[m] = key[next];
+      slot[next] = ts;
+      score[next] = tv;
+      key[next] = tk;
+      selected = true;
+    }
+    if (!P::admits(v, priority, score[next])) return {-1, true};
+    selected = false;
+    return {slot[next++], false};
+  }
+};
+
+/// Which half of a set's admission an AdmitSet launch runs.
+enum class AdmitPhase : std::uint8_t {
+  Hits,   ///< every unique row's slot, hit or -1; hits: last use, then the policy's on_hit
+  Misses  ///< the misses, in admission order: choose, write back, fill
+};
+
+/// One set of one batch, run once per set (at each run head of the sorted keys), in two
+/// launches: AdmitPhase::Hits, then AdmitPhase::Misses. Hits first (last use = batch number,
+/// then the policy's on_hit), then misses in admission order ask the policy for a slot
+/// (choose; on the host SetVictims for victims_by_score policies), write back dirty victims (and, with a
+/// compact state precision, their FP32 optimizer state) and fill from the store (decoding the filled row's
+/// state into its slot). A set's admission reads and writes only its own slots (and the policy's metadata of
+/// them), so running every set's hits before any set's misses is the same as running each set's hits and
+/// misses in turn. With `prefetch_fills` (the host on one thread: nothing writes `outcome` concurrently), the
+/// head of each set in the Misses launch first prefetches the store rows of the missed rows
+/// among the set's items shifted kPoolPrefetchAhead places (the sets tile [0, U), so each
+/// row once, a set's worth back to back so their page walks overlap); the bits do not
+/// depend on it.
 template <class Storage, class Rounding, class P>
 struct AdmitSet {
   const std::uint64_t* keys;        // (U) sorted admission keys
@@ -81,40 +222,63 @@ struct AdmitSet {
   index_t* slot_of_unique;    // (U)
   std::uint8_t* outcome;      // (U)
   StateRef state{};           // compact optimizer state: moves with its row (inactive: nothing)
+  AdmitPhase phase = AdmitPhase::Hits;
+  bool prefetch_fills = false;  // host, one thread only (reads `outcome` of later sets)
 
   MPE_HOST_DEVICE void operator()(index_t p) const {
     const index_t U = *count;
     if (p >= U || !open(gate)) return;
-#ifndef __CUDA_ARCH__
-    if (p + kPoolPrefetchAhead < U) {
-      prefetch_lines(store + static_cast<std::size_t>(uniq[order[p + kPoolPrefetchAhead]]) * stride,
-                     Storage::data_bytes(cache.dim));
-    }
-#endif
     const std::uint64_t set = keys[p] >> 32;
     if (p > 0 && (keys[p - 1] >> 32) == set) return;
     index_t end = p + 1;
     while (end < U && (keys[end] >> 32) == set) ++end;
-    const index_t base = static_cast<index_t>(set) * cache.ways;
-    const std::int32_t D = cache.dim;
-    const std::uint64_t floor = *lock_floor;
-    for (index_t q = p; q < end; ++q) {
-      const index_t u = order[q];
-      index_t s = -1;
-      for (std::int32_t w = 0; w < cache.ways; ++w) {
-        if (cache.tags[base + w] == uniq[u]) s = base + w;
-      }
-      slot_of_unique[u] = s;
-      outcome[u] = s >= 0 ? kHit : 0;
-      if (s >= 0) {
-        cache.last_use[s] = batch_id;
-        P::on_hit(view, cache, s);
+    bool simd = false;
+#ifndef __CUDA_ARCH__
+    simd = host_simd_enabled();
+    if (phase == AdmitPhase::Misses && prefetch_fills) {
+      const index_t stop = end + kPoolPrefetchAhead < U ? end + kPoolPrefetchAhead : U;
+      for (index_t i = p + kPoolPrefetchAhead; i < stop; ++i) {
+        const index_t ua = order[i];
+        if (!(outcome[ua] & kHit)) {
+          prefetch_lines(store + static_cast<std::size_t>(uniq[ua]) * stride, Storage::data_bytes(cache.dim));
+        }
       }
     }
-    for (index_t q = p; q < end; ++q) {
+#endif
+    const index_t base = static_cast<index_t>(set) * cache.ways;
+    if (phase == AdmitPhase::Hits) {
+      for (index_t q = p; q < end; ++q) {
+        const index_t u = order[q];
+        const index_t s = find_in_set(cache, base, uniq[u], simd);
+        slot_of_unique[u] = s;
+        outcome[u] = s >= 0 ? kHit : 0;
+        if (s >= 0) {
+          cache.last_use[s] = batch_id;
+          P::on_hit(view, cache, s);
+        }
+      }
+      return;
+    }
+    index_t first_miss = p;
+    while (first_miss < end && (outcome[order[first_miss]] & kHit)) ++first_miss;
+    if (first_miss == end) return;
+    const std::int32_t D = cache.dim;
+    const std::uint64_t floor = *lock_floor;
+#ifdef __CUDA_ARCH__
+    constexpr bool by_list = false;
+#else
+    constexpr bool by_list = uses_scored_choose<P>;
+#endif
+    [[maybe_unused]] std::conditional_t<by_list, SetVictims<P>, NoVictims> victims{};
+    for (index_t q = first_miss; q < end; ++q) {
       const index_t u = order[q];
       if (outcome[u] & kHit) continue;
-      const CacheChoice choice = P::choose(view, cache, base, floor, uniq[u], priorities[u]);
+      CacheChoice choice;
+      if constexpr (by_list) {
+        choice = victims.take(view, cache, base, floor, priorities[u]);
+      } else {
+        choice = P::choose(view, cache, base, floor, uniq[u], priorities[u]);
+      }
       if (choice.slot < 0) {
         outcome[u] = choice.rejected ? kRejected : kConflict;
         continue;
@@ -139,8 +303,7 @@ struct AdmitSet {
           code |= kWroteBack;
         }
       }
-      const typename Storage::Reader rd(store + static_cast<std::size_t>(uniq[u]) * stride, D);
-      for (std::int32_t d = 0; d < D; ++d) crow[d] = rd[d];
+      fill_row<Storage>(store + static_cast<std::size_t>(uniq[u]) * stride, D, crow, simd);
       state.fill(victim, uniq[u]);
       cache.tags[victim] = uniq[u];
       cache.last_use[victim] = batch_id;
