@@ -281,11 +281,10 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   run(true, out_fast);
   run(false, out_port);
   CHECK(std::memcmp(out_fast.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
-  std::vector<float> out_range(out_fast.size(), -4.0f), out_range_port(out_fast.size(), -5.0f);
+  // (The portable host_range is the bag-by-bag loop itself: only the fast one is compared.)
+  std::vector<float> out_range(out_fast.size(), -4.0f);
   run(true, out_range, true);
-  run(false, out_range_port, true);
   CHECK(std::memcmp(out_range.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(out_range_port.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
 }
 
 template <class S>

@@ -125,11 +125,11 @@ struct PoolBags {
       bool all_cached = !lookup && slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
       if (!lookup && !slot_of_occ) {
-        pool_one(store_src, begin, end, o);
+        pool_one<Storage>(store_src, begin, end, o);
       } else if (all_cached) {
-        pool_one_fp32(cache_src, begin, end, o);
+        pool_one<Fp32>(cache_src, begin, end, o);
       } else {
-        pool_one(mixed_src, begin, end, o);
+        pool_one<Storage>(mixed_src, begin, end, o);
       }
       if (mean && end > begin) {
         const float inv = num::div(1.0f, static_cast<float>(end - begin));
@@ -141,20 +141,13 @@ struct PoolBags {
       }
     }
   }
-  template <class Src>
+  /// One bag [begin, end) into o by simd::pool_bag, rows decoded as format S.
+  template <class S, class Src>
   MPE_POOL_SIMD_TARGET void pool_one(const Src& src, index_t begin, index_t end, float* o) const {
     if (weights) {
-      simd::pool_bag<Storage, true>(src, begin, end, weights, D, o);
+      simd::pool_bag<S, true>(src, begin, end, weights, D, o);
     } else {
-      simd::pool_bag<Storage, false>(src, begin, end, nullptr, D, o);
-    }
-  }
-  MPE_POOL_SIMD_TARGET void pool_one_fp32(const simd::StoreRows& src, index_t begin, index_t end,
-                                          float* o) const {
-    if (weights) {
-      simd::pool_bag<Fp32, true>(src, begin, end, weights, D, o);
-    } else {
-      simd::pool_bag<Fp32, false>(src, begin, end, nullptr, D, o);
+      simd::pool_bag<S, false>(src, begin, end, nullptr, D, o);
     }
   }
 #endif

@@ -38,7 +38,26 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   if (n <= 1 || passes == 0) return;
   thread_local std::vector<std::size_t> hist;
   hist.assign(static_cast<std::size_t>(passes) * kBuckets, 0);
-  if constexpr (std::is_integral_v<V>) {
+  // Every digit's bucket counts, one key at a time (one read of the keys).
+  const auto count = [&](UK u) {
+    for (int p = 0; p < passes; ++p)
+      ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+  };
+  // Pass p's counts -> first position of each bucket; false when one bucket holds every key
+  // (the digit is the same for all: the pass is skipped).
+  const auto starts = [&](int p) {
+    std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
+    std::size_t sum = 0;
+    for (std::size_t b = 0; b < kBuckets; ++b) {
+      if (h[b] == n) return false;
+      const std::size_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    return true;
+  };
+  bool counted = false;
+  if constexpr (std::is_integral_v<V> && sizeof(V) <= 8 && sizeof(K) <= 8) {
     // Keys and values below 2^32 (mpe's row and position sorts): each pair packed into one
     // u64 (key << 32 | value), so every pass moves 8 bytes per pair instead of 16; the
     // digits are the key's, so the order is the pair sort's.
@@ -47,27 +66,21 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
       if (packed.size() < n) packed.resize(n);
       std::uint64_t high = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        const auto u = static_cast<std::uint64_t>(static_cast<UK>(keys[i]));
+        const auto u = static_cast<UK>(keys[i]);
         const auto v = static_cast<std::uint64_t>(values[i]);
-        high |= u | v;
-        packed[i] = u << 32 | (v & 0xffffffffu);
-        for (int p = 0; p < passes; ++p)
-          ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+        high |= static_cast<std::uint64_t>(u) | v;
+        packed[i] = static_cast<std::uint64_t>(u) << 32 | (v & 0xffffffffu);
+        count(u);
       }
+      counted = true;
       if ((high >> 32) == 0) {
         if (packed_tmp.size() < n) packed_tmp.resize(n);
         std::uint64_t* src = packed.data();
         std::uint64_t* dst = packed_tmp.data();
         for (int p = 0; p < passes; ++p) {
+          if (!starts(p)) continue;
           std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
           const int shift = 32 + kRadixDigitBits * p;
-          if (h[(src[0] >> shift) & kMask] == n) continue;  // one digit for all keys
-          std::size_t sum = 0;
-          for (std::size_t b = 0; b < kBuckets; ++b) {
-            const std::size_t c = h[b];
-            h[b] = sum;
-            sum += c;
-          }
           for (std::size_t i = 0; i < n; ++i) dst[h[(src[i] >> shift) & kMask]++] = src[i];
           std::swap(src, dst);
         }
@@ -77,20 +90,10 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
         }
         return;
       }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto u = static_cast<UK>(keys[i]);
-        for (int p = 0; p < passes; ++p)
-          ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
-      }
     }
-  } else {
-    // Every digit's bucket counts in one read of the keys.
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto u = static_cast<UK>(keys[i]);
-      for (int p = 0; p < passes; ++p)
-        ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
-    }
+  }
+  if (!counted) {
+    for (std::size_t i = 0; i < n; ++i) count(static_cast<UK>(keys[i]));
   }
   thread_local std::vector<K> key_tmp;
   thread_local std::vector<V> value_tmp;
@@ -101,15 +104,9 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   K* dst_k = key_tmp.data();
   V* dst_v = value_tmp.data();
   for (int p = 0; p < passes; ++p) {
+    if (!starts(p)) continue;
     std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
     const int shift = kRadixDigitBits * p;
-    if (h[(static_cast<UK>(src_k[0]) >> shift) & kMask] == n) continue;  // one digit for all keys
-    std::size_t sum = 0;
-    for (std::size_t b = 0; b < kBuckets; ++b) {  // counts -> first position of each bucket
-      const std::size_t c = h[b];
-      h[b] = sum;
-      sum += c;
-    }
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = h[(static_cast<UK>(src_k[i]) >> shift) & kMask]++;
       dst_k[at] = src_k[i];
