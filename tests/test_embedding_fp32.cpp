@@ -7,6 +7,7 @@
 // position order, Adagrad's mean of squares in one pairwise order) and the reference
 // uses the same orders, we demand bit-exact equality: no tolerance.
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <mpe/mpe.hpp>
 #include <random>
@@ -177,4 +178,55 @@ TEST_CASE("Fp32: mean pooling of an empty bag gives zeros, duplicates each contr
   std::vector<float> row6(3);
   emb.get_weights(row6, 6);
   CHECK(row6[0] == 6.0f);  // 7 - 1 * 1 (a bag of one: coefficient 1/1)
+}
+
+TEST_CASE(
+    "OpenMP's thread count changing between prefetch, forward and backward keeps the reference's bits") {
+  // HostBackend{} (num_threads 0) follows OpenMP's default at each call. A batch whose
+  // unique rows came from the one-thread bitmap (no sorted positions) must take the
+  // one-thread gradient scatter even when backward runs on two threads; a batch the
+  // forward left for a two-thread gather must be sorted (not bitmapped) by a backward on
+  // one thread. Each pattern: threads for prefetch, forward, backward (0: no prefetch).
+  struct Restore {
+    int n = omp_get_max_threads();
+    ~Restore() { omp_set_num_threads(n); }
+  } restore;
+  const int patterns[][3] = {{1, 2, 2}, {1, 1, 2}, {0, 1, 2}, {0, 2, 1}, {2, 1, 1}, {1, 2, 1}};
+  for (const auto& pat : patterns) {
+    for (const std::int64_t cache_rows : {0, 12}) {
+      CAPTURE(pat[0]);
+      CAPTURE(pat[1]);
+      CAPTURE(pat[2]);
+      CAPTURE(cache_rows);
+      mpe::EmbeddingConfig cfg;
+      cfg.table_rows = kTables;
+      cfg.dim = kDim;
+      cfg.cache_rows = cache_rows;
+      cfg.seed = 99;
+      mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::StochasticRounding> emb(cfg, mpe::HostBackend{});
+      ref::EmbeddingBag bag(kTables, kDim);
+      std::mt19937_64 rng(5);
+      bag.weights() = ref::random_floats(rng, bag.weights().size(), -1.0f, 1.0f);
+      emb.set_weights(bag.weights());
+      std::vector<float> got(bag.weights().size());
+      for (int step = 0; step < 12; ++step) {
+        CAPTURE(step);
+        const ref::Batch b = ref::random_batch(rng, kTables, kB, 6, false);
+        if (pat[0] > 0) {
+          omp_set_num_threads(pat[0]);
+          emb.prefetch(b.indices, b.offsets);
+        }
+        omp_set_num_threads(pat[1]);
+        std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * kDim);
+        emb.forward(b.indices, b.offsets, out);
+        REQUIRE(ref::first_diff(out, bag.forward(b, mpe::Pooling::Sum)) == -1);
+        const std::vector<float> grad = ref::random_floats(rng, out.size(), -1.0f, 1.0f);
+        omp_set_num_threads(pat[2]);
+        emb.backward(grad, mpe::Sgd{0.05f});
+        bag.sgd(b, mpe::Pooling::Sum, grad, 0.05f);
+        emb.get_weights(got);
+        REQUIRE(ref::first_diff(got, bag.weights()) == -1);
+      }
+    }
+  }
 }

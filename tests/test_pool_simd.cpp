@@ -18,6 +18,7 @@
 // portable path twice and the decode checks are skipped (reported).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mpe/mpe.hpp>
@@ -355,34 +356,37 @@ bool points_cover_unrolled(const std::uint8_t* base, std::size_t off, std::size_
 }  // namespace
 
 TEST_CASE("the prefetch points of a store row cover every line it touches and lie inside it") {
-  // Exact enumeration: rows of 1 .. 600 bytes at strides that keep them on 64-byte lines
-  // (row_lines counts ceil(bytes / 64) points) and at every misaligned start (one more),
-  // with the run-time count and with the straight-line copy store-only pooling runs for that
-  // count (prefetched_rows_for; 1 point: aligned rows of up to 64 bytes). The pooling loops
-  // themselves are checked for bits by the cases below; a prefetch cannot change them.
-  alignas(64) static std::uint8_t buf[64 * 64];
+  // Exact enumeration: rows of 1 .. 600 bytes at strides of the row size, of the row size
+  // rounded up to 8 bytes (FBGEMM's fused rows) and to 64 bytes, in stores starting at
+  // offsets 0 .. 64 of a line, the first 8 rows of each; with the run-time count and with
+  // the straight-line copy store-only pooling runs for that count (prefetched_rows_for).
+  // The count is checked against its definition by brute force: the most lines a row can
+  // touch when it starts at any multiple of g within a line, g the largest power of two
+  // (at most 64) dividing the store's address and the stride. The pooling loops themselves
+  // are checked for bits by the cases below; a prefetch cannot change them.
+  alignas(64) static std::uint8_t buf[64 * 128];
   for (std::size_t bytes = 1; bytes <= 600; ++bytes) {
-    const std::size_t aligned_stride = (bytes + 63) / 64 * 64;
-    const std::int32_t la = mpe::detail::simd::row_lines(buf, aligned_stride, bytes);
-    CHECK(la == static_cast<std::int32_t>((bytes + 63) / 64));
-    for (std::size_t row = 0; row < 3; ++row) {
-      const std::size_t off = row * aligned_stride;
-      if (off + bytes > sizeof buf) break;
-      CHECK(points_cover<0>(buf, off, bytes, la));
-      CHECK(points_cover_unrolled(buf, off, bytes, la));
-    }
-    const std::int32_t lu = mpe::detail::simd::row_lines(buf, bytes, bytes);  // stride = bytes
-    if (bytes % 64 != 0) {
-      CHECK(lu == la + 1);
-    }
-    const std::int32_t lm = mpe::detail::simd::row_lines(buf + 1, aligned_stride, bytes);  // store misaligned
-    CHECK(lm == la + 1);
-    for (std::size_t off = 0; off < 64 && off + bytes <= sizeof buf; ++off) {
-      INFO("bytes ", bytes, " offset ", off);
-      CHECK(points_cover<0>(buf, off, bytes, lm));
-      CHECK(points_cover_unrolled(buf, off, bytes, lm));
+    for (const std::size_t stride : {bytes, (bytes + 7) / 8 * 8, (bytes + 63) / 64 * 64}) {
+      for (std::size_t m = 0; m <= 64; ++m) {
+        INFO("bytes ", bytes, " stride ", stride, " store offset ", m);
+        const std::int32_t lines = mpe::detail::simd::row_lines(buf + m, stride, bytes);
+        std::size_t g = 64;
+        while (m % g != 0 || stride % g != 0) g /= 2;
+        std::size_t most = 0;
+        for (std::size_t o = 0; o < 64; o += g) most = std::max(most, (o + bytes + 63) / 64);
+        CHECK(static_cast<std::size_t>(lines) == most);
+        for (std::size_t row = 0; row < 8; ++row) {
+          const std::size_t off = m + row * stride;
+          if (off + bytes > sizeof buf) break;
+          CHECK(points_cover<0>(buf, off, bytes, lines));
+          CHECK(points_cover_unrolled(buf, off, bytes, lines));
+        }
+      }
     }
   }
+  // The case this count was made for: 72-byte INT8 rows (D = 64) at a 72-byte stride in a
+  // line-aligned store touch 2 lines, never 3.
+  CHECK(mpe::detail::simd::row_lines(buf, 72, 72) == 2);
 }
 #endif
 

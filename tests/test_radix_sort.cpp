@@ -3,12 +3,14 @@
 // std::stable_sort of the same pairs: keys with many duplicates (stability shows), every
 // key width from 0 to 64 bits in use, signed and unsigned keys, positions as values (keys
 // of <= 32 bits sort packed) and 64-bit values (the pair sort), sizes 0 .. 100,000, and
-// HostBackend on one thread (radix) and two (Thrust) giving the same pairs.
+// HostBackend on one thread (radix) and two (Thrust) giving the same pairs. And
+// detail::BitmapUnique (sort_unique's one-thread dedup) against a dedup by std::sort.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <mpe/backend/host_backend.hpp>
+#include <mpe/detail/batch.hpp>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -101,4 +103,76 @@ TEST_CASE("HostBackend::stable_sort_by_key: one thread (radix) and two (Thrust) 
     CHECK(v1 == v2);
     CHECK(std::is_sorted(k1.begin(), k1.end()));
   }
+}
+
+TEST_CASE("BitmapUnique gives the unique rows, each occurrence's unique index and the run starts of a sort") {
+  // Reference: the distinct rows by std::sort + std::unique; an occurrence's unique index by
+  // binary search; run starts from std::count. Tables of 1 .. 70,000 rows (word boundaries:
+  // rows 63, 64, the last row; a last partial word), batches of 1 .. 20,000 occurrences with
+  // few or many distinct rows, a closed gate (every row 0, as PrepareSort), and the bitmap
+  // left all zero for the next call (reused across the cases).
+  // Both popcount paths: POPCNT (the host SIMD switch on, where the CPU has it) and
+  // std::popcount.
+  using mpe::index_t;
+  const bool simd_before = mpe::detail::host_simd_enabled();
+  std::mt19937_64 rng(7);
+  std::vector<std::uint64_t> bits;
+  for (const bool simd : {true, false})
+    for (const index_t rows :
+         {index_t{1}, index_t{63}, index_t{64}, index_t{65}, index_t{1000}, index_t{70000}}) {
+      mpe::detail::set_host_simd(simd);
+      const index_t W = (rows + 63) / 64;
+      bits.assign(static_cast<std::size_t>(W), 0);
+      for (const index_t n : {index_t{1}, index_t{5}, index_t{300}, index_t{20000}}) {
+        for (const int distinct : {1, 8, 100000}) {
+          for (const bool closed : {false, true}) {
+            CAPTURE(simd);
+            CAPTURE(rows);
+            CAPTURE(n);
+            CAPTURE(distinct);
+            CAPTURE(closed);
+            std::vector<index_t> pool(static_cast<std::size_t>(std::min<index_t>(distinct, rows)));
+            for (auto& p : pool) p = static_cast<index_t>(rng() % static_cast<std::uint64_t>(rows));
+            pool[0] = rows - 1;
+            if (pool.size() > 2 && rows > 64) {
+              pool[1] = 63;
+              pool[2] = 64;
+            }
+            std::vector<index_t> occ(static_cast<std::size_t>(n));
+            for (auto& x : occ) x = pool[rng() % pool.size()];
+            const index_t gate_value = closed ? 0 : 1;
+            std::vector<index_t> rank(static_cast<std::size_t>(W)), uniq(static_cast<std::size_t>(n)),
+                seg(static_cast<std::size_t>(n) + 1), o2u(static_cast<std::size_t>(n));
+            index_t U = -1;
+            mpe::detail::BitmapUnique{occ.data(), n,  &gate_value, bits.data(), rank.data(),
+                                      W,          &U, uniq.data(), seg.data(),  o2u.data()}(0);
+            std::vector<index_t> eff = occ;
+            if (closed) std::fill(eff.begin(), eff.end(), 0);
+            std::vector<index_t> sorted_eff = eff;
+            std::sort(sorted_eff.begin(), sorted_eff.end());
+            std::vector<index_t> ref = sorted_eff;
+            ref.erase(std::unique(ref.begin(), ref.end()), ref.end());
+            REQUIRE(U == static_cast<index_t>(ref.size()));
+            CHECK(std::equal(ref.begin(), ref.end(), uniq.begin()));
+            bool idx_ok = true, seg_ok = seg[0] == 0;
+            for (index_t i = 0; i < n; ++i) {
+              const auto u =
+                  std::lower_bound(ref.begin(), ref.end(), eff[static_cast<std::size_t>(i)]) - ref.begin();
+              idx_ok = idx_ok && o2u[static_cast<std::size_t>(i)] == u;
+            }
+            for (index_t u = 0; u < U; ++u) {
+              const auto range =
+                  std::equal_range(sorted_eff.begin(), sorted_eff.end(), ref[static_cast<std::size_t>(u)]);
+              const auto c = range.second - range.first;
+              seg_ok = seg_ok && seg[static_cast<std::size_t>(u) + 1] - seg[static_cast<std::size_t>(u)] == c;
+            }
+            CHECK(idx_ok);
+            CHECK(seg_ok);
+            CHECK(seg[static_cast<std::size_t>(U)] == n);
+            CHECK(std::all_of(bits.begin(), bits.end(), [](std::uint64_t w) { return w == 0; }));
+          }
+        }
+      }
+    }
+  mpe::detail::set_host_simd(simd_before);
 }

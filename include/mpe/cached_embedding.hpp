@@ -5,6 +5,7 @@
 /// "Mixed-Precision Embedding Using a Cache", arXiv:2010.11305, 2020).
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -280,12 +281,15 @@ class CachedEmbedding {
     bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
     // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
     bool scatter = false;
+    // sort_unique wrote sorted_pos (the gradient gather needs it); false after BitmapUnique.
+    bool positions = false;
     std::uint64_t id = 0;
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
         slot_of_unique, order, indices_copy, offsets_copy;
     detail::Buffer<std::uint64_t, Backend> keys;
+    detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
     detail::Buffer<std::uint32_t, Backend> estimates;
     detail::Buffer<std::uint8_t, Backend> outcome;
     detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
@@ -319,16 +323,24 @@ class CachedEmbedding {
   void throw_deferred();
   void prepare_flags(Batch& b, index_t n, index_t B);
   index_t unique_bound(const Batch& b) const;
+  // The host's one-thread paths (BitmapUnique, ScatterRowGradients, fill prefetches) apply
+  // to HostBackend and to synchronous backends derived from it (a user's allocator or page
+  // policy, the side-by-side harness's PagedHostBackend), which must keep HostBackend's
+  // threads() and for_each (threads() == 1: items run in order on the calling thread); an
+  // asynchronous one stands in for the GPU.
+  static constexpr bool host_paths = std::derived_from<Backend, HostBackend> && !Backend::asynchronous;
   // Whether backward sums gradients with ScatterRowGradients (the host backend on one
   // thread; the forward then keeps a copy of its offsets in the batch).
   bool scatter_backward() const {
-    if constexpr (std::is_same_v<Backend, HostBackend>) {
+    if constexpr (host_paths) {
       return backend_.threads() == 1;
     } else {
       return false;
     }
   }
-  void sort_unique(Batch& b);
+  // The unique rows of b (BitmapUnique where `bitmap_ok` and the host runs one thread, else
+  // the sort, which also writes sorted_pos).
+  void sort_unique(Batch& b, bool bitmap_ok = true);
   void populate(Batch& b, const Batch* awaiting_backward);
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
   void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);

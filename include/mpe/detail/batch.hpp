@@ -7,10 +7,12 @@
 /// CudaBackend; each writes disjoint outputs per item.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/state_ref.hpp"
 #include "mpe/detail/statistics.hpp"
 #include "mpe/detail/validation.hpp"
@@ -114,6 +116,79 @@ struct ScatterUnique {
     occ_to_unique[sorted_pos[k]] = u;
   }
 };
+
+/// Single item (host, one thread): the batch's unique rows by a bitmap over the table's
+/// rows instead of a sort, giving what PrepareSort .. ScatterUnique give except
+/// `sorted_pos`: U, the unique rows in ascending order, each occurrence's unique index and
+/// seg_start (run starts of the sorted order, from the counts: seg_start[u + 1] -
+/// seg_start[u] occurrences of uniq[u]). Work: n bit sets, a walk of the W words, n rank
+/// lookups; sort_unique takes it where W <= kBitmapWordsPerOccurrence * n. A closed gate
+/// makes every row 0 (as PrepareSort). Memory: `bits` and `word_rank` hold W entries each;
+/// `bits` is all zero on entry and is left all zero.
+struct BitmapUnique {
+  const index_t* rows;     // (n) global rows, below 64 W
+  index_t n;               // > 0
+  const index_t* gate;     // batch ok flag, or null
+  std::uint64_t* bits;     // (W) bit r % 64 of word r / 64: row r occurs
+  index_t* word_rank;      // (W) unique rows in the words before
+  index_t W;               // words: ceil(rows of the table / 64)
+  index_t* count;          // (1) U
+  index_t* uniq;           // (U)
+  index_t* seg_start;      // (U + 1)
+  index_t* occ_to_unique;  // (n)
+  void operator()(index_t) const {
+#if MPE_HOST_SIMD
+    // POPCNT (every CPU with AVX2 has it); a build without -mpopcnt otherwise calls libgcc.
+    if (host_simd_enabled()) {
+      run_popcnt();
+      return;
+    }
+#endif
+    run(PortablePopcount{});
+  }
+  struct PortablePopcount {
+    [[gnu::always_inline]] inline index_t operator()(std::uint64_t x) const { return std::popcount(x); }
+  };
+#if MPE_HOST_SIMD
+  // Inlined always (also at -O0), so the builtin expands inside run_popcnt as POPCNT.
+  struct HardwarePopcount {
+    [[gnu::always_inline]] inline index_t operator()(std::uint64_t x) const {
+      return __builtin_popcountll(x);
+    }
+  };
+  __attribute__((target("popcnt"))) void run_popcnt() const { run(HardwarePopcount{}); }
+#endif
+  template <class Popcount>
+  [[gnu::always_inline]] inline void run(Popcount popcount) const {
+    const bool ok = open(gate);
+    for (index_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::uint64_t>(ok ? rows[i] : 0);
+      bits[r >> 6] |= std::uint64_t{1} << (r & 63);
+    }
+    index_t U = 0;
+    for (index_t w = 0; w < W; ++w) {
+      word_rank[w] = U;
+      for (std::uint64_t x = bits[w]; x != 0; x &= x - 1) uniq[U++] = w * 64 + std::countr_zero(x);
+    }
+    for (index_t u = 0; u <= U; ++u) seg_start[u] = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::uint64_t>(ok ? rows[i] : 0);
+      const std::uint64_t below = bits[r >> 6] & ((std::uint64_t{1} << (r & 63)) - 1);
+      const index_t u = word_rank[r >> 6] + popcount(below);
+      occ_to_unique[i] = u;
+      ++seg_start[u + 1];
+    }
+    for (index_t u = 0; u < U; ++u) {
+      seg_start[u + 1] += seg_start[u];
+      bits[uniq[u] >> 6] = 0;
+    }
+    *count = U;
+  }
+};
+
+/// sort_unique dedups by BitmapUnique (host, one thread) while the bitmap's words are at
+/// most this many per occurrence (its walk then costs about what the sort's passes do).
+inline constexpr index_t kBitmapWordsPerOccurrence = 4;
 
 /// Per-occurrence gradient coefficient: the per-sample weight, or 1/L for mean pooling
 /// (plain sum pooling needs none: backward then uses grad_output as it is).

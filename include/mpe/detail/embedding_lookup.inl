@@ -40,23 +40,43 @@ index_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::uniq
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_unique(Batch& b) {
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_unique(Batch& b,
+                                                                                     bool bitmap_ok) {
   const index_t n = b.n;
   const auto sz = static_cast<std::size_t>(n);
-  b.sorted_keys.reserve_discard(sz);
-  b.sorted_pos.reserve_discard(sz);
-  b.heads.reserve_discard(sz);
-  b.rank.reserve_discard(sz);
+  b.sorted_keys.reserve_discard(sz);  // the forward's per-occurrence slots use it too
   b.uniq.reserve_discard(sz);
   b.seg_start.reserve_discard(sz + 1);
   b.occ_to_unique.reserve_discard(sz);
-  b.sorted = true;
+  b.sorted = false;  // set once every buffer is in place (an allocation may throw)
   index_t* count = b.flags.data() + detail::kFlagU;
   if (n == 0) {
     backend_.for_each(1, detail::SetIndex{count, 0});
     backend_.for_each(1, detail::SetIndex{b.seg_start.data(), 0});
+    b.sorted = b.positions = true;
     return;
   }
+  if constexpr (host_paths) {
+    const auto W = static_cast<index_t>((static_cast<std::uint64_t>(total_rows_) + 63) / 64);
+    if (bitmap_ok && backend_.threads() == 1 && W <= detail::kBitmapWordsPerOccurrence * n) {
+      const auto words = static_cast<std::size_t>(W);
+      if (b.row_bits.size() < words) {
+        b.row_bits.reserve_discard(words);
+        backend_.fill_bytes(b.row_bits.data(), 0, b.row_bits.bytes());
+      }
+      b.rank.reserve_discard(words);
+      backend_.for_each(1, detail::BitmapUnique{b.global_rows.data(), n, b.flags.data() + detail::kFlagOk,
+                                                b.row_bits.data(), b.rank.data(), W, count, b.uniq.data(),
+                                                b.seg_start.data(), b.occ_to_unique.data()});
+      b.sorted = true;
+      b.positions = false;
+      return;
+    }
+  }
+  b.sorted_pos.reserve_discard(sz);
+  b.heads.reserve_discard(sz);
+  b.rank.reserve_discard(sz);
+  b.sorted = b.positions = true;
   backend_.for_each(n, detail::PrepareSort{b.global_rows.data(), b.sorted_keys.data(), b.sorted_pos.data(),
                                            b.flags.data() + detail::kFlagOk});
   // Keys are global rows (0 where the batch failed): below total_rows_.
@@ -294,7 +314,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
         cur.n, detail::Coefficients{offsets.data(), cur.bag_of.data(), w, mean, cur.coef.data(), gate});
   }
   // Decided once here (OpenMP's default may change before backward): the backward's path.
-  cur.scatter = scatter_backward();
+  // A batch deduplicated without sorted_pos (BitmapUnique) has only this one.
+  cur.scatter = scatter_backward() || (cur.sorted && !cur.positions);
   if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());

@@ -27,6 +27,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::
     p->set_backend(b);
   }
   keys.set_backend(b);
+  row_bits.set_backend(b);
   estimates.set_backend(b);
   outcome.set_backend(b);
   coef.set_backend(b);
@@ -42,8 +43,8 @@ std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::
                         &seg_start, &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
     s += p->bytes();
   }
-  return s + keys.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() + grad.bytes() +
-         update.bytes();
+  return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +
+         grad.bytes() + update.bytes();
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -48,7 +48,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   backend_.for_each(1, detail::ResetRecord{rec});
   // First pass: every row's summed gradient, update and new optimizer state into
   // workspace, checked for overflow before anything is written (one verdict per call).
-  if (!b.sorted) sort_unique(b);
+  if (!b.sorted) sort_unique(b, b.scatter);  // the gather path needs sorted_pos
   const index_t U = unique_bound(b);
   const index_t* count = b.flags.data() + detail::kFlagU;
   const std::int64_t S = Rule::state_floats(config_.dim);
@@ -65,7 +65,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                                                        rec, count, b.flags.data() + detail::kFlagOk, b.n});
   };
   const index_t* ok = b.flags.data() + detail::kFlagOk;
-  if constexpr (std::is_same_v<Backend, HostBackend>) {
+  if constexpr (host_paths) {
     if (b.scatter) {
       // One thread (chosen by the forward, which kept its offsets): grad_output read once in
       // memory order, checked as it is read. `outcome` serves as the started flags

@@ -264,12 +264,15 @@ template <std::int32_t Lines>
   for_row_lines<Lines>(p, lines, last, PrefetchRead{});
 }
 
-/// Prefetch points per row for prefetch_row_lines: ceil(bytes / 64) where every row starts
-/// on a line (64-byte aligned store and stride), one more otherwise (a row may straddle one
-/// more line).
+/// Prefetch points per row for prefetch_row_lines: the most 64-byte lines a row of `bytes`
+/// bytes can touch, ceil((bytes + 64 - g) / 64), where g (a power of two, at most 64) divides
+/// the store's address and the stride, so every row starts g-aligned, at most 64 - g bytes
+/// into a line. 64-byte aligned rows: ceil(bytes / 64); FBGEMM-style INT8 rows of D = 64
+/// (72 bytes at a 72-byte stride, g = 8): 2, not 3 (a 72-byte row never straddles 3 lines).
 inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std::size_t bytes) {
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(store) % 64 == 0) && stride % 64 == 0;
-  return static_cast<std::int32_t>((bytes + 63) / 64) + (aligned ? 0 : 1);
+  const std::size_t a = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(store)) | stride | 64;
+  const std::size_t g = a & (~a + 1);  // lowest set bit: the largest power of two dividing both (<= 64)
+  return static_cast<std::int32_t>((bytes + 64 - g + 63) / 64);
 }
 
 /// Address of row r (stride bytes) of `store`, only to prefetch: computed as an integer, so

@@ -224,7 +224,9 @@ struct CheckEmptyBagGrads {
 /// added in position order as the gather does; the first one sets the sum (started[u]).
 /// Every value of grad_output is tested once, the first non-finite one (the smallest
 /// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
-/// the batch failed validation.
+/// the batch failed validation. The sum rows of the first occurrences of the bag
+/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each); with
+/// AVX2 the loops are compiled for it (the same element-wise adds and multiplies).
 struct ScatterRowGradients {
   const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
   const index_t* occ_to_unique;  // (n)
@@ -232,18 +234,48 @@ struct ScatterRowGradients {
   const float* grad_output;      // (B, T*D)
   index_t B, T;
   std::int32_t D;
-  float* grad;            // (U, D) workspace: the summed gradient
-  std::uint8_t* started;  // (U) zeros on entry: unique row has a first occurrence added
-  CallRecord* rec;        // rec->pos[kGrad]
-  const index_t* gate;    // ok flag of the batch, or null
+  float* grad;                                 // (U, D) workspace: the summed gradient
+  std::uint8_t* started;                       // (U) zeros on entry: unique row has a first occurrence added
+  CallRecord* rec;                             // rec->pos[kGrad]
+  const index_t* gate;                         // ok flag of the batch, or null
+  static constexpr index_t kScatterAhead = 8;  // bags
+  static constexpr index_t kScatterAheadRows = 4;  // first occurrences of that bag prefetched
+
   void operator()(index_t) const {
     if (!open(gate)) return;
+#if MPE_HOST_SIMD
+    if (host_simd_enabled()) {
+      run_avx2();
+      return;
+    }
+#endif
+    run();
+  }
+#if MPE_HOST_SIMD
+  __attribute__((target("avx2,f16c"))) void run_avx2() const { run(); }
+#endif
+  [[gnu::always_inline]] inline void run() const {
     index_t* bad = &rec->pos[kGrad];
+    const auto row_bytes = static_cast<std::size_t>(D) * sizeof(float);
+    // The bag kScatterAhead bags ahead in (b, t) order: sample ab, table at.
+    index_t ab = kScatterAhead / T, at = kScatterAhead % T;
     for (index_t b = 0; b < B; ++b) {
       for (index_t t = 0; t < T; ++t) {
-        const index_t j = t * B + b, at = (b * T + t) * D;
-        const float* go = grad_output + at;
-        check_finite_run(go, D, at, bad);
+        if (ab < B) {
+          const index_t j2 = at * B + ab;
+          const index_t e2 = offsets[j2 + 1] < offsets[j2] + kScatterAheadRows
+                                 ? offsets[j2 + 1]
+                                 : offsets[j2] + kScatterAheadRows;
+          for (index_t i2 = offsets[j2]; i2 < e2; ++i2)
+            prefetch_lines(grad + occ_to_unique[i2] * D, row_bytes);
+          if (++at == T) {
+            at = 0;
+            ++ab;
+          }
+        }
+        const index_t j = t * B + b, at_go = (b * T + t) * D;
+        const float* go = grad_output + at_go;
+        check_finite_run(go, D, at_go, bad);
         for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
           const index_t u = occ_to_unique[i];
           add_occurrence(grad + u * D, go, D, coef, coef ? coef[i] : 1.0f, started[u] == 0);

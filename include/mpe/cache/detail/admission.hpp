@@ -202,7 +202,11 @@ enum class AdmitPhase : std::uint8_t {
 /// head of each set in the Misses launch first prefetches the store rows of the missed rows
 /// among the set's items shifted kPoolPrefetchAhead places (the sets tile [0, U), so each
 /// row once, a set's worth back to back so their page walks overlap); the bits do not
-/// depend on it.
+/// depend on it. With SetVictims (host) a set's misses all take their slots first and
+/// the victims' cache rows (and dirty victims' store rows) are prefetched for writing
+/// before any is written back or filled: the same slots, since a take reads only the list
+/// built at the set's first miss and the policy's view (`admits`), neither of which a
+/// write-back or fill changes.
 template <class Storage, class Rounding, class P>
 struct AdmitSet {
   const std::uint64_t* keys;        // (U) sorted admission keys
@@ -235,6 +239,13 @@ struct AdmitSet {
     bool simd = false;
 #ifndef __CUDA_ARCH__
     simd = host_simd_enabled();
+    if (end < U) {
+      // The next set's tags and last uses (both phases read them; 16 bytes a way), a set's
+      // work ahead: the metadata of all sets exceeds the L2 cache.
+      const index_t next = static_cast<index_t>(keys[end] >> 32) * cache.ways;
+      prefetch_lines(cache.tags + next, sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways));
+      prefetch_lines(cache.last_use + next, sizeof(*cache.last_use) * static_cast<std::size_t>(cache.ways));
+    }
     if (phase == AdmitPhase::Misses && prefetch_fills) {
       const index_t stop = end + kPoolPrefetchAhead < U ? end + kPoolPrefetchAhead : U;
       for (index_t i = p + kPoolPrefetchAhead; i < stop; ++i) {
@@ -269,13 +280,41 @@ struct AdmitSet {
 #else
     constexpr bool by_list = uses_scored_choose<P>;
 #endif
-    [[maybe_unused]] std::conditional_t<by_list, SetVictims<P>, NoVictims> victims{};
+    // Default-initialized: the arrays are written before they are read (`count` = -1 says
+    // nothing is built), so the 24 bytes per way are not zeroed at every set.
+    [[maybe_unused]] std::conditional_t<by_list, SetVictims<P>, NoVictims> victims;
+    if constexpr (by_list) {
+      // Host: every miss of the set takes its slot first (the list depends only on the
+      // set as its first miss finds it, and each slot is handed out once, so the fills
+      // below change nothing a later take reads); the victims' cache rows (and the store
+      // rows of dirty ones) are prefetched for writing, so their fills overlap.
+      for (index_t q = first_miss; q < end; ++q) {
+        const index_t u = order[q];
+        if (outcome[u] & kHit) continue;
+        const CacheChoice choice = victims.take(view, cache, base, floor, priorities[u]);
+        slot_of_unique[u] = choice.slot;
+        if (choice.slot < 0) {
+          outcome[u] = choice.rejected ? kRejected : kConflict;
+          continue;
+        }
+#ifndef __CUDA_ARCH__
+        const float* crow = cache.row(choice.slot);
+        for (std::int32_t d = 0; d < D; d += 16) __builtin_prefetch(crow + d, 1, 3);
+        if (cache.tags[choice.slot] >= 0 && cache.dirty[choice.slot]) {
+          const std::uint8_t* old = store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride;
+          __builtin_prefetch(old, 1, 3);
+          __builtin_prefetch(old + Storage::data_bytes(D) - 1, 1, 3);
+        }
+#endif
+      }
+    }
     for (index_t q = first_miss; q < end; ++q) {
       const index_t u = order[q];
       if (outcome[u] & kHit) continue;
       CacheChoice choice;
       if constexpr (by_list) {
-        choice = victims.take(view, cache, base, floor, priorities[u]);
+        if (slot_of_unique[u] < 0) continue;  // rejected or a conflict miss (outcome set)
+        choice.slot = slot_of_unique[u];
       } else {
         choice = P::choose(view, cache, base, floor, uniq[u], priorities[u]);
       }
