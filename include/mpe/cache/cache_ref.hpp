@@ -38,7 +38,10 @@ struct CacheRef {
   /// Slot holding `row`, or -1 (also -1 when the cache has no sets). O(ways).
   MPE_HOST_DEVICE std::int64_t find(std::int64_t row) const {
     if (num_sets == 0) return -1;
-    const std::int64_t base = set_of(row) * ways;
+    return find_in_set(set_of(row) * ways, row);
+  }
+  /// Slot holding `row` among the `ways` slots from `base` (a set's first slot), or -1.
+  MPE_HOST_DEVICE std::int64_t find_in_set(std::int64_t base, std::int64_t row) const {
     for (std::int32_t w = 0; w < ways; ++w) {
       if (tags[base + w] == row) return base + w;
     }

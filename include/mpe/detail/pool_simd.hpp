@@ -65,6 +65,8 @@ inline constexpr index_t kPoolPrefetchAhead = 16;
 /// are prefetches (PoolBags::prefetch_row) was found "const" and its calls deleted as dead
 /// code at -O1 and above: no prefetch instruction was left in mpe's forward. The volatile
 /// asm emits nothing and keeps them.
+/// `Write`: prefetch for writing (the lines are about to be stored to).
+template <bool Write = false>
 MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
 #ifndef __CUDA_ARCH__
   // One prefetch per 64-byte line the bytes touch (no repeated line).
@@ -73,7 +75,7 @@ MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
   const std::uintptr_t last =
       (reinterpret_cast<std::uintptr_t>(c) + (bytes ? bytes - 1 : 0)) & ~std::uintptr_t{63};
   for (std::uintptr_t a = first; a <= last; a += 64)
-    __builtin_prefetch(reinterpret_cast<const char*>(a), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const char*>(a), Write ? 1 : 0, 3);
   asm volatile("");
 #else
   (void)p;
@@ -539,20 +541,27 @@ MPE_SIMD_TARGET void decode_row(const std::uint8_t* src, std::int32_t D, float* 
   }
 }
 
-/// First of the `ways` tags at `tags` equal to `row`, or -1: CacheRef::find's scan of one
-/// set, four tags per compare.
-MPE_SIMD_TARGET inline std::int32_t find_tag(const std::int64_t* tags, std::int32_t ways, std::int64_t row) {
-  const __m256i key = _mm256_set1_epi64x(row);
-  std::int32_t w = 0;
-  for (; w + 4 <= ways; w += 4) {
-    const __m256i t = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tags + w));
-    const int m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t, key)));
-    if (m != 0) return w + __builtin_ctz(static_cast<unsigned>(m));
+/// Index of the first of the n 64-bit words at `p` equal to `v`, or -1; four per compare.
+template <class T>
+MPE_SIMD_TARGET inline std::int32_t find_equal64(const T* p, std::int32_t n, T v) {
+  static_assert(sizeof(T) == 8);
+  const __m256i want = _mm256_set1_epi64x(static_cast<long long>(v));
+  std::int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    const int m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(x, want)));
+    if (m != 0) return i + __builtin_ctz(static_cast<unsigned>(m));
   }
-  for (; w < ways; ++w) {
-    if (tags[w] == row) return w;
+  for (; i < n; ++i) {
+    if (p[i] == v) return i;
   }
   return -1;
+}
+
+/// First of the `ways` tags at `tags` equal to `row`, or -1: CacheRef::find_in_set's scan,
+/// four tags per compare.
+MPE_SIMD_TARGET inline std::int32_t find_tag(const std::int64_t* tags, std::int32_t ways, std::int64_t row) {
+  return find_equal64(tags, ways, row);
 }
 
 /// Index of the smallest of n >= 1 distinct keys below 2^63 (SetVictims' packed keys),
@@ -572,17 +581,7 @@ MPE_SIMD_TARGET inline std::int32_t argmin_key(const std::uint64_t* key, std::in
     for (int l = 1; l < 4; ++l) m = lanes[l] < m ? lanes[l] : m;
   }
   for (; k < n; ++k) m = key[k] < m ? key[k] : m;
-  const __m256i want = _mm256_set1_epi64x(static_cast<long long>(m));
-  std::int32_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + i));
-    const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(v, want)));
-    if (mask != 0) return i + __builtin_ctz(static_cast<unsigned>(mask));
-  }
-  for (; i < n; ++i) {
-    if (key[i] == m) return i;
-  }
-  return 0;  // not reached: m is one of the keys
+  return find_equal64(key, n, m);  // m is one of the keys: never -1
 }
 
 }  // namespace simd

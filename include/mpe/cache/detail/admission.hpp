@@ -56,8 +56,8 @@ struct AdmissionKeys {
   }
 };
 
-/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find without the
-/// hash). `simd`: the host's AVX2 scan (the same result).
+/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find_in_set).
+/// `simd`: the host's AVX2 scan (the same result).
 MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
 #if MPE_HOST_SIMD
   if (simd) {
@@ -67,10 +67,7 @@ MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, inde
 #else
   (void)simd;
 #endif
-  for (std::int32_t w = 0; w < c.ways; ++w) {
-    if (c.tags[base + w] == row) return base + w;
-  }
-  return -1;
+  return c.find_in_set(base, row);
 }
 
 /// Decodes store row `src` of format Storage into the D floats at dst (a cache fill):
@@ -298,12 +295,10 @@ struct AdmitSet {
           continue;
         }
 #ifndef __CUDA_ARCH__
-        const float* crow = cache.row(choice.slot);
-        for (std::int32_t d = 0; d < D; d += 16) __builtin_prefetch(crow + d, 1, 3);
+        prefetch_lines<true>(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
         if (cache.tags[choice.slot] >= 0 && cache.dirty[choice.slot]) {
-          const std::uint8_t* old = store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride;
-          __builtin_prefetch(old, 1, 3);
-          __builtin_prefetch(old + Storage::data_bytes(D) - 1, 1, 3);
+          prefetch_lines<true>(store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride,
+                               Storage::data_bytes(D));
         }
 #endif
       }
