@@ -7,15 +7,19 @@
 // - the decode pooling uses (vcvtph2ps alone) gives, after the add / multiply-add that
 //   consumes it, the bits of the software decode through the same operations, for every
 //   code and accumulators including +-0, +-inf and NaN;
-// - detail::PoolBags with the fast path on and off gives the same output bits, on random
+// - detail::PoolBags with the AVX2 kernel, the AVX-512 kernel (detail/pool_avx512.hpp: bags
+//   of one row array, where the CPU has it) and the portable loop gives the same output bits, on random
 //   rows of every format that has a fast decoder (and Fp8, which has none), D = 1 .. 130
 //   (odd D and partial groups of 8), sum / mean / per-sample weights, empty bags and
 //   duplicates, store only, with populate's slots (some dropped, or nearly all cached: the
 //   FP32 cache-row path) and with set lookup, bag by bag and in ranges (host_range);
 // - the cache fill's decode (detail::simd::decode_row) equals the Reader and the SIMD tag
 //   scan (detail::simd::find_tag) equals CacheRef::find's loop.
+// - every FP16 code through the AVX-512 kernel, as accumulator and as addend, gives the
+//   portable loop's bits.
 // On a CPU without AVX2 + F16C (or a build without the fast path) the comparisons run the
-// portable path twice and the decode checks are skipped (reported).
+// portable path twice and the decode checks are skipped (reported); without AVX-512 the
+// AVX2 kernel stands in for it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -27,12 +31,28 @@
 
 namespace {
 
-/// Restores the switch on scope exit.
+/// Restores the switches (host SIMD, AVX-512) on scope exit.
 struct SimdSwitch {
   bool saved;
-  SimdSwitch() : saved(mpe::detail::host_simd_enabled()) {}
-  ~SimdSwitch() { mpe::detail::set_host_simd(saved); }
+  bool saved512;
+  // set_host_avx512 returns the switch's setting before: read it, put it back.
+  SimdSwitch() : saved(mpe::detail::host_simd_enabled()), saved512(mpe::detail::set_host_avx512(true)) {
+    mpe::detail::set_host_avx512(saved512);
+  }
+  ~SimdSwitch() {
+    mpe::detail::set_host_simd(saved);
+    mpe::detail::set_host_avx512(saved512);
+  }
 };
+
+/// The pooling kernels: the portable loop, the AVX2 kernel, the AVX-512 kernel for bags of
+/// one row array (where the CPU has it; else the AVX2 kernel again).
+enum class Kernel { Portable, Avx2, Avx512 };
+
+void use_kernel(Kernel k) {
+  mpe::detail::set_host_simd(k != Kernel::Portable);
+  mpe::detail::set_host_avx512(k == Kernel::Avx512);
+}
 
 #if MPE_HOST_SIMD
 std::vector<std::uint32_t> decode_all(bool bf16) {
@@ -255,8 +275,8 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   std::vector<float> out_fast(static_cast<std::size_t>(B * T * D), -1.0f), out_port(out_fast.size(), -2.0f);
   // ranged: the bags as HostBackend hands them out (PoolBags::host_range), in two ranges
   // split at an odd bag so the second starts mid-table.
-  auto run = [&](bool fast, std::vector<float>& out, bool ranged = false) {
-    mpe::detail::set_host_simd(fast);
+  auto run = [&](Kernel kernel, std::vector<float>& out, bool ranged = false) {
+    use_kernel(kernel);
     const mpe::detail::PoolBags<S> pb{
         offsets.data(),
         global_rows.data(),
@@ -279,13 +299,17 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
       for (std::int64_t j = 0; j < T * B; ++j) pb(j);
     }
   };
-  run(true, out_fast);
-  run(false, out_port);
-  CHECK(std::memcmp(out_fast.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
-  // (The portable host_range is the bag-by-bag loop itself: only the fast one is compared.)
-  std::vector<float> out_range(out_fast.size(), -4.0f);
-  run(true, out_range, true);
-  CHECK(std::memcmp(out_range.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+  run(Kernel::Portable, out_port);
+  for (const Kernel kernel : {Kernel::Avx2, Kernel::Avx512}) {
+    CAPTURE(static_cast<int>(kernel));
+    std::fill(out_fast.begin(), out_fast.end(), -1.0f);
+    run(kernel, out_fast);
+    CHECK(std::memcmp(out_fast.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+    // (The portable host_range is the bag-by-bag loop itself: only the fast ones are compared.)
+    std::vector<float> out_range(out_fast.size(), -4.0f);
+    run(kernel, out_range, true);
+    CHECK(std::memcmp(out_range.data(), out_port.data(), out_fast.size() * sizeof(float)) == 0);
+  }
 }
 
 template <class S>
@@ -313,6 +337,8 @@ void check_format() {
 TEST_CASE("fast and portable pooling give the same bits") {
   if (!mpe::detail::host_simd_enabled())
     MESSAGE("host SIMD path unavailable: portable path compared with itself");
+  if (!mpe::detail::cpu_has_avx512())
+    MESSAGE("CPU without AVX-512 F/BW/VL (or built without it): the AVX2 kernel stands in for it");
   SUBCASE("Fp32") { check_format<mpe::Fp32>(); }
   SUBCASE("Fp16") { check_format<mpe::Fp16>(); }
   SUBCASE("Bf16") { check_format<mpe::Bf16>(); }
@@ -405,15 +431,68 @@ TEST_CASE("forward() and forward_inference() give the same bits with the fast pa
     std::vector<std::int64_t> idx(256), off{0};
     for (auto& i : idx) i = static_cast<std::int64_t>(rng() % 500);
     for (int b = 1; b <= 16; ++b) off.push_back(16 * b);
-    std::vector<float> a(static_cast<std::size_t>(16 * D)), b(a.size()), c(a.size()), d(a.size());
-    mpe::detail::set_host_simd(true);
+    std::vector<float> a(static_cast<std::size_t>(16 * D)), c(a.size());
+    use_kernel(Kernel::Portable);
     e.forward(idx, off, a);
     e.forward_inference(idx, off, c);
-    mpe::detail::set_host_simd(false);
-    e.forward(idx, off, b);  // same batch again: the same cache slots
-    e.forward_inference(idx, off, d);
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+    for (const Kernel kernel : {Kernel::Avx2, Kernel::Avx512}) {
+      CAPTURE(static_cast<int>(kernel));
+      std::vector<float> b(a.size(), -1.0f), d(a.size(), -1.0f);
+      use_kernel(kernel);
+      e.forward(idx, off, b);  // same batch again: the same cache slots
+      e.forward_inference(idx, off, d);
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+// Every FP16 code (NaN and infinity included) through the AVX-512 kernel: store-only bags
+// of rows r and r + 1 (so accumulators hold NaN, infinities and both zeros when the next
+// row is added), plain and weighted, against the portable loop.
+TEST_CASE("AVX-512 pooling of every FP16 code gives the portable loop's bits") {
+  if (!mpe::detail::cpu_has_avx512()) {
+    MESSAGE("CPU without AVX-512 F/BW/VL (or built without it); skipped");
+    return;
+  }
+  const SimdSwitch restore;
+  const std::int32_t D = 64;
+  const std::int64_t rows = 65536 / D;
+  std::vector<std::uint8_t> store(static_cast<std::size_t>(65536 * 2));
+  for (std::uint32_t h = 0; h < 65536; ++h)
+    mpe::num::store_u16(store.data() + 2 * h, static_cast<std::uint16_t>(h));
+  std::vector<std::int64_t> global_rows, offsets{0};
+  for (std::int64_t r = 0; r + 1 < rows; ++r) {
+    global_rows.push_back(r);
+    global_rows.push_back(r + 1);
+    offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
+  }
+  const std::int64_t B = rows - 1;
+  std::vector<float> weights(global_rows.size());
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    weights[i] = i % 3 == 0 ? -1.5f : (i % 3 == 1 ? 0x1p-20f : -0.0f);
+  for (const bool weighted : {false, true}) {
+    CAPTURE(weighted);
+    std::vector<float> ref(static_cast<std::size_t>(B * D), -1.0f), got(ref.size(), -2.0f);
+    for (const Kernel kernel : {Kernel::Portable, Kernel::Avx512}) {
+      use_kernel(kernel);
+      const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
+                                                global_rows.data(),
+                                                nullptr,
+                                                weighted ? weights.data() : nullptr,
+                                                mpe::CacheRef{},
+                                                false,
+                                                store.data(),
+                                                2 * static_cast<std::size_t>(D),
+                                                B,
+                                                1,
+                                                D,
+                                                false,
+                                                kernel == Kernel::Portable ? ref.data() : got.data(),
+                                                nullptr};
+      pb.host_range(0, B);
+    }
+    CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
   }
 }
 

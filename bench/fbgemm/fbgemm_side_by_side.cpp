@@ -35,8 +35,10 @@
 ///
 /// Variants (--variants): fbgemm (GenerateEmbeddingSpMDM / GenerateEmbeddingSpMDMNBit(4),
 /// prefetch distance 16), mpe_fwd (`CachedEmbedding::forward()`, cache_rows = 0,
-/// HostBackend{1}), mpe_inf (`forward_inference()` on a second object with the same bytes),
-/// mpe_cached (`forward()` on a third object with the same bytes and an Lru<32> FP32 cache of
+/// HostBackend{1}), mpe_fwd_avx2 (the same on its own object with the same bytes, the
+/// AVX-512 pooling kernel turned off: the AVX2 kernel, detail::set_host_avx512(false)),
+/// mpe_inf (`forward_inference()` on another object with the same bytes), mpe_cached
+/// (`forward()` on another object with the same bytes and an Lru<32> FP32 cache of
 /// --cache-pct % of the rows, no prefetch(): every call validates, sorts and deduplicates
 /// the batch, admits rows (fills and evictions) and pools from the cache and the store: the
 /// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches).
@@ -229,7 +231,7 @@ void usage() {
       "  --dims D,D,...       embedding dims (default 64)\n"
       "  --precs P,...        fp32,fp16,int8,int4 (default all)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
-      "  --variants V,...     fbgemm,mpe_fwd,mpe_inf,mpe_cached (default fbgemm,mpe_fwd)\n"
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached (default fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
       "  --batch B            bags per batch (default 2048)\n"
       "  --bag L              indices per bag (default 32)\n"
@@ -425,6 +427,12 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     mpe::io::import_table(*emb_inf, 0, mpe::interop::FbgemmFused{},
                           std::span<const std::uint8_t>(fbt.p, total));
   }
+  std::unique_ptr<E> emb_avx2;  // mpe_fwd_avx2: its own copy, so it never finds mpe_fwd's rows cached
+  if (has("mpe_fwd_avx2")) {
+    emb_avx2 = std::make_unique<E>(cfg, be);
+    mpe::io::import_table(*emb_avx2, 0, mpe::interop::FbgemmFused{},
+                          std::span<const std::uint8_t>(fbt.p, total));
+  }
   std::unique_ptr<E> emb_cached;  // mpe_cached: the same bytes behind an FP32 cache of --cache-pct rows
   if (has("mpe_cached")) {
     mpe::EmbeddingConfig cc = cfg;
@@ -467,6 +475,13 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         x.run = [&](const std::int64_t* ind, float* out) {
           emb.forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                       std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
+      } else if (v == "mpe_fwd_avx2") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          const bool was = mpe::detail::set_host_avx512(false);
+          emb_avx2->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                            std::span<float>(out, static_cast<std::size_t>(B * D)));
+          mpe::detail::set_host_avx512(was);
         };
       } else if (v == "mpe_cached") {
         x.run = [&](const std::int64_t* ind, float* out) {

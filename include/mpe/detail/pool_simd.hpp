@@ -48,9 +48,9 @@
 
 namespace mpe::detail {
 
-/// Occurrences ahead whose rows forward pooling prefetches (host only; FBGEMM's default
-/// distance; 32 and a distance from the row size gave mixed results: bench/RESULTS.md,
-/// "Store-only loop rewrite").
+/// Occurrences ahead whose rows the host prefetches in pooling with a cache, populate and
+/// the backward (FBGEMM's default distance), and the least store-only pooling uses
+/// (pool_rows_ahead).
 #ifdef MPE_POOL_PREFETCH_AHEAD
 inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
 #else
@@ -253,13 +253,17 @@ template <std::int32_t Lines, class F>
   }
 }
 
-/// A read prefetch into all cache levels. Inlined always: a separate function holding only
-/// prefetches is "const" to GCC's IPA and its calls are deleted (see prefetch_lines).
+/// A read prefetch of a store row for pooling: `prefetcht1` (into L2, not L1). On a Zen 4
+/// host the L1 prefetches (`prefetcht0`) of 16 rows ahead stalled on L1's miss buffers
+/// (most of the loop's samples sat on them); into L2 the same points took the uniform
+/// store-only forward from 0.85 - 1.13x FBGEMM's time to 0.63 - 0.75x (bench/RESULTS.md,
+/// sixth round). Inlined always: a separate function holding only prefetches is "const" to
+/// GCC's IPA and its calls are deleted (see prefetch_lines).
 struct PrefetchRead {
-  [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 3); }
+  [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 2); }
 };
 
-/// Prefetches (read, all levels) the points of for_row_lines; host only.
+/// Prefetches (read, into L2: PrefetchRead) the points of for_row_lines; host only.
 template <std::int32_t Lines>
 [[gnu::always_inline]] inline void prefetch_row_lines(const std::uint8_t* p, std::int32_t lines,
                                                       std::size_t last) {
@@ -277,6 +281,17 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
   return static_cast<std::int32_t>((bytes + 64 - g + 63) / 64);
 }
 
+/// Occurrences ahead whose rows store-only pooling prefetches, for rows of `lines` prefetch
+/// points: about 128 lines in flight (128 / lines rows), at least kPoolPrefetchAhead
+/// (FBGEMM's 16) and at most 64 rows; D = 64: FP32 32 rows, FP16 / INT8 / INT4 64. On a
+/// Zen 4 host with Zipf batches and L2 prefetches, 16 rows for every format left the
+/// store-only forward at 1.15 - 1.21x FBGEMM's time, this rule at 0.86 - 1.13x
+/// (bench/RESULTS.md, sixth round). The bits do not depend on it.
+inline index_t pool_rows_ahead(std::int32_t lines) {
+  const index_t a = 128 / (lines > 0 ? lines : 1);
+  return a < kPoolPrefetchAhead ? kPoolPrefetchAhead : (a > 64 ? 64 : a);
+}
+
 /// Address of row r (stride bytes) of `store`, only to prefetch: computed as an integer, so
 /// a row index of -1 (an uncached occurrence of the FP32 cache-row source, PoolBags) gives
 /// an address that is never read, not an out-of-range pointer.
@@ -287,7 +302,7 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
 }
 
 /// Row source of store-only pooling: occurrence i reads store row rows[i]. The first pass
-/// over a bag prefetches the row kPoolPrefetchAhead occurrences ahead (prefetch_row_lines).
+/// over a bag prefetches the row `dist` occurrences ahead (prefetch_row_lines).
 struct StoreRows {
   static constexpr bool may_be_cached = false;
   const std::uint8_t* store;
@@ -296,14 +311,20 @@ struct StoreRows {
   const index_t* rows;
   index_t n;           ///< occurrences of the whole batch (prefetches stop at the last)
   std::int32_t lines;  ///< row_lines(store, stride, bytes)
+  index_t dist;        ///< occurrences ahead prefetched: pool_rows_ahead(lines)
+  /// The source of rows[0 .. n) of `store`, with its prefetch points and distance.
+  static StoreRows of(const std::uint8_t* store, std::size_t stride, std::size_t bytes, const index_t* rows,
+                      index_t n) {
+    const std::int32_t lines = row_lines(store, stride, bytes);
+    return StoreRows{store, stride, bytes, rows, n, lines, pool_rows_ahead(lines)};
+  }
   [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
     cached = false;
     return store + static_cast<std::size_t>(rows[i]) * stride;
   }
   [[gnu::always_inline]] inline void ahead(index_t i) const {
-    if (i + kPoolPrefetchAhead < n) {
-      prefetch_row_lines<0>(prefetch_address(store, rows[i + kPoolPrefetchAhead], stride), lines, bytes - 1);
-    }
+    if (i + dist < n)
+      prefetch_row_lines<0>(prefetch_address(store, rows[i + dist], stride), lines, bytes - 1);
   }
 };
 
@@ -358,8 +379,8 @@ template <class R, bool Weighted, int NV>
   }
 }
 
-/// Store-only rows [i, stop) of a bag into acc, each after prefetching the row
-/// kPoolPrefetchAhead occurrences ahead (prefetch_row_lines<Lines>); returns the first row
+/// Store-only rows [i, stop) of a bag into acc, each after prefetching the row src.dist
+/// occurrences ahead (prefetch_row_lines<Lines>); returns the first row
 /// not pooled (stop, or i when i >= stop).
 template <class S, bool Weighted, int NV, std::int32_t Lines>
 [[gnu::always_inline]] MPE_SIMD_TARGET inline index_t prefetched_rows(__m256 (&acc)[NV], const StoreRows& src,
@@ -371,9 +392,10 @@ template <class S, bool Weighted, int NV, std::int32_t Lines>
   const index_t* const rows = src.rows;
   const std::int32_t lines = src.lines;
   const std::size_t last = src.bytes - 1;
+  const index_t dist = src.dist;
   __m256 w = _mm256_setzero_ps();
   for (; i < stop; ++i) {
-    prefetch_row_lines<Lines>(prefetch_address(store, rows[i + kPoolPrefetchAhead], stride), lines, last);
+    prefetch_row_lines<Lines>(prefetch_address(store, rows[i + dist], stride), lines, last);
     if constexpr (Weighted) w = _mm256_set1_ps(weights[i]);
     add_row<S, Weighted, NV>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, w);
   }
@@ -412,7 +434,7 @@ MPE_SIMD_ROW inline void store_acc(float* o, const __m256* acc, std::index_seque
 
 /// Columns [c0, c0 + 8 NV) of one bag: accumulators in registers over the bag's rows in
 /// index order. StoreRows: occurrence i reads store row rows[i], and with `Prefetch` the
-/// row kPoolPrefetchAhead occurrences ahead is prefetched first (a loop with prefetches,
+/// row src.dist occurrences ahead is prefetched first (a loop with prefetches,
 /// then one without, so the per-row work is the prefetch points, the row's address and its
 /// loads and adds). FnRows: `src.row(i, cached)` gives the row (an FP32 cache row when
 /// cached) and, with `Prefetch`, `src.ahead(i)` is called first.
@@ -430,7 +452,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t 
     if constexpr (Prefetch) {
       // The loop with prefetches, one copy per common number of prefetch points (no branch
       // on it per row); then the bag's last rows, whose rows ahead lie past the batch.
-      const index_t stop = end < src.n - kPoolPrefetchAhead ? end : src.n - kPoolPrefetchAhead;
+      const index_t stop = end < src.n - src.dist ? end : src.n - src.dist;
       i = prefetched_rows_for<S, Weighted, NV>(acc, src, i, stop, weights, D, c0);
     }
     for (; i < end; ++i) {

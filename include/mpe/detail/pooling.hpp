@@ -11,6 +11,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/pool_avx512.hpp"
 #include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/row_accumulate.hpp"
 #include "mpe/detail/state_ref.hpp"
@@ -34,7 +35,8 @@ namespace mpe::detail {
 /// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
 /// then every row is read from the store; with `lookup` the slot is found by scanning the
 /// row's set (forward_inference).
-/// On the host the rows kPoolPrefetchAhead occurrences ahead are prefetched, and where the
+/// On the host the rows ahead are prefetched (store-only bags: pool_rows_ahead occurrences
+/// ahead, into L2; others kPoolPrefetchAhead), and where the
 /// CPU has AVX2 + F16C the bag is pooled by detail::simd::pool_bag (same bits, pinned by
 /// tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
@@ -100,12 +102,10 @@ struct PoolBags {
   MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
     const index_t n_all = offsets[B * T];
     const std::size_t bytes = Storage::data_bytes(D);
-    const simd::StoreRows store_src{store,       stride, bytes,
-                                    global_rows, n_all,  simd::row_lines(store, stride, bytes)};
+    const simd::StoreRows store_src = simd::StoreRows::of(store, stride, bytes, global_rows, n_all);
     const auto* crows = reinterpret_cast<const std::uint8_t*>(cache.rows);
     const std::size_t cbytes = static_cast<std::size_t>(D) * sizeof(float);
-    const simd::StoreRows cache_src{crows,       cbytes, cbytes,
-                                    slot_of_occ, n_all,  simd::row_lines(crows, cbytes, cbytes)};
+    const simd::StoreRows cache_src = simd::StoreRows::of(crows, cbytes, cbytes, slot_of_occ, n_all);
     const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
       const index_t r = global_rows[i];
       const index_t s = slot_of(i, r);
@@ -117,6 +117,7 @@ struct PoolBags {
       if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
     };
     const simd::FnRows<decltype(row), decltype(ahead)> mixed_src{row, ahead};
+    const bool wide = host_avx512_enabled();
     index_t t, b;
     split_bag(j0, B, t, b);
     for (index_t j = j0; j < j1; ++j) {
@@ -125,9 +126,9 @@ struct PoolBags {
       bool all_cached = !lookup && slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
       if (!lookup && !slot_of_occ) {
-        pool_one<Storage>(store_src, begin, end, o);
+        pool_rows<Storage>(wide, store_src, begin, end, o);
       } else if (all_cached) {
-        pool_one<Fp32>(cache_src, begin, end, o);
+        pool_rows<Fp32>(wide, cache_src, begin, end, o);
       } else {
         pool_one<Storage>(mixed_src, begin, end, o);
       }
@@ -140,6 +141,25 @@ struct PoolBags {
         ++t;
       }
     }
+  }
+  /// One bag [begin, end) of one row array into o: by simd512::pool_bag where `wide` (the
+  /// CPU has AVX-512 and it is on), else by simd::pool_bag.
+  template <class S>
+  MPE_POOL_SIMD_TARGET void pool_rows(bool wide, const simd::StoreRows& src, index_t begin, index_t end,
+                                      float* o) const {
+#if MPE_HOST_AVX512
+    if (wide) {
+      if (weights) {
+        simd512::pool_bag<S, true>(src, begin, end, weights, D, o);
+      } else {
+        simd512::pool_bag<S, false>(src, begin, end, nullptr, D, o);
+      }
+      return;
+    }
+#else
+    (void)wide;
+#endif
+    pool_one<S>(src, begin, end, o);
   }
   /// One bag [begin, end) into o by simd::pool_bag, rows decoded as format S.
   template <class S, class Src>

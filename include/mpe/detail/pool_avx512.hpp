@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file pool_avx512.hpp
+/// @brief Host-only AVX-512 kernel of store-only pooling (not public): one bag pooled 16
+/// columns per register, chosen at run time, with the bits of the portable path.
+///
+/// Where the CPU reports AVX-512 F, BW and VL (and the OS saves their state, which
+/// `__builtin_cpu_supports` checks), a bag whose rows all come from one row array (the
+/// store without a cache, or the FP32 cache rows of a bag that is all hits) is pooled here
+/// instead of by the AVX2 kernel of pool_simd.hpp: per row, half the instructions, so the
+/// out-of-order window holds twice the rows in flight. The default build stays baseline
+/// x86-64 (`__attribute__((target(...)))` on these functions only); `MPE_NO_HOST_SIMD` or
+/// `MPE_NO_HOST_AVX512` compiles it out, and `set_host_avx512(false)` turns it off at run
+/// time.
+///
+/// Bits (the numerics contract): the same operations as the AVX2 kernel and the portable
+/// loop, element by element. Each element is decoded as `Storage::Reader` defines it
+/// (simd::Row's formulas, 16 lanes wide), then one correctly rounded multiply by the
+/// weight (weighted) and one correctly rounded add to its column's accumulator, rows in
+/// index order. Every multiply and add is written with the `_round` intrinsics
+/// (`_MM_FROUND_CUR_DIRECTION`), which GCC and Clang never contract into an FMA: with
+/// AVX-512 enabled, plain `_mm512_mul_ps` / `_mm512_add_ps` become `vfmadd` under
+/// -ffp-contract=fast (GCC's default in GNU mode). Columns past the last full group of 16
+/// use masked loads and stores of the same lanes, so no element is read past the row.
+/// tests/test_pool_simd.cpp checks this kernel against the portable loop for every format.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "mpe/detail/pool_simd.hpp"
+
+#if MPE_HOST_SIMD && !defined(MPE_NO_HOST_AVX512)
+#define MPE_HOST_AVX512 1
+#else
+#define MPE_HOST_AVX512 0
+#endif
+
+namespace mpe::detail {
+
+#if MPE_HOST_AVX512
+
+/// True when this CPU (and OS) can run the AVX-512 F / BW / VL kernels (checked once).
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+/// The run-time switch of the AVX-512 pooling (default: on where the CPU has it).
+inline bool& host_avx512_flag() {
+  static bool on = cpu_has_avx512();
+  return on;
+}
+
+/// Whether store-only pooling uses the AVX-512 kernel now (it also needs the host SIMD
+/// path on: set_host_simd(false) turns both off).
+inline bool host_avx512_enabled() { return host_avx512_flag() && host_simd_enabled(); }
+
+/// Turns the AVX-512 pooling on (only where the CPU supports it) or off; returns the
+/// previous setting. For tests and benchmarks comparing the kernels; not thread-safe
+/// against running forwards.
+inline bool set_host_avx512(bool on) {
+  const bool was = host_avx512_flag();
+  host_avx512_flag() = on && cpu_has_avx512();
+  return was;
+}
+
+#define MPE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define MPE_AVX512_ROW [[gnu::always_inline]] MPE_AVX512_TARGET
+
+namespace simd512 {
+
+// The operations below go through the zero-masked intrinsics with every lane selected,
+// which compile to the plain instructions: GCC 12's unmasked forms start from
+// `_mm512_undefined_*` (a self-initialized variable) and trip -Wmaybe-uninitialized.
+inline constexpr __mmask16 kAll = 0xffff;
+
+/// The lanes of a row's last, partial register (its last m = D % 16 columns: the first m
+/// lanes) and, for INT4 rows, the ceil(m / 2) bytes holding their codes.
+struct TailMask {
+  __mmask16 lanes;
+  __mmask16 int4_bytes;
+  static TailMask of(std::int32_t m) {
+    return TailMask{static_cast<__mmask16>((1u << m) - 1u),
+                    static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u)};
+  }
+};
+
+/// a + b and a * b, correctly rounded, never contracted into an FMA (see the file comment).
+MPE_AVX512_ROW inline __m512 add(__m512 a, __m512 b) {
+  return _mm512_maskz_add_round_ps(kAll, a, b, _MM_FROUND_CUR_DIRECTION);
+}
+MPE_AVX512_ROW inline __m512 mul(__m512 a, __m512 b) {
+  return _mm512_maskz_mul_round_ps(kAll, a, b, _MM_FROUND_CUR_DIRECTION);
+}
+/// 16 bytes / 16-bit words zero-extended to 32-bit lanes; 32-bit integers to float (exact
+/// below 2^24); 16 FP16 codes to float (vcvtph2ps).
+MPE_AVX512_ROW inline __m512i widen_u8(__m128i q) { return _mm512_maskz_cvtepu8_epi32(kAll, q); }
+MPE_AVX512_ROW inline __m512i widen_u16(__m256i h) { return _mm512_maskz_cvtepu16_epi32(kAll, h); }
+MPE_AVX512_ROW inline __m512 to_float(__m512i x) { return _mm512_maskz_cvtepi32_ps(kAll, x); }
+MPE_AVX512_ROW inline __m512 half_to_float(__m256i h) { return _mm512_maskz_cvtph_ps(kAll, h); }
+
+/// Decoder of one row of format S: load(c) = elements [c, c + 16) for pooling (exact, as
+/// simd::load8_for_arith defines them); load(c, t) the lanes of the tail t, others zero and
+/// never read from memory.
+template <class S>
+struct Row;
+
+template <>
+struct Row<Fp32> {
+  const std::uint8_t* p;
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    return _mm512_loadu_ps(p + 4 * static_cast<std::size_t>(c));
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return _mm512_maskz_loadu_ps(t.lanes, p + 4 * static_cast<std::size_t>(c));
+  }
+};
+
+/// FP16: vcvtph2ps, exact for every non-NaN code; a NaN lane differs from the software
+/// decode only in the quiet bit, which the first multiply or add sets either way (the
+/// argument of simd::load8_for_arith).
+template <>
+struct Row<Fp16> {
+  const std::uint8_t* p;
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    return half_to_float(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * static_cast<std::size_t>(c))));
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return half_to_float(_mm256_maskz_loadu_epi16(t.lanes, p + 2 * static_cast<std::size_t>(c)));
+  }
+};
+
+template <>
+struct Row<Bf16> {
+  const std::uint8_t* p;
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t) : p(r) {}
+  MPE_AVX512_ROW static __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, widen_u16(h), 16));
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * static_cast<std::size_t>(c))));
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return widen(_mm256_maskz_loadu_epi16(t.lanes, p + 2 * static_cast<std::size_t>(c)));
+  }
+};
+
+/// INT8 row-wise: add(mul(scale, float(q)), bias), FP32 scale and bias after the D codes.
+template <>
+struct Row<Int8Rowwise> {
+  const std::uint8_t* p;
+  __m512 scale, bias;
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D)
+      : p(r), scale(_mm512_set1_ps(num::load_f32(r + D))), bias(_mm512_set1_ps(num::load_f32(r + D + 4))) {}
+  MPE_AVX512_ROW __m512 decode(__m128i q) const { return add(mul(scale, to_float(widen_u8(q))), bias); }
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    return decode(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c)));
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return decode(_mm_maskz_loadu_epi8(t.lanes, p + c));
+  }
+};
+
+/// INT4 row-wise: the same with FP16 scale and bias after the (D + 1) / 2 code bytes, low
+/// nibble first.
+template <>
+struct Row<Int4Rowwise> {
+  const std::uint8_t* p;
+  __m512 scale, bias;
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+    const simd::Row<Int4Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
+    scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
+    bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
+  }
+  /// Elements [c, c + 16) from the 8 bytes at c / 2 (c even): each byte doubled, widened to
+  /// 32 bits, shifted by 0 or 4 and masked to its nibble.
+  MPE_AVX512_ROW __m512 decode(__m128i b) const {
+    const __m128i twice = _mm_unpacklo_epi8(b, b);  // b0 b0 b1 b1 ... b7 b7
+    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i q =
+        _mm512_and_si512(_mm512_maskz_srlv_epi32(kAll, widen_u8(twice), shift), _mm512_set1_epi32(0xf));
+    return add(mul(scale, to_float(q)), bias);
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    return decode(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c / 2)));
+  }
+  /// The tail's lanes: only the bytes holding their codes are read.
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return decode(_mm_maskz_loadu_epi8(t.int4_bytes, p + c / 2));
+  }
+};
+
+/// Formats with an AVX-512 decoder (those of simd::has_row).
+template <class S>
+inline constexpr bool has_row = simd::has_row<S>;
+
+/// acc[v] += x (weighted: w * x) for x = columns [c0 + 16 v, + 16) of one row of format
+/// S; with `Tail` the last register loads only the lanes of `tail`.
+template <class S, bool Weighted, int NV, bool Tail>
+MPE_AVX512_ROW inline void add_row(__m512 (&acc)[NV], const std::uint8_t* row, std::int32_t D,
+                                   std::int32_t c0, const TailMask& tail, __m512 w) {
+  const Row<S> r(row, D);
+  for (int v = 0; v < NV; ++v) {
+    __m512 x = (Tail && v == NV - 1) ? r.load(c0 + 16 * v, tail) : r.load(c0 + 16 * v);
+    if constexpr (Weighted) x = mul(w, x);
+    acc[v] = add(acc[v], x);
+  }
+}
+
+/// Rows [i, stop) of a bag into acc, each after prefetching the row src.dist occurrences
+/// ahead (`Lines` points, 0: src.lines at run time); returns stop (or i).
+template <class S, bool Weighted, int NV, bool Tail, std::int32_t Lines>
+MPE_AVX512_ROW inline index_t prefetched_rows(__m512 (&acc)[NV], const simd::StoreRows& src, index_t i,
+                                              index_t stop, const float* weights, std::int32_t D,
+                                              std::int32_t c0, const TailMask& tail) {
+  const std::uint8_t* const store = src.store;
+  const std::size_t stride = src.stride;
+  const index_t* const rows = src.rows;
+  const std::int32_t lines = src.lines;
+  const std::size_t last = src.bytes - 1;
+  const index_t dist = src.dist;
+  __m512 w = _mm512_setzero_ps();
+  for (; i < stop; ++i) {
+    simd::prefetch_row_lines<Lines>(simd::prefetch_address(store, rows[i + dist], stride), lines, last);
+    if constexpr (Weighted) w = _mm512_set1_ps(weights[i]);
+    add_row<S, Weighted, NV, Tail>(acc, store + static_cast<std::size_t>(rows[i]) * stride, D, c0, tail, w);
+  }
+  return i;
+}
+
+/// Columns [c0, c0 + 16 NV) of one bag, rows rows[i] of src for i in [begin, end), into
+/// o: NV accumulators in registers; with `Tail` the last one holds only the lanes of
+/// `tail` (the row's last D % 16 columns). With `Prefetch` each row first prefetches the row
+/// src.dist occurrences ahead (every line it touches), while that lies in the
+/// batch; straight-line prefetch points for rows touching 1 to 4 lines.
+template <class S, bool Weighted, int NV, bool Tail, bool Prefetch>
+MPE_AVX512_TARGET inline void pool_columns(const simd::StoreRows& src, index_t begin, index_t end,
+                                           const float* weights, std::int32_t D, std::int32_t c0,
+                                           const TailMask& tail, float* o) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  index_t i = begin;
+  if constexpr (Prefetch) {
+    const index_t stop = end < src.n - src.dist ? end : src.n - src.dist;
+    if (src.lines == 4) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 4>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 3) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 3>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 2) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 2>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 1) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 1>(acc, src, i, stop, weights, D, c0, tail);
+    } else {
+      i = prefetched_rows<S, Weighted, NV, Tail, 0>(acc, src, i, stop, weights, D, c0, tail);
+    }
+  }
+  __m512 w = _mm512_setzero_ps();
+  for (; i < end; ++i) {
+    if constexpr (Weighted) w = _mm512_set1_ps(weights[i]);
+    add_row<S, Weighted, NV, Tail>(acc, src.store + static_cast<std::size_t>(src.rows[i]) * src.stride, D, c0,
+                                   tail, w);
+  }
+  for (int v = 0; v < NV; ++v) {
+    if (Tail && v == NV - 1) {
+      _mm512_mask_storeu_ps(o + c0 + 16 * v, tail.lanes, acc[v]);
+    } else {
+      _mm512_storeu_ps(o + c0 + 16 * v, acc[v]);
+    }
+  }
+}
+
+/// pool_columns for NV = nv (1 .. 8) registers.
+template <class S, bool Weighted, bool Tail, bool Prefetch>
+MPE_AVX512_TARGET inline void pool_groups(std::int32_t nv, const simd::StoreRows& src, index_t begin,
+                                          index_t end, const float* weights, std::int32_t D, std::int32_t c0,
+                                          const TailMask& tail, float* o) {
+  switch (nv) {
+    case 8:
+      return pool_columns<S, Weighted, 8, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 7:
+      return pool_columns<S, Weighted, 7, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 6:
+      return pool_columns<S, Weighted, 6, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 5:
+      return pool_columns<S, Weighted, 5, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 4:
+      return pool_columns<S, Weighted, 4, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 3:
+      return pool_columns<S, Weighted, 3, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    case 2:
+      return pool_columns<S, Weighted, 2, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+    default:
+      return pool_columns<S, Weighted, 1, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+  }
+}
+
+/// Sum (weighted: sum of w * x) of occurrences [begin, end) of src into o (D floats, any
+/// D >= 1): passes of up to 128 columns (8 registers), the last register of the last pass
+/// masked to the row's last D % 16 columns. The first pass prefetches ahead; the others
+/// find the rows in L1 / L2. An empty bag writes zeros.
+template <class S, bool Weighted>
+MPE_AVX512_TARGET void pool_bag(const simd::StoreRows& src, index_t begin, index_t end, const float* weights,
+                                std::int32_t D, float* o) {
+  const std::int32_t groups = (D + 15) / 16;  // registers per row, the last maybe partial
+  const std::int32_t rem = D % 16;
+  const TailMask tail = TailMask::of(rem == 0 ? 16 : rem);
+  for (std::int32_t g = 0; g < groups; g += 8) {
+    const std::int32_t nv = groups - g < 8 ? groups - g : 8;
+    const bool has_tail = rem != 0 && g + nv == groups;
+    const bool first = g == 0;
+    if (has_tail) {
+      if (first) {
+        pool_groups<S, Weighted, true, true>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+      } else {
+        pool_groups<S, Weighted, true, false>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+      }
+    } else if (first) {
+      pool_groups<S, Weighted, false, true>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+    } else {
+      pool_groups<S, Weighted, false, false>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+    }
+  }
+}
+
+}  // namespace simd512
+
+#undef MPE_AVX512_ROW
+#undef MPE_AVX512_TARGET
+
+#else  // !MPE_HOST_AVX512
+
+inline bool cpu_has_avx512() { return false; }
+inline bool host_avx512_enabled() { return false; }
+inline bool set_host_avx512(bool) { return false; }
+
+#endif
+
+}  // namespace mpe::detail
