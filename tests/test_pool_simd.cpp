@@ -277,6 +277,8 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   // split at an odd bag so the second starts mid-table.
   auto run = [&](Kernel kernel, std::vector<float>& out, bool ranged = false) {
     use_kernel(kernel);
+    if (kernel == Kernel::Avx512 && mpe::detail::cpu_has_avx512())
+      REQUIRE(mpe::detail::host_avx512_enabled());
     const mpe::detail::PoolBags<S> pb{
         offsets.data(),
         global_rows.data(),
@@ -416,33 +418,40 @@ TEST_CASE("the prefetch points of a store row cover every line it touches and li
 }
 #endif
 
+// cache_rows = 64: bags mixing cached and store rows (the AVX2 kernel's mixed path);
+// cache_rows = 0: store-only bags, which the AVX-512 kernel pools where the CPU has it.
 TEST_CASE("forward() and forward_inference() give the same bits with the fast path on and off") {
   const SimdSwitch restore;
-  for (const std::int32_t D : {3, 64, 130}) {
-    CAPTURE(D);
-    mpe::EmbeddingConfig cfg;
-    cfg.table_rows = {500};
-    cfg.dim = D;
-    cfg.cache_rows = 64;
-    cfg.seed = 5;
-    mpe::CachedEmbedding<mpe::Fp16, mpe::Lru<8>, mpe::StochasticRounding> e(cfg, mpe::HostBackend{1});
-    e.init_uniform(-1.0f, 1.0f);
-    std::mt19937 rng(static_cast<std::uint32_t>(D));
-    std::vector<std::int64_t> idx(256), off{0};
-    for (auto& i : idx) i = static_cast<std::int64_t>(rng() % 500);
-    for (int b = 1; b <= 16; ++b) off.push_back(16 * b);
-    std::vector<float> a(static_cast<std::size_t>(16 * D)), c(a.size());
-    use_kernel(Kernel::Portable);
-    e.forward(idx, off, a);
-    e.forward_inference(idx, off, c);
-    for (const Kernel kernel : {Kernel::Avx2, Kernel::Avx512}) {
-      CAPTURE(static_cast<int>(kernel));
-      std::vector<float> b(a.size(), -1.0f), d(a.size(), -1.0f);
-      use_kernel(kernel);
-      e.forward(idx, off, b);  // same batch again: the same cache slots
-      e.forward_inference(idx, off, d);
-      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+  for (const std::int64_t cache_rows : {64, 0}) {
+    for (const std::int32_t D : {3, 64, 130}) {
+      CAPTURE(cache_rows);
+      CAPTURE(D);
+      mpe::EmbeddingConfig cfg;
+      cfg.table_rows = {500};
+      cfg.dim = D;
+      cfg.cache_rows = cache_rows;
+      cfg.seed = 5;
+      mpe::CachedEmbedding<mpe::Fp16, mpe::Lru<8>, mpe::StochasticRounding> e(cfg, mpe::HostBackend{1});
+      e.init_uniform(-1.0f, 1.0f);
+      std::mt19937 rng(static_cast<std::uint32_t>(D));
+      std::vector<std::int64_t> idx(256), off{0};
+      for (auto& i : idx) i = static_cast<std::int64_t>(rng() % 500);
+      for (int b = 1; b <= 16; ++b) off.push_back(16 * b);
+      std::vector<float> a(static_cast<std::size_t>(16 * D)), c(a.size());
+      use_kernel(Kernel::Portable);
+      e.forward(idx, off, a);
+      e.forward_inference(idx, off, c);
+      for (const Kernel kernel : {Kernel::Avx2, Kernel::Avx512}) {
+        CAPTURE(static_cast<int>(kernel));
+        std::vector<float> b(a.size(), -1.0f), d(a.size(), -1.0f);
+        use_kernel(kernel);
+        if (kernel == Kernel::Avx512 && mpe::detail::cpu_has_avx512())
+          CHECK(mpe::detail::host_avx512_enabled());
+        e.forward(idx, off, b);  // same batch again: the same cache slots
+        e.forward_inference(idx, off, d);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -606,7 +606,8 @@ TEST_CASE("state precision: a compact state rounding that saturates counts its r
   // Fp32 and the update lr * g / (sqrt(G) + eps) is small, so no weight saturates: every
   // count below comes from the state. Expected counts are the rows written, by hand.
   // One set of 32 ways holds the whole table when cached: no conflict, no eviction.
-  using E = mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<32>, mpe::NearestRounding, mpe::HostBackend, mpe::StateFp16>;
+  using E =
+      mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<32>, mpe::NearestRounding, mpe::HostBackend, mpe::StateFp16>;
   const std::vector<std::int64_t> idx{0, 1, 2, 3, 3}, off{0, 3, 5};  // 2 bags, unique rows {0, 1, 2, 3}
   const std::vector<std::int64_t> idx_small{5, 6}, off_small{0, 1, 2};
   constexpr std::int32_t D = 4;

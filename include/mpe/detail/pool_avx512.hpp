@@ -16,10 +16,11 @@
 /// loop, element by element. Each element is decoded as `Storage::Reader` defines it
 /// (simd::Row's formulas, 16 lanes wide), then one correctly rounded multiply by the
 /// weight (weighted) and one correctly rounded add to its column's accumulator, rows in
-/// index order. Every multiply and add is written with the `_round` intrinsics
-/// (`_MM_FROUND_CUR_DIRECTION`), which GCC and Clang never contract into an FMA: with
-/// AVX-512 enabled, plain `_mm512_mul_ps` / `_mm512_add_ps` become `vfmadd` under
-/// -ffp-contract=fast (GCC's default in GNU mode). Columns past the last full group of 16
+/// index order. With AVX-512 enabled a compiler may fuse a multiply and an add into an FMA
+/// (GCC turns `_mm512_mul_ps` + `_mm512_add_ps` into `vfmadd` under -ffp-contract=fast, its
+/// default in GNU mode), so every multiply and add is written with the `_round` intrinsics
+/// (`_MM_FROUND_CUR_DIRECTION`), opaque to GCC, and every product passes through an empty
+/// `asm` barrier, opaque to Clang too (simd512::mul). Columns past the last full group of 16
 /// use masked loads and stores of the same lanes, so no element is read past the row.
 /// tests/test_pool_simd.cpp checks this kernel against the portable loop for every format.
 #pragma once
@@ -92,11 +93,16 @@ struct TailMask {
 };
 
 /// a + b and a * b, correctly rounded, never contracted into an FMA (see the file comment).
+/// The product passes through an empty `asm` that claims to change it: Clang folds the
+/// `_round` intrinsics with `_MM_FROUND_CUR_DIRECTION` back into plain IR multiplies and adds,
+/// which -ffp-contract=fast may fuse; no compiler can fuse across the asm. It emits nothing.
 MPE_AVX512_ROW inline __m512 add(__m512 a, __m512 b) {
   return _mm512_maskz_add_round_ps(kAll, a, b, _MM_FROUND_CUR_DIRECTION);
 }
 MPE_AVX512_ROW inline __m512 mul(__m512 a, __m512 b) {
-  return _mm512_maskz_mul_round_ps(kAll, a, b, _MM_FROUND_CUR_DIRECTION);
+  __m512 p = _mm512_maskz_mul_round_ps(kAll, a, b, _MM_FROUND_CUR_DIRECTION);
+  __asm__("" : "+v"(p));
+  return p;
 }
 /// 16 bytes / 16-bit words zero-extended to 32-bit lanes; 32-bit integers to float (exact
 /// below 2^24); 16 FP16 codes to float (vcvtph2ps).

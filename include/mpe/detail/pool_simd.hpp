@@ -253,12 +253,13 @@ template <std::int32_t Lines, class F>
   }
 }
 
-/// A read prefetch of a store row for pooling: `prefetcht1` (into L2, not L1). On a Zen 4
-/// host the L1 prefetches (`prefetcht0`) of 16 rows ahead stalled on L1's miss buffers
-/// (most of the loop's samples sat on them); into L2 the same points took the uniform
-/// store-only forward from 0.85 - 1.13x FBGEMM's time to 0.63 - 0.75x (bench/RESULTS.md,
-/// sixth round). Inlined always: a separate function holding only prefetches is "const" to
-/// GCC's IPA and its calls are deleted (see prefetch_lines).
+/// A read prefetch of a row that pooling reads from one row array (the store, or the FP32
+/// cache rows of an all-cached bag): `prefetcht1` (into L2, not L1). On a Zen 4 host the L1
+/// prefetches (`prefetcht0`) stalled on L1's miss buffers (most of the loop's samples sat
+/// on them); with 64 / lines rows ahead, L2 prefetches took the uniform store-only forward
+/// from 0.85 - 1.13x FBGEMM's time to 0.63 - 0.75x (bench/RESULTS.md, sixth round). Inlined
+/// always: a separate function holding only prefetches is "const" to GCC's IPA and its
+/// calls are deleted (see prefetch_lines).
 struct PrefetchRead {
   [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 2); }
 };
@@ -283,13 +284,15 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
 
 /// Occurrences ahead whose rows store-only pooling prefetches, for rows of `lines` prefetch
 /// points: about 128 lines in flight (128 / lines rows), at least kPoolPrefetchAhead
-/// (FBGEMM's 16) and at most 64 rows; D = 64: FP32 32 rows, FP16 / INT8 / INT4 64. On a
-/// Zen 4 host with Zipf batches and L2 prefetches, 16 rows for every format left the
-/// store-only forward at 1.15 - 1.21x FBGEMM's time, this rule at 0.86 - 1.13x
-/// (bench/RESULTS.md, sixth round). The bits do not depend on it.
+/// (FBGEMM's 16) and at most 64 rows (or kPoolPrefetchAhead where that is larger); D = 64:
+/// FP32 32 rows, FP16 / INT8 / INT4 64. On a Zen 4 host with Zipf batches and L2
+/// prefetches, 16 rows for every format left the store-only forward at 1.15 - 1.21x
+/// FBGEMM's time, this rule at 0.86 - 1.13x (bench/RESULTS.md, sixth round). The bits do
+/// not depend on it.
 inline index_t pool_rows_ahead(std::int32_t lines) {
+  const index_t lo = kPoolPrefetchAhead, hi = kPoolPrefetchAhead > 64 ? kPoolPrefetchAhead : 64;
   const index_t a = 128 / (lines > 0 ? lines : 1);
-  return a < kPoolPrefetchAhead ? kPoolPrefetchAhead : (a > 64 ? 64 : a);
+  return a < lo ? lo : (a > hi ? hi : a);
 }
 
 /// Address of row r (stride bytes) of `store`, only to prefetch: computed as an integer, so

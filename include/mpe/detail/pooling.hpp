@@ -35,10 +35,11 @@ namespace mpe::detail {
 /// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
 /// then every row is read from the store; with `lookup` the slot is found by scanning the
 /// row's set (forward_inference).
-/// On the host the rows ahead are prefetched (store-only bags: pool_rows_ahead occurrences
-/// ahead, into L2; others kPoolPrefetchAhead), and where the
-/// CPU has AVX2 + F16C the bag is pooled by detail::simd::pool_bag (same bits, pinned by
-/// tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
+/// On the host the rows ahead are prefetched (bags read from one row array, store-only or
+/// all cached: pool_rows_ahead occurrences ahead, into L2; mixed bags kPoolPrefetchAhead).
+/// Where the CPU has AVX2 + F16C a bag is pooled by detail::simd::pool_bag, and where it
+/// also has AVX-512 F/BW/VL a bag read from one row array by detail::simd512::pool_bag (same
+/// bits, pinned by tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
@@ -83,7 +84,7 @@ struct PoolBags {
     prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
   /// Bags [j0, j1) with one lane on the host (HostBackend::for_each_lanes): as operator()(j)
-  /// for each, with the AVX2 path's per-bag setup done once for the range.
+  /// for each, with the SIMD paths' per-bag setup done once for the range.
   void host_range(index_t j0, index_t j1) const {
 #if MPE_HOST_SIMD
     if constexpr (simd::has_row<Storage>) {
@@ -96,9 +97,10 @@ struct PoolBags {
     for (index_t j = j0; j < j1; ++j) (*this)(j);
   }
 #if MPE_HOST_SIMD
-  /// The AVX2 path of bags [j0, j1) (host, where the CPU has AVX2 + F16C): per bag, store
+  /// The SIMD path of bags [j0, j1) (host, where the CPU has AVX2 + F16C): per bag, store
   /// rows only (no cache), the FP32 cache rows as a store (every row of the bag cached),
-  /// or each row from its slot or the store (`row`, with `lookup` by scanning its set).
+  /// both by the AVX-512 kernel where the CPU has it (pool_rows), or each row from its slot
+  /// or the store (`row`, with `lookup` by scanning its set) by the AVX2 kernel.
   MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
     const index_t n_all = offsets[B * T];
     const std::size_t bytes = Storage::data_bytes(D);
