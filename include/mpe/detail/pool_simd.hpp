@@ -65,8 +65,9 @@ inline constexpr index_t kPoolPrefetchAhead = 16;
 /// are prefetches (PoolBags::prefetch_row) was found "const" and its calls deleted as dead
 /// code at -O1 and above: no prefetch instruction was left in mpe's forward. The volatile
 /// asm emits nothing and keeps them.
-/// `Write`: prefetch for writing (the lines are about to be stored to).
-template <bool Write = false>
+/// `Write`: prefetch for writing (the lines are about to be stored to). `L2`: a read
+/// prefetch into L2 only (`prefetcht1`), for lines read well after it (see PrefetchRead).
+template <bool Write = false, bool L2 = false>
 MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
 #ifndef __CUDA_ARCH__
   // One prefetch per 64-byte line the bytes touch (no repeated line).
@@ -75,7 +76,7 @@ MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
   const std::uintptr_t last =
       (reinterpret_cast<std::uintptr_t>(c) + (bytes ? bytes - 1 : 0)) & ~std::uintptr_t{63};
   for (std::uintptr_t a = first; a <= last; a += 64)
-    __builtin_prefetch(reinterpret_cast<const char*>(a), Write ? 1 : 0, 3);
+    __builtin_prefetch(reinterpret_cast<const char*>(a), Write ? 1 : 0, L2 && !Write ? 2 : 3);
   asm volatile("");
 #else
   (void)p;
