@@ -205,10 +205,6 @@ struct Row<Int4Rowwise> {
   }
 };
 
-/// Formats with an AVX-512 decoder (those of simd::has_row).
-template <class S>
-inline constexpr bool has_row = simd::has_row<S>;
-
 /// acc[v] += x (weighted: w * x) for x = columns [c0 + 16 v, + 16) of one row of format
 /// S; with `Tail` the last register loads only the lanes of `tail`.
 template <class S, bool Weighted, int NV, bool Tail>
@@ -245,17 +241,17 @@ MPE_AVX512_ROW inline index_t prefetched_rows(__m512 (&acc)[NV], const simd::Sto
 
 /// Columns [c0, c0 + 16 NV) of one bag, rows rows[i] of src for i in [begin, end), into
 /// o: NV accumulators in registers; with `Tail` the last one holds only the lanes of
-/// `tail` (the row's last D % 16 columns). With `Prefetch` each row first prefetches the row
+/// `tail` (the row's last D % 16 columns). With `prefetch` each row first prefetches the row
 /// src.dist occurrences ahead (every line it touches), while that lies in the
 /// batch; straight-line prefetch points for rows touching 1 to 4 lines.
-template <class S, bool Weighted, int NV, bool Tail, bool Prefetch>
-MPE_AVX512_TARGET inline void pool_columns(const simd::StoreRows& src, index_t begin, index_t end,
-                                           const float* weights, std::int32_t D, std::int32_t c0,
+template <class S, bool Weighted, int NV, bool Tail>
+MPE_AVX512_TARGET inline void pool_columns(bool prefetch, const simd::StoreRows& src, index_t begin,
+                                           index_t end, const float* weights, std::int32_t D, std::int32_t c0,
                                            const TailMask& tail, float* o) {
   __m512 acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
   index_t i = begin;
-  if constexpr (Prefetch) {
+  if (prefetch) {
     const index_t stop = end < src.n - src.dist ? end : src.n - src.dist;
     if (src.lines == 4) {
       i = prefetched_rows<S, Weighted, NV, Tail, 4>(acc, src, i, stop, weights, D, c0, tail);
@@ -285,27 +281,27 @@ MPE_AVX512_TARGET inline void pool_columns(const simd::StoreRows& src, index_t b
 }
 
 /// pool_columns for NV = nv (1 .. 8) registers.
-template <class S, bool Weighted, bool Tail, bool Prefetch>
-MPE_AVX512_TARGET inline void pool_groups(std::int32_t nv, const simd::StoreRows& src, index_t begin,
-                                          index_t end, const float* weights, std::int32_t D, std::int32_t c0,
-                                          const TailMask& tail, float* o) {
+template <class S, bool Weighted, bool Tail>
+MPE_AVX512_TARGET inline void pool_groups(bool prefetch, std::int32_t nv, const simd::StoreRows& src,
+                                          index_t begin, index_t end, const float* weights, std::int32_t D,
+                                          std::int32_t c0, const TailMask& tail, float* o) {
   switch (nv) {
     case 8:
-      return pool_columns<S, Weighted, 8, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 8, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 7:
-      return pool_columns<S, Weighted, 7, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 7, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 6:
-      return pool_columns<S, Weighted, 6, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 6, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 5:
-      return pool_columns<S, Weighted, 5, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 5, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 4:
-      return pool_columns<S, Weighted, 4, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 4, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 3:
-      return pool_columns<S, Weighted, 3, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 3, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     case 2:
-      return pool_columns<S, Weighted, 2, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 2, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
     default:
-      return pool_columns<S, Weighted, 1, Tail, Prefetch>(src, begin, end, weights, D, c0, tail, o);
+      return pool_columns<S, Weighted, 1, Tail>(prefetch, src, begin, end, weights, D, c0, tail, o);
   }
 }
 
@@ -318,21 +314,15 @@ MPE_AVX512_TARGET void pool_bag(const simd::StoreRows& src, index_t begin, index
                                 std::int32_t D, float* o) {
   const std::int32_t groups = (D + 15) / 16;  // registers per row, the last maybe partial
   const std::int32_t rem = D % 16;
-  const TailMask tail = TailMask::of(rem == 0 ? 16 : rem);
+  const TailMask tail = TailMask::of(rem);  // used only when rem != 0
   for (std::int32_t g = 0; g < groups; g += 8) {
     const std::int32_t nv = groups - g < 8 ? groups - g : 8;
     const bool has_tail = rem != 0 && g + nv == groups;
     const bool first = g == 0;
     if (has_tail) {
-      if (first) {
-        pool_groups<S, Weighted, true, true>(nv, src, begin, end, weights, D, 16 * g, tail, o);
-      } else {
-        pool_groups<S, Weighted, true, false>(nv, src, begin, end, weights, D, 16 * g, tail, o);
-      }
-    } else if (first) {
-      pool_groups<S, Weighted, false, true>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+      pool_groups<S, Weighted, true>(first, nv, src, begin, end, weights, D, 16 * g, tail, o);
     } else {
-      pool_groups<S, Weighted, false, false>(nv, src, begin, end, weights, D, 16 * g, tail, o);
+      pool_groups<S, Weighted, false>(first, nv, src, begin, end, weights, D, 16 * g, tail, o);
     }
   }
 }

@@ -198,7 +198,8 @@ enum class AdmitPhase : std::uint8_t {
 /// misses in turn. With `prefetch_fills` (the host on one thread: nothing writes `outcome` concurrently), the
 /// head of each set in the Misses launch first prefetches the store rows of the missed rows
 /// among the set's items shifted kPoolPrefetchAhead places (the sets tile [0, U), so each
-/// row once, a set's worth back to back so their page walks overlap); the bits do not
+/// row once, a set's worth back to back so their page walks overlap), and into L2 those 4x
+/// as far ahead (prefetch_misses); the bits do not
 /// depend on it. With SetVictims (host) a set's misses all take their slots first and
 /// the victims' cache rows (and dirty victims' store rows) are prefetched for writing
 /// before any is written back or filled: the same slots, since a take reads only the list
@@ -226,6 +227,20 @@ struct AdmitSet {
   AdmitPhase phase = AdmitPhase::Hits;
   bool prefetch_fills = false;  // host, one thread only (reads `outcome` of later sets)
 
+  /// Host: prefetches the store rows of the missed items among the set's items [p, end)
+  /// shifted `ahead` places (clipped to U), into L1 or, with `L2`, into L2 only.
+  template <bool L2>
+  MPE_HOST_DEVICE void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
+    const index_t stop = end + ahead < U ? end + ahead : U;
+    for (index_t i = p + ahead; i < stop; ++i) {
+      const index_t ua = order[i];
+      if (!(outcome[ua] & kHit)) {
+        prefetch_lines<false, L2>(store + static_cast<std::size_t>(uniq[ua]) * stride,
+                                  Storage::data_bytes(cache.dim));
+      }
+    }
+  }
+
   MPE_HOST_DEVICE void operator()(index_t p) const {
     const index_t U = *count;
     if (p >= U || !open(gate)) return;
@@ -244,26 +259,12 @@ struct AdmitSet {
       prefetch_lines(cache.last_use + next, sizeof(*cache.last_use) * static_cast<std::size_t>(cache.ways));
     }
     if (phase == AdmitPhase::Misses && prefetch_fills) {
-      const index_t stop = end + kPoolPrefetchAhead < U ? end + kPoolPrefetchAhead : U;
-      for (index_t i = p + kPoolPrefetchAhead; i < stop; ++i) {
-        const index_t ua = order[i];
-        if (!(outcome[ua] & kHit)) {
-          prefetch_lines(store + static_cast<std::size_t>(uniq[ua]) * stride, Storage::data_bytes(cache.dim));
-        }
-      }
+      prefetch_misses<false>(p, end, U, kPoolPrefetchAhead);
       // And into L2 only (prefetcht1), the misses 4x as far ahead: their page walks and
       // memory reads start early without filling L1's miss buffers (cached forward, Zen 4,
       // INT8 + 5 % LRU: uniform 7.33x -> 6.63x FBGEMM's store-only time, Zipf 4.05x ->
       // 3.92x; all of a set's fills in L2 alone: Zipf 3.88x -> 4.38x; bench/RESULTS.md).
-      const index_t far = 4 * kPoolPrefetchAhead;
-      const index_t stop2 = end + far < U ? end + far : U;
-      for (index_t i = p + far; i < stop2; ++i) {
-        const index_t ua = order[i];
-        if (!(outcome[ua] & kHit)) {
-          prefetch_lines<false, true>(store + static_cast<std::size_t>(uniq[ua]) * stride,
-                                      Storage::data_bytes(cache.dim));
-        }
-      }
+      prefetch_misses<true>(p, end, U, 4 * kPoolPrefetchAhead);
     }
 #endif
     const index_t base = static_cast<index_t>(set) * cache.ways;
