@@ -43,7 +43,19 @@
 /// the batch, admits rows (fills and evictions) and pools from the cache and the store: the
 /// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches).
 ///
+/// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
+/// phase marks (`MPE_PHASE_MARK`, mpe/detail/phase_mark.hpp, defined by this file before it
+/// includes mpe): one "# mpe_cached <dist> phases" line per case with the mean ms per call
+/// of each phase and its share of their sum.
+///
 /// Output: a readable table and lines prefixed "CSV," (header first).
+// --phases: mpe's phase marks (mpe/detail/phase_mark.hpp) go to this harness; defined
+// before any mpe header is included.
+namespace sbs {
+void phase_mark(const char* name);
+}  // namespace sbs
+#define MPE_PHASE_MARK(name) ::sbs::phase_mark(name)
+
 #include <fbgemm/FbgemmEmbedding.h>
 #include <fbgemm/Types.h>
 #include <sys/mman.h>
@@ -68,6 +80,31 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+namespace sbs {
+
+/// --phases: the time between successive phase marks of the timed mpe_cached calls.
+struct PhaseClock {
+  bool armed = false;  // --phases and inside the timed rounds
+  bool on = false;     // an mpe_cached call is running
+  std::chrono::steady_clock::time_point last;
+  std::map<std::string, double> secs;  // summed seconds by the mark ending the phase
+  std::vector<std::string> order;      // mark names in first-seen (call) order
+};
+PhaseClock g_phases;
+
+void phase_mark(const char* name) {
+  if (!g_phases.on) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (std::strcmp(name, "begin") != 0) {
+    const auto [it, inserted] = g_phases.secs.try_emplace(name, 0.0);
+    if (inserted) g_phases.order.emplace_back(name);
+    it->second += std::chrono::duration<double>(now - g_phases.last).count();
+  }
+  g_phases.last = now;
+}
+
+}  // namespace sbs
 
 namespace {
 
@@ -206,6 +243,7 @@ struct Options {
   double cache_pct = 5.0;  // mpe_cached
   std::size_t limit_mib = 2048;
   int fb_prefetch = 16;
+  bool phases = false;  // mpe_cached: time between mpe's phase marks
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -240,7 +278,8 @@ void usage() {
       "  --zipf-s S           Zipf exponent (default 1.05)\n"
       "  --limit-mib M        limit-measurement buffer (default 2048)\n"
       "  --fbgemm-prefetch P  FBGEMM's prefetch distance (default 16)\n"
-      "  --thp                transparent huge pages for every big buffer\n");
+      "  --thp                transparent huge pages for every big buffer\n"
+      "  --phases             mpe_cached: mean time per call of each phase (mpe/detail/phase_mark.hpp)\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -282,6 +321,8 @@ Options parse(int argc, char** argv) {
       o.fb_prefetch = std::stoi(val());
     } else if (a == "--thp") {
       g_thp = true;
+    } else if (a == "--phases") {
+      o.phases = true;
     } else {
       usage();
       std::exit(a == "--help" || a == "-h" ? 0 : 1);
@@ -485,8 +526,10 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         };
       } else if (v == "mpe_cached") {
         x.run = [&](const std::int64_t* ind, float* out) {
+          sbs::g_phases.on = sbs::g_phases.armed;
           emb_cached->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                               std::span<float>(out, static_cast<std::size_t>(B * D)));
+          sbs::g_phases.on = false;
         };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {
@@ -503,6 +546,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     for (std::int64_t k = 0; k < pool.batches; ++k)  // warm-up pass over the pool
       for (auto& v : vs) v.run(pool.batch(k), v.out.data());
     if (emb_cached) emb_cached->reset_stats();  // the timed calls' cache statistics only
+    sbs::g_phases.armed = o.phases;
     for (int it = 0; it < o.reps; ++it) {
       const std::int64_t* ind = pool.batch(it);
       for (int k = 0; k < nv; ++k) {
@@ -513,6 +557,19 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         v.t.push_back(secs(a, clk::now()));
         v.cpu.push_back(thread_cpu() - c0);
       }
+    }
+    sbs::g_phases.armed = false;
+    if (emb_cached && o.phases) {
+      double total = 0;
+      for (const auto& kv : sbs::g_phases.secs) total += kv.second;
+      std::printf("# mpe_cached %s phases, ms per call (share):", dist.c_str());
+      for (const std::string& k : sbs::g_phases.order) {
+        const double t = sbs::g_phases.secs[k];
+        std::printf(" %s %.3f (%.1f %%)", k.c_str(), t / o.reps * 1e3, total > 0 ? 100.0 * t / total : 0.0);
+      }
+      std::printf(" | total %.3f\n", total / o.reps * 1e3);
+      sbs::g_phases.secs.clear();
+      sbs::g_phases.order.clear();
     }
     if (emb_cached) {
       const mpe::CacheStats st = emb_cached->stats();

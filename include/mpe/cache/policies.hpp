@@ -37,6 +37,8 @@ struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
   /// choose is ScoredPolicy's and the score is the slot's own last use: the admission reads
   /// a set once for all its misses.
   static constexpr bool victims_by_score = true;
+  /// on_hit and choose touch only their own set's slots (see CachePolicy: set_local).
+  static constexpr bool set_local = true;
   /// Score: the populate counter of the slot's last batch.
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];
@@ -62,6 +64,8 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
   /// choose is ScoredPolicy's and the score (the resident row's estimate) changes only in
   /// observe, before admission: the admission reads a set once for all its misses.
   static constexpr bool victims_by_score = true;
+  /// on_hit and choose write nothing and read the sketch, which admission never writes.
+  static constexpr bool set_local = true;
   /// The metadata is the sketch (backend memory).
   using View = SketchRef;
   /// Sketch width for `slots` slots.
@@ -117,6 +121,8 @@ struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
   using ScoredPolicy<DirectMapped>::choose;
   /// choose is ScoredPolicy's and the score is the slot's own last use.
   static constexpr bool victims_by_score = true;
+  /// on_hit and choose touch only their own set's slot (see CachePolicy: set_local).
+  static constexpr bool set_local = true;
   /// Score: the populate counter of the slot's last batch (as Lru<1>).
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];

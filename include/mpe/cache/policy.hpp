@@ -30,6 +30,12 @@
 ///    batch awaiting backward during a prefetch): `choose` must never return a locked
 ///    occupied slot. The admission code writes back a dirty evicted row, fills the slot
 ///    from the store, sets its tag, last use (batch number) and dirty bit (0).
+///    Every set's hits run before any set's misses, unless the policy declares
+///    `static constexpr bool set_local = true`: its `on_hit` and `choose` write only the
+///    metadata of their own set's slots and read no metadata that another set's admission
+///    writes (every built-in policy). Then one host thread runs each set's hits only a few
+///    sets before its misses (one pass: the lookups overlap the fills' memory reads), which
+///    gives the same result.
 /// 4. The decay clock advances by the number of unique rows; each time it passes
 ///    `decay_period(slots)` (when not 0), `decay(view, i, times)` runs for every i in
 ///    [0, decay_items(slots)).

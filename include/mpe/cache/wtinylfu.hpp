@@ -52,6 +52,9 @@ struct WTinyLfu {
   static constexpr int ways = Ways;                ///< ways per set
   static constexpr bool uses_sketch = true;        ///< keeps a count-min sketch
   static constexpr const char* name = "wtinylfu";  ///< checkpoint name and section name
+  /// on_hit and choose write only their own set's segment bytes and last uses and read the
+  /// sketch, which admission never writes (see CachePolicy: set_local).
+  static constexpr bool set_local = true;
   /// Window ways per set.
   static constexpr int window_ways = Ways / 32 > 1 ? Ways / 32 : 1;
   /// Most protected rows per set.

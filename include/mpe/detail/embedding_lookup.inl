@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mpe/detail/kernels.hpp"
+#include "mpe/detail/phase_mark.hpp"
 
 namespace mpe {
 
@@ -107,6 +108,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
     return;
   }
   sort_unique(b);
+  MPE_PHASE_MARK("dedup");
   const index_t* count = b.flags.data() + detail::kFlagU;
   const index_t U = unique_bound(b);
   backend_.for_each(1, detail::SetLockFloor{counters, awaiting ? awaiting->flags.data() : nullptr,
@@ -132,6 +134,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
       Backend::asynchronous
           ? 64
           : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
+  MPE_PHASE_MARK("sort");
   detail::AdmitSet<Storage, Rounding, Cache> admit{b.keys.data(),
                                                    b.order.data(),
                                                    count,
@@ -149,11 +152,23 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
                                                    b.slot_of_unique.data(),
                                                    b.outcome.data(),
                                                    state,
-                                                   detail::AdmitPhase::Hits,
-                                                   scatter_backward()};
-  backend_.for_each(U, admit);  // every set's hits, then every set's misses
-  admit.phase = detail::AdmitPhase::Misses;
-  backend_.for_each(U, admit);
+                                                   detail::AdmitPhase::Hits};
+  bool fused = false;
+  if constexpr (host_paths && detail::set_local_policy<Cache>) {
+    // One host thread: one pass, each set's hits a few sets before its misses.
+    if (backend_.threads() == 1) {
+      MPE_PHASE_MARK("hits");  // empty: the hits run inside the one pass
+      backend_.for_each(1, detail::AdmitFused<Storage, Rounding, Cache>{admit});
+      fused = true;
+    }
+  }
+  if (!fused) {
+    backend_.for_each(U, admit);  // every set's hits, then every set's misses
+    MPE_PHASE_MARK("hits");
+    admit.phase = detail::AdmitPhase::Misses;
+    backend_.for_each(U, admit);
+  }
+  MPE_PHASE_MARK("misses");
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, count, row_bytes, gate});
   if (const std::uint64_t period = Cache::decay_period(cache_slots()); period > 0) {
@@ -169,6 +184,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
                         detail::Decay<Cache>{view, &counters->decays_due});
     }
   }
+  MPE_PHASE_MARK("count");
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -239,6 +255,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) {
   const char* fn = "forward";
+  MPE_PHASE_MARK("begin");
   ++call_seq_;
   const index_t B = check_shapes(fn, indices, offsets, per_sample_weights, pooling, output.size());
   const auto n = static_cast<index_t>(indices.size());
@@ -281,6 +298,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     }
   }
   Batch* b = &pending_;
+  MPE_PHASE_MARK("validate");
   if (!use_pending) {
     staging_.id = ++populate_counter_;
     populate(staging_, nullptr);
@@ -303,9 +321,11 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
                                                      cur.slot_of_unique.data(), cache_ref(), use_pending,
                                                      slot_of_occ, gate});
   }
+  MPE_PHASE_MARK("slots");
   backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ,
                                                           w, cache_ref(), false, store_.data(), stride_,
                                                           cur.B, T, config_.dim, mean, output.data(), gate});
+  MPE_PHASE_MARK("pool");
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
   if (cur.has_coef) {
@@ -321,6 +341,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   }
   cur.awaiting_backward = true;
+  MPE_PHASE_MARK("end");
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -100,6 +100,19 @@ inline constexpr bool uses_scored_choose = [] {
   }
 }();
 
+/// True when P declares `set_local = true` (every built-in policy): its admission of one set
+/// reads and writes nothing another set's admission writes, so one host thread may run the
+/// sets' hits and misses interleaved (AdmitSet::run_fused). Other policies get every set's
+/// hits before any set's misses (a policy counting hits across sets may rely on it).
+template <class P>
+inline constexpr bool set_local_policy = [] {
+  if constexpr (requires { P::set_local; }) {
+    return static_cast<bool>(P::set_local);
+  } else {
+    return false;
+  }
+}();
+
 /// Stand-in for SetVictims where a policy is asked miss by miss (no arrays).
 struct NoVictims {};
 
@@ -189,21 +202,20 @@ enum class AdmitPhase : std::uint8_t {
 };
 
 /// One set of one batch, run once per set (at each run head of the sorted keys), in two
-/// launches: AdmitPhase::Hits, then AdmitPhase::Misses. Hits first (last use = batch number,
-/// then the policy's on_hit), then misses in admission order ask the policy for a slot
-/// (choose; on the host SetVictims for victims_by_score policies), write back dirty victims (and, with a
-/// compact state precision, their FP32 optimizer state) and fill from the store (decoding the filled row's
-/// state into its slot). A set's admission reads and writes only its own slots (and the policy's metadata of
-/// them), so running every set's hits before any set's misses is the same as running each set's hits and
-/// misses in turn. With `prefetch_fills` (the host on one thread: nothing writes `outcome` concurrently), the
-/// head of each set in the Misses launch first prefetches the store rows of the missed rows
-/// among the set's items shifted kPoolPrefetchAhead places (the sets tile [0, U), so each
-/// row once, a set's worth back to back so their page walks overlap), and into L2 those 4x
-/// as far ahead (prefetch_misses); the bits do not
-/// depend on it. With SetVictims (host) a set's misses all take their slots first and
-/// the victims' cache rows (and dirty victims' store rows) are prefetched for writing
-/// before any is written back or filled: the same slots, since a take reads only the list
-/// built at the set's first miss and the policy's view (`admits`), neither of which a
+/// launches: AdmitPhase::Hits, then AdmitPhase::Misses; for a set_local_policy on the host on
+/// one thread in one pass instead (run_fused, launched by AdmitFused). Hits first (last use =
+/// batch number, then the policy's on_hit), then misses in admission order ask the policy for
+/// a slot (choose; on the host SetVictims for victims_by_score policies), write back dirty
+/// victims (and, with a compact state precision, their FP32 optimizer state) and fill from
+/// the store (decoding the filled row's state into its slot). A set's admission writes only
+/// its own slots and, for a set_local_policy, reads nothing another set's admission writes,
+/// so running every set's hits before any set's misses is the same as running each set's
+/// hits and misses in turn, or each set's hits up to kFusedAhead items past the end of the
+/// set whose misses run (run_fused). The prefetches (run_fused's store rows of later misses, the
+/// sets' metadata) change no bits. With SetVictims (host) a set's misses all take their
+/// slots first and the victims' cache rows (and dirty victims' store rows) are prefetched for
+/// writing before any is written back or filled: the same slots, since a take reads only the
+/// list built at the set's first miss and the policy's view (`admits`), neither of which a
 /// write-back or fill changes.
 template <class Storage, class Rounding, class P>
 struct AdmitSet {
@@ -225,7 +237,9 @@ struct AdmitSet {
   std::uint8_t* outcome;      // (U)
   StateRef state{};           // compact optimizer state: moves with its row (inactive: nothing)
   AdmitPhase phase = AdmitPhase::Hits;
-  bool prefetch_fills = false;  // host, one thread only (reads `outcome` of later sets)
+  /// Items (admission order) by which run_fused's hits run ahead of its misses: the reach of
+  /// its store-row prefetch into L2, so every item it prefetches has its outcome.
+  static constexpr index_t kFusedAhead = 4 * kPoolPrefetchAhead;
 
   /// Host: prefetches the store rows of the missed items among the set's items [p, end)
   /// shifted `ahead` places (clipped to U), into L1 or, with `L2`, into L2 only.
@@ -241,46 +255,41 @@ struct AdmitSet {
     }
   }
 
-  MPE_HOST_DEVICE void operator()(index_t p) const {
-    const index_t U = *count;
-    if (p >= U || !open(gate)) return;
+  /// One past the last item of the set whose items start at p (keys sorted by set).
+  MPE_HOST_DEVICE index_t set_end(index_t p, index_t U) const {
     const std::uint64_t set = keys[p] >> 32;
-    if (p > 0 && (keys[p - 1] >> 32) == set) return;
     index_t end = p + 1;
     while (end < U && (keys[end] >> 32) == set) ++end;
-    bool simd = false;
-#ifndef __CUDA_ARCH__
-    simd = host_simd_enabled();
-    if (end < U) {
-      // The next set's tags and last uses (both phases read them; 16 bytes a way), a set's
-      // work ahead: the metadata of all sets exceeds the L2 cache.
-      const index_t next = static_cast<index_t>(keys[end] >> 32) * cache.ways;
-      prefetch_lines(cache.tags + next, sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways));
-      prefetch_lines(cache.last_use + next, sizeof(*cache.last_use) * static_cast<std::size_t>(cache.ways));
-    }
-    if (phase == AdmitPhase::Misses && prefetch_fills) {
-      prefetch_misses<false>(p, end, U, kPoolPrefetchAhead);
-      // And into L2 only (prefetcht1), the misses 4x as far ahead: their page walks and
-      // memory reads start early without filling L1's miss buffers (cached forward, Zen 4,
-      // INT8 + 5 % LRU: uniform 7.33x -> 6.63x FBGEMM's store-only time, Zipf 4.05x ->
-      // 3.92x; all of a set's fills in L2 alone: Zipf 3.88x -> 4.38x; bench/RESULTS.md).
-      prefetch_misses<true>(p, end, U, 4 * kPoolPrefetchAhead);
-    }
-#endif
-    const index_t base = static_cast<index_t>(set) * cache.ways;
-    if (phase == AdmitPhase::Hits) {
-      for (index_t q = p; q < end; ++q) {
-        const index_t u = order[q];
-        const index_t s = find_in_set(cache, base, uniq[u], simd);
-        slot_of_unique[u] = s;
-        outcome[u] = s >= 0 ? kHit : 0;
-        if (s >= 0) {
-          cache.last_use[s] = batch_id;
-          P::on_hit(view, cache, s);
-        }
+    return end;
+  }
+
+  /// Host: prefetches the tags and last uses of the set whose items start at p (< U; both
+  /// phases read them, 16 bytes a way): the metadata of all sets exceeds the L2 cache.
+  MPE_HOST_DEVICE void prefetch_set(index_t p) const {
+    const index_t b = static_cast<index_t>(keys[p] >> 32) * cache.ways;
+    prefetch_lines(cache.tags + b, sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways));
+    prefetch_lines(cache.last_use + b, sizeof(*cache.last_use) * static_cast<std::size_t>(cache.ways));
+  }
+
+  /// The hits of the set at items [p, end) (first slot `base`): every item's slot, hit or
+  /// -1, in slot_of_unique and outcome kHit or 0; a hit's last use becomes the batch number,
+  /// then the policy's on_hit.
+  MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd) const {
+    for (index_t q = p; q < end; ++q) {
+      const index_t u = order[q];
+      const index_t s = find_in_set(cache, base, uniq[u], simd);
+      slot_of_unique[u] = s;
+      outcome[u] = s >= 0 ? kHit : 0;
+      if (s >= 0) {
+        cache.last_use[s] = batch_id;
+        P::on_hit(view, cache, s);
       }
-      return;
     }
+  }
+
+  /// The misses of the set at items [p, end) (first slot `base`; its hits done), in
+  /// admission order: choose (SetVictims on the host), write back, fill.
+  MPE_HOST_DEVICE void misses(index_t p, index_t end, index_t base, bool simd) const {
     index_t first_miss = p;
     while (first_miss < end && (outcome[order[first_miss]] & kHit)) ++first_miss;
     if (first_miss == end) return;
@@ -360,6 +369,63 @@ struct AdmitSet {
       outcome[u] = code;
     }
   }
+
+  /// One launch item per unique row; the head of each set runs the set's phase.
+  MPE_HOST_DEVICE void operator()(index_t p) const {
+    const index_t U = *count;
+    if (p >= U || !open(gate)) return;
+    if (p > 0 && (keys[p - 1] >> 32) == (keys[p] >> 32)) return;
+    const index_t end = set_end(p, U);
+    bool simd = false;
+#ifndef __CUDA_ARCH__
+    simd = host_simd_enabled();
+    if (end < U) prefetch_set(end);  // the next set, a set's work ahead
+#endif
+    const index_t base = static_cast<index_t>(keys[p] >> 32) * cache.ways;
+    if (phase == AdmitPhase::Hits) {
+      hits(p, end, base, simd);
+    } else {
+      misses(p, end, base, simd);
+    }
+  }
+
+  /// Host, one thread, a set_local_policy: the whole admission in one pass over the sets;
+  /// before a set's misses run, the hits of every set starting within kFusedAhead items past
+  /// its end have run (the same result as the Hits launch, then the Misses launch; see the
+  /// struct comment). The hits' lookups then overlap the fills' memory reads, and each set's
+  /// metadata is read twice close together (cached forward, Zen 4, INT8 + 5 % LRU: 4.36x ->
+  /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
+  /// seventh round). At each set's misses the store rows of the missed items
+  /// kPoolPrefetchAhead items ahead are prefetched (their outcome is known), and 4x as far
+  /// ahead into L2 only (prefetcht1: page walks and memory reads start early without filling
+  /// L1's miss buffers; measured in the sixth round with the two launches).
+  void run_fused() const {
+    const index_t U = *count;
+    if (U <= 0 || !open(gate)) return;
+    const bool simd = host_simd_enabled();
+    index_t done = 0;  // items whose set's hits ran: [0, done)
+    for (index_t p = 0; p < U;) {
+      const index_t end = set_end(p, U);
+      const index_t want = end + kFusedAhead < U ? end + kFusedAhead : U;
+      while (done < want) {
+        const index_t e = set_end(done, U);
+        if (e < U) prefetch_set(e);
+        hits(done, e, static_cast<index_t>(keys[done] >> 32) * cache.ways, simd);
+        done = e;
+      }
+      prefetch_misses<false>(p, end, U, kPoolPrefetchAhead);
+      prefetch_misses<true>(p, end, U, 4 * kPoolPrefetchAhead);
+      misses(p, end, static_cast<index_t>(keys[p] >> 32) * cache.ways, simd);
+      p = end;
+    }
+  }
+};
+
+/// Host, one thread: AdmitSet::run_fused as a single-item launch (HostBackend runs it inline).
+template <class Storage, class Rounding, class P>
+struct AdmitFused {
+  AdmitSet<Storage, Rounding, P> admit;
+  void operator()(index_t) const { admit.run_fused(); }
 };
 
 /// Single item after a populate of a policy that decays: advances the decay clock by U
