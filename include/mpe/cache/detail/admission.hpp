@@ -244,7 +244,7 @@ struct AdmitSet {
   /// Host: prefetches the store rows of the missed items among the set's items [p, end)
   /// shifted `ahead` places (clipped to U), into L1 or, with `L2`, into L2 only.
   template <bool L2>
-  MPE_HOST_DEVICE void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
+  void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
     const index_t stop = end + ahead < U ? end + ahead : U;
     for (index_t i = p + ahead; i < stop; ++i) {
       const index_t ua = order[i];
