@@ -56,25 +56,6 @@ struct Run {
   mpe::CacheStats stats;
 };
 
-/// Row indices skewed towards each table's first rows (u^3), bags of 0 to maxL indices.
-ref::Batch skewed(std::mt19937_64& rng, const std::vector<std::int64_t>& rows, std::int64_t B, int maxL) {
-  ref::Batch b;
-  b.B = B;
-  b.offsets.push_back(0);
-  std::uniform_int_distribution<int> len(0, maxL);
-  std::uniform_real_distribution<double> u(0, 1);
-  for (const std::int64_t r : rows) {
-    for (std::int64_t s = 0; s < B; ++s) {
-      for (int k = len(rng); k > 0; --k) {
-        const double x = u(rng);
-        b.indices.push_back(std::min(r - 1, static_cast<std::int64_t>(x * x * x * static_cast<double>(r))));
-      }
-      b.offsets.push_back(static_cast<std::int64_t>(b.indices.size()));
-    }
-  }
-  return b;
-}
-
 template <class S, class C, class Opt>
 Run train(int threads, bool pipelined, std::int64_t cache_rows, Opt opt) {
   const std::vector<std::int64_t> tables{3000, 500, 1200};
@@ -92,7 +73,7 @@ Run train(int threads, bool pipelined, std::int64_t cache_rows, Opt opt) {
   std::vector<ref::Batch> batches;
   std::vector<std::vector<float>> grads;
   for (int i = 0; i < kBatches; ++i) {
-    batches.push_back(skewed(rng, tables, B, i == 3 ? 0 : 10));  // batch 3: every bag empty
+    batches.push_back(ref::random_batch(rng, tables, B, i == 3 ? 0 : 10, false));  // batch 3: every bag empty
     grads.push_back(ref::random_floats(rng, out_n, -1, 1));
   }
   Run r;

@@ -28,9 +28,10 @@
 ///
 /// populate's marks also fire inside prefetch(), where `"dedup"` also holds whatever ran
 /// since the previous mark (prefetch's validation); a forward() that consumes a prefetched
-/// batch fires none of them, and neither does a table without a cache (no populate). The mark runs on the calling host thread once the phase's
-/// launches are queued: with the host backend they have run; with an asynchronous backend
-/// (CUDA) they may still be running. Adds no work when undefined.
+/// batch fires none of them, and neither does a table without a cache (no populate). The
+/// mark runs on the calling host thread once the phase's launches are queued: with the host
+/// backend they have run; with an asynchronous backend (CUDA) they may still be running.
+/// Adds no work when undefined.
 #pragma once
 
 #ifndef MPE_PHASE_MARK

@@ -263,10 +263,15 @@ struct AdmitSet {
     return end;
   }
 
+  /// First slot of the set of item p (its key's high 32 bits).
+  MPE_HOST_DEVICE index_t set_base(index_t p) const {
+    return static_cast<index_t>(keys[p] >> 32) * cache.ways;
+  }
+
   /// Host: prefetches the tags and last uses of the set whose items start at p (< U; both
   /// phases read them, 16 bytes a way): the metadata of all sets exceeds the L2 cache.
   MPE_HOST_DEVICE void prefetch_set(index_t p) const {
-    const index_t b = static_cast<index_t>(keys[p] >> 32) * cache.ways;
+    const index_t b = set_base(p);
     prefetch_lines(cache.tags + b, sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways));
     prefetch_lines(cache.last_use + b, sizeof(*cache.last_use) * static_cast<std::size_t>(cache.ways));
   }
@@ -381,11 +386,10 @@ struct AdmitSet {
     simd = host_simd_enabled();
     if (end < U) prefetch_set(end);  // the next set, a set's work ahead
 #endif
-    const index_t base = static_cast<index_t>(keys[p] >> 32) * cache.ways;
     if (phase == AdmitPhase::Hits) {
-      hits(p, end, base, simd);
+      hits(p, end, set_base(p), simd);
     } else {
-      misses(p, end, base, simd);
+      misses(p, end, set_base(p), simd);
     }
   }
 
@@ -396,9 +400,9 @@ struct AdmitSet {
   /// metadata is read twice close together (cached forward, Zen 4, INT8 + 5 % LRU: 4.36x ->
   /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
   /// seventh round). At each set's misses the store rows of the missed items
-  /// kPoolPrefetchAhead items ahead are prefetched (their outcome is known), and 4x as far
-  /// ahead into L2 only (prefetcht1: page walks and memory reads start early without filling
-  /// L1's miss buffers; measured in the sixth round with the two launches).
+  /// kPoolPrefetchAhead items ahead are prefetched (their outcome is known), and kFusedAhead
+  /// (4x as far) ahead into L2 only (prefetcht1: page walks and memory reads start early
+  /// without filling L1's miss buffers; measured in the sixth round with the two launches).
   void run_fused() const {
     const index_t U = *count;
     if (U <= 0 || !open(gate)) return;
@@ -410,12 +414,12 @@ struct AdmitSet {
       while (done < want) {
         const index_t e = set_end(done, U);
         if (e < U) prefetch_set(e);
-        hits(done, e, static_cast<index_t>(keys[done] >> 32) * cache.ways, simd);
+        hits(done, e, set_base(done), simd);
         done = e;
       }
       prefetch_misses<false>(p, end, U, kPoolPrefetchAhead);
-      prefetch_misses<true>(p, end, U, 4 * kPoolPrefetchAhead);
-      misses(p, end, static_cast<index_t>(keys[p] >> 32) * cache.ways, simd);
+      prefetch_misses<true>(p, end, U, kFusedAhead);
+      misses(p, end, set_base(p), simd);
       p = end;
     }
   }
