@@ -287,7 +287,7 @@ class CachedEmbedding {
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
-        slot_of_unique, order, indices_copy, offsets_copy;
+        slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
     detail::Buffer<std::uint64_t, Backend> keys;
     detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
     detail::Buffer<std::uint32_t, Backend> estimates;

@@ -116,6 +116,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   const auto sz = static_cast<std::size_t>(U);
   b.keys.reserve_discard(sz);
   b.order.reserve_discard(sz);
+  b.admit_rows.reserve_discard(sz);
   b.slot_of_unique.reserve_discard(sz);
   b.outcome.reserve_discard(sz);
   const auto view = Cache::view(meta_.data(), cache_slots());
@@ -134,12 +135,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
       Backend::asynchronous
           ? 64
           : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
+  backend_.for_each(U, detail::AdmitRows{b.uniq.data(), b.order.data(), count, b.admit_rows.data()});
   MPE_PHASE_MARK("sort");
   detail::AdmitSet<Storage, Rounding, Cache> admit{b.keys.data(),
                                                    b.order.data(),
                                                    count,
                                                    gate,
-                                                   b.uniq.data(),
+                                                   b.admit_rows.data(),
                                                    b.estimates.data(),
                                                    cache_ref(),
                                                    view,
@@ -157,7 +159,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   if constexpr (host_paths && detail::set_local_policy<Cache>) {
     // One host thread: one pass, each set's hits a few sets before its misses.
     if (backend_.threads() == 1) {
-      MPE_PHASE_MARK("hits");  // empty: the hits run inside the one pass
+      MPE_PHASE_MARK("hits");     // empty: the hits run inside the one pass
+      admit.stream_fills = true;  // one thread: the pass fences its non-temporal fills itself
       backend_.for_each(1, detail::AdmitFused<Storage, Rounding, Cache>{admit});
       fused = true;
     }

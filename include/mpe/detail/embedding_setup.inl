@@ -23,7 +23,7 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::set_backend(
     const Backend& b) {
   for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-                  &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
+                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy}) {
     p->set_backend(b);
   }
   keys.set_backend(b);
@@ -39,8 +39,9 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::bytes() const {
   std::size_t s = 0;
-  for (const IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq,
-                        &seg_start, &occ_to_unique, &slot_of_unique, &order, &indices_copy, &offsets_copy}) {
+  for (const IBuf* p :
+       {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
+        &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy}) {
     s += p->bytes();
   }
   return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +

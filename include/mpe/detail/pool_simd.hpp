@@ -556,10 +556,19 @@ MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const 
 /// Decodes one store row of format S (has_row<S>) into D floats at dst: the Reader's values,
 /// bit for bit (8-column groups by Row<S>::load8, which is exact, the rest by the Reader).
 /// A cache fill. Pinned by tests/test_pool_simd.cpp.
-template <class S>
+///
+/// `Stream`: where dst is 32-byte aligned, the 8-column groups are written with
+/// non-temporal stores (`vmovntps`): no read for ownership of the destination lines and no
+/// cache pollution, the same values. They are weakly ordered: the calling thread reads them
+/// back as usual, but another thread may only after the writer's `_mm_sfence` (the caller's
+/// duty; AdmitSet::run_fused issues it once at its end).
+template <class S, bool Stream = false>
 MPE_SIMD_TARGET void decode_row(const std::uint8_t* src, std::int32_t D, float* dst) {
   const Row<S> r(src, D);
   std::int32_t c = 0;
+  if (Stream && (reinterpret_cast<std::uintptr_t>(dst) & 31) == 0) {
+    for (; c + 8 <= D; c += 8) _mm256_stream_ps(dst + c, r.load8(c));
+  }
   for (; c + 8 <= D; c += 8) _mm256_storeu_ps(dst + c, r.load8(c));
   if (c < D) {
     const typename S::Reader rd(src, D);

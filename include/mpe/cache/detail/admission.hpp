@@ -56,6 +56,21 @@ struct AdmissionKeys {
   }
 };
 
+/// rows[q] = uniq[order[q]] for q < U: each admission item's row in admission order, so
+/// AdmitSet reads rows sequentially. Gathered by a launch of its own: on the host a tight
+/// loop whose random reads of uniq overlap one another, where inside AdmitSet's per-set
+/// work each waited on its own (cached forward, INT8 + 5 % LRU, Zipf: admission 2.59 ->
+/// 2.42 ms per call; bench/RESULTS.md, eighth round).
+struct AdmitRows {
+  const index_t* uniq;   // (U) unique rows
+  const index_t* order;  // (U) unique index of each item, admission order
+  const index_t* count;  // (1) U; items q >= U do nothing
+  index_t* rows;         // (U) out
+  MPE_HOST_DEVICE void operator()(index_t q) const {
+    if (q < *count) rows[q] = uniq[order[q]];
+  }
+};
+
 /// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find_in_set).
 /// `simd`: the host's AVX2 scan (the same result).
 MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
@@ -71,18 +86,26 @@ MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, inde
 }
 
 /// Decodes store row `src` of format Storage into the D floats at dst (a cache fill):
-/// the Reader's values; on the host with AVX2 (`simd`) by detail::simd::decode_row (same bits).
+/// the Reader's values; on the host with AVX2 (`simd`) by detail::simd::decode_row (same bits),
+/// with `stream` by non-temporal stores (decode_row's Stream: the same values; the writer
+/// must `_mm_sfence` before another thread reads them).
 template <class Storage>
-MPE_HOST_DEVICE void fill_row(const std::uint8_t* src, std::int32_t D, float* dst, bool simd) {
+MPE_HOST_DEVICE void fill_row(const std::uint8_t* src, std::int32_t D, float* dst, bool simd,
+                              bool stream = false) {
 #if MPE_HOST_SIMD
   if constexpr (simd::has_row<Storage>) {
     if (simd) {
-      simd::decode_row<Storage>(src, D, dst);
+      if (stream) {
+        simd::decode_row<Storage, true>(src, D, dst);
+      } else {
+        simd::decode_row<Storage>(src, D, dst);
+      }
       return;
     }
   }
 #else
   (void)simd;
+  (void)stream;
 #endif
   const typename Storage::Reader rd(src, D);
   for (std::int32_t d = 0; d < D; ++d) dst[d] = rd[d];
@@ -223,8 +246,8 @@ struct AdmitSet {
   const index_t* order;             // (U) unique index in admission order
   const index_t* count;             // (1) U; items p >= U do nothing
   const index_t* gate;              // batch ok flag, or null
-  const index_t* uniq;              // (U)
-  const std::uint32_t* priorities;  // (U)
+  const index_t* rows;              // (U) row of each item, admission order (AdmitRows)
+  const std::uint32_t* priorities;  // (U) by unique index
   CacheRef cache;
   typename P::View view;
   std::uint8_t* store;
@@ -237,6 +260,9 @@ struct AdmitSet {
   std::uint8_t* outcome;      // (U)
   StateRef state{};           // compact optimizer state: moves with its row (inactive: nothing)
   AdmitPhase phase = AdmitPhase::Hits;
+  /// Host: fills written by non-temporal stores (fill_row's `stream`), so a victim's cache
+  /// row is not read for ownership before it is overwritten; run_fused sets it and fences.
+  bool stream_fills = false;
   /// Items (admission order) by which run_fused's hits run ahead of its misses: the reach of
   /// its store-row prefetch into L2, so every item it prefetches has its outcome.
   static constexpr index_t kFusedAhead = 4 * kPoolPrefetchAhead;
@@ -247,9 +273,8 @@ struct AdmitSet {
   void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
     const index_t stop = end + ahead < U ? end + ahead : U;
     for (index_t i = p + ahead; i < stop; ++i) {
-      const index_t ua = order[i];
-      if (!(outcome[ua] & kHit)) {
-        prefetch_lines<false, L2>(store + static_cast<std::size_t>(uniq[ua]) * stride,
+      if (!(outcome[order[i]] & kHit)) {
+        prefetch_lines<false, L2>(store + static_cast<std::size_t>(rows[i]) * stride,
                                   Storage::data_bytes(cache.dim));
       }
     }
@@ -282,7 +307,7 @@ struct AdmitSet {
   MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd) const {
     for (index_t q = p; q < end; ++q) {
       const index_t u = order[q];
-      const index_t s = find_in_set(cache, base, uniq[u], simd);
+      const index_t s = find_in_set(cache, base, rows[q], simd);
       slot_of_unique[u] = s;
       outcome[u] = s >= 0 ? kHit : 0;
       if (s >= 0) {
@@ -323,8 +348,15 @@ struct AdmitSet {
           continue;
         }
 #ifndef __CUDA_ARCH__
-        prefetch_lines<true>(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
-        if (cache.tags[choice.slot] >= 0 && cache.dirty[choice.slot]) {
+        // A streamed fill does not read the victim's row; a dirty victim's is read (its
+        // write-back) before the fill overwrites it.
+        const bool dirty = cache.tags[choice.slot] >= 0 && cache.dirty[choice.slot];
+        if (!stream_fills) {
+          prefetch_lines<true>(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
+        } else if (dirty) {
+          prefetch_lines(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
+        }
+        if (dirty) {
           prefetch_lines<true>(store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride,
                                Storage::data_bytes(D));
         }
@@ -339,7 +371,7 @@ struct AdmitSet {
         if (slot_of_unique[u] < 0) continue;  // rejected or a conflict miss (outcome set)
         choice.slot = slot_of_unique[u];
       } else {
-        choice = P::choose(view, cache, base, floor, uniq[u], priorities[u]);
+        choice = P::choose(view, cache, base, floor, rows[q], priorities[u]);
       }
       if (choice.slot < 0) {
         outcome[u] = choice.rejected ? kRejected : kConflict;
@@ -365,9 +397,10 @@ struct AdmitSet {
           code |= kWroteBack;
         }
       }
-      fill_row<Storage>(store + static_cast<std::size_t>(uniq[u]) * stride, D, crow, simd);
-      state.fill(victim, uniq[u]);
-      cache.tags[victim] = uniq[u];
+      const index_t row = rows[q];
+      fill_row<Storage>(store + static_cast<std::size_t>(row) * stride, D, crow, simd, stream_fills);
+      state.fill(victim, row);
+      cache.tags[victim] = row;
       cache.last_use[victim] = batch_id;
       cache.dirty[victim] = 0;
       slot_of_unique[u] = victim;
@@ -403,6 +436,8 @@ struct AdmitSet {
   /// kPoolPrefetchAhead items ahead are prefetched (their outcome is known), and kFusedAhead
   /// (4x as far) ahead into L2 only (prefetcht1: page walks and memory reads start early
   /// without filling L1's miss buffers; measured in the sixth round with the two launches).
+  /// With stream_fills (populate sets it here) the fills are non-temporal stores, fenced
+  /// (`sfence`) at the end, so they are visible to every thread before the pass returns.
   void run_fused() const {
     const index_t U = *count;
     if (U <= 0 || !open(gate)) return;
@@ -422,6 +457,9 @@ struct AdmitSet {
       misses(p, end, set_base(p), simd);
       p = end;
     }
+#if MPE_HOST_SIMD
+    if (stream_fills) _mm_sfence();
+#endif
   }
 };
 
