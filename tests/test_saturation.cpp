@@ -109,16 +109,20 @@ struct OverflowRun {
   std::string error;
 };
 
+// `threads`: the host threads (1: the batch is deduplicated by BitmapUnique and its
+// backward scatters; 2: sorted, the backward gathers), so the error message's occurrence
+// count is checked on both paths.
 template <class Opt>
 OverflowRun overflow_run(std::int64_t cache_rows, mpe::NonFinite nf, mpe::Validation v, float g,
-                         const Opt& opt) {
+                         const Opt& opt, int threads = 2) {
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = {8};
   cfg.dim = 2;
   cfg.cache_rows = cache_rows;
   cfg.non_finite = nf;
   cfg.validation = v;
-  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding> e(cfg);
+  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding> e(
+      cfg, mpe::HostBackend{.num_threads = threads});
   OverflowRun r;
   r.before.assign(16, 0.5f);
   e.set_weights(r.before);
@@ -176,6 +180,15 @@ TEST_CASE("issue case: a gradient that overflows inside the step never turns a r
           sq.error.find("row 1 (its gradient summed over 2 occurrence(s); table 0, local row 1) overflows") !=
           std::string::npos);
       CHECK(sq.after == sq.before);
+      // One thread (BitmapUnique, scattered backward): the same message and no change.
+      for (float big : {3e38f, 1e20f}) {
+        const OverflowRun one =
+            overflow_run(cache_rows, mpe::NonFinite::Throw, v, big, mpe::RowwiseAdagrad{0.01f}, 1);
+        CHECK(one.error.find(
+                  "row 1 (its gradient summed over 2 occurrence(s); table 0, local row 1) overflows") !=
+              std::string::npos);
+        CHECK(one.after == one.before);
+      }
       // A gradient that does not overflow trains as before (row 1: 0.5 - 0.01 * 2 = 0.48).
       const OverflowRun ok = overflow_run(cache_rows, mpe::NonFinite::Throw, v, 1.0f, mpe::Sgd{0.01f});
       CHECK(ok.error.empty());

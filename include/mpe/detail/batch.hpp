@@ -118,11 +118,12 @@ struct ScatterUnique {
 };
 
 /// Single item (host, one thread): the batch's unique rows by a bitmap over the table's
-/// rows instead of a sort, giving what PrepareSort .. ScatterUnique give except
-/// `sorted_pos`: U, the unique rows in ascending order, each occurrence's unique index and
-/// seg_start (run starts of the sorted order, from the counts: seg_start[u + 1] -
-/// seg_start[u] occurrences of uniq[u]). Work: n bit sets, a walk of the W words, n rank
-/// lookups; sort_unique takes it where W <= kBitmapWordsPerOccurrence * n. A closed gate
+/// rows instead of a sort, giving what PrepareSort .. ScatterUnique give except `sorted_pos`
+/// and `seg_start`: U, the unique rows in ascending order and each occurrence's unique
+/// index. (Such a batch's backward scatters its gradients by occ_to_unique and needs no
+/// run starts; SealBackward counts an overflowing row's occurrences itself.) Work: n bit
+/// sets, a walk of the W words, n rank lookups; sort_unique takes it where
+/// W <= kBitmapWordsPerOccurrence * n. A closed gate
 /// makes every row 0 (as PrepareSort). Memory: `bits` and `word_rank` hold W entries each;
 /// `bits` is all zero on entry and is left all zero.
 struct BitmapUnique {
@@ -134,7 +135,6 @@ struct BitmapUnique {
   index_t W;               // words: ceil(rows of the table / 64)
   index_t* count;          // (1) U
   index_t* uniq;           // (U)
-  index_t* seg_start;      // (U + 1)
   index_t* occ_to_unique;  // (n)
   void operator()(index_t) const {
 #if MPE_HOST_SIMD
@@ -160,28 +160,29 @@ struct BitmapUnique {
 #endif
   template <class Popcount>
   [[gnu::always_inline]] inline void run(Popcount popcount) const {
+    // Locals: the stores to bits (uint64_t) could alias the members otherwise.
     const bool ok = open(gate);
-    for (index_t i = 0; i < n; ++i) {
-      const auto r = static_cast<std::uint64_t>(ok ? rows[i] : 0);
-      bits[r >> 6] |= std::uint64_t{1} << (r & 63);
+    const index_t m = n, words = W;
+    const index_t* const in = rows;
+    std::uint64_t* const bm = bits;
+    index_t* const wr = word_rank;
+    index_t* const un = uniq;
+    index_t* const o2u = occ_to_unique;
+    for (index_t i = 0; i < m; ++i) {
+      const auto r = static_cast<std::uint64_t>(ok ? in[i] : 0);
+      bm[r >> 6] |= std::uint64_t{1} << (r & 63);
     }
     index_t U = 0;
-    for (index_t w = 0; w < W; ++w) {
-      word_rank[w] = U;
-      for (std::uint64_t x = bits[w]; x != 0; x &= x - 1) uniq[U++] = w * 64 + std::countr_zero(x);
+    for (index_t w = 0; w < words; ++w) {
+      wr[w] = U;
+      for (std::uint64_t x = bm[w]; x != 0; x &= x - 1) un[U++] = w * 64 + std::countr_zero(x);
     }
-    for (index_t u = 0; u <= U; ++u) seg_start[u] = 0;
-    for (index_t i = 0; i < n; ++i) {
-      const auto r = static_cast<std::uint64_t>(ok ? rows[i] : 0);
-      const std::uint64_t below = bits[r >> 6] & ((std::uint64_t{1} << (r & 63)) - 1);
-      const index_t u = word_rank[r >> 6] + popcount(below);
-      occ_to_unique[i] = u;
-      ++seg_start[u + 1];
+    for (index_t i = 0; i < m; ++i) {
+      const auto r = static_cast<std::uint64_t>(ok ? in[i] : 0);
+      const std::uint64_t below = bm[r >> 6] & ((std::uint64_t{1} << (r & 63)) - 1);
+      o2u[i] = wr[r >> 6] + popcount(below);
     }
-    for (index_t u = 0; u < U; ++u) {
-      seg_start[u + 1] += seg_start[u];
-      bits[uniq[u] >> 6] = 0;
-    }
+    for (index_t u = 0; u < U; ++u) bm[un[u] >> 6] = 0;
     *count = U;
   }
 };

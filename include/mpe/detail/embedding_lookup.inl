@@ -68,7 +68,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
       b.rank.reserve_discard(words);
       backend_.for_each(1, detail::BitmapUnique{b.global_rows.data(), n, b.flags.data() + detail::kFlagOk,
                                                 b.row_bits.data(), b.rank.data(), W, count, b.uniq.data(),
-                                                b.seg_start.data(), b.occ_to_unique.data()});
+                                                b.occ_to_unique.data()});
       b.sorted = true;
       b.positions = false;
       return;

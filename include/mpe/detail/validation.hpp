@@ -226,11 +226,13 @@ struct SealForward {
 /// is an error (filed in deferred mode).
 struct SealBackward {
   CallRecord* rec;
-  const float* grad;         // (B, T*D)
-  const index_t* uniq;       // (U) the batch's unique rows
-  const index_t* seg_start;  // (U + 1)
-  const float* row_grad;     // (U, D) updates, or the summed gradient where it overflowed
-  const float* row_update;   // (U, state floats) new optimizer states
+  const float* grad;             // (B, T*D)
+  const index_t* uniq;           // (U) the batch's unique rows
+  const index_t* seg_start;      // (U + 1), or null (BitmapUnique): counted from occ_to_unique
+  const index_t* occ_to_unique;  // (n) each occurrence's unique index
+  index_t n;                     // occurrences
+  const float* row_grad;         // (U, D) updates, or the summed gradient where it overflowed
+  const float* row_update;       // (U, state floats) new optimizer states
   std::int32_t D;
   std::int64_t update_floats;
   bool skip_non_finite;
@@ -244,7 +246,13 @@ struct SealBackward {
     if (i != kNoError) r.v[kGrad][0] = num::float_bits(grad[i]);
     if (const index_t u = r.pos[kOverflow]; u != kNoError) {
       r.v[kOverflow][0] = uniq[u];
-      r.v[kOverflow][1] = seg_start[u + 1] - seg_start[u];
+      index_t occurrences = 0;
+      if (seg_start) {
+        occurrences = seg_start[u + 1] - seg_start[u];
+      } else {
+        for (index_t k = 0; k < n; ++k) occurrences += occ_to_unique[k] == u ? 1 : 0;
+      }
+      r.v[kOverflow][1] = occurrences;
       float bad = 0.0f;
       bool found = false;
       for (std::int32_t d = 0; d < D && !found; ++d) {
