@@ -6,10 +6,14 @@
 /// mpe's sort keys are small: global rows (below the total row count, 22 bits for 3M rows)
 /// and admission keys (set << 32 | priority). thrust::stable_sort_by_key sorts all 64 bits
 /// of an int64 key (8 passes of 8 bits); this sort runs one pass per 11-bit digit of the
-/// bits in use and skips a digit all keys share. A stable sort's result is unique, so it
-/// equals Thrust's (and CUB's on a GPU) element for element.
+/// bits in use and skips a digit all keys share. The digits start at the lowest bit in
+/// which two keys differ (bits below it and at or above the highest such bit are the same
+/// in every key, so they cannot order two keys): an admission sort whose priorities are
+/// all equal (Lru, DirectMapped) sorts the set field in one pass instead of two. A stable
+/// sort's result is unique, so it equals Thrust's (and CUB's on a GPU) element for element.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -34,14 +38,26 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   constexpr std::size_t kBuckets = std::size_t{1} << kRadixDigitBits;
   constexpr UK kMask = static_cast<UK>(kBuckets - 1);
   if (key_bits > 8 * static_cast<int>(sizeof(K))) key_bits = 8 * static_cast<int>(sizeof(K));
-  const int passes = key_bits <= 0 ? 0 : (key_bits + kRadixDigitBits - 1) / kRadixDigitBits;
-  if (n <= 1 || passes == 0) return;
+  if (n <= 1 || key_bits <= 0) return;
+  // The bits in which keys differ, within the low key_bits: [low, high).
+  const UK used =
+      key_bits >= 8 * static_cast<int>(sizeof(K)) ? ~UK{0} : static_cast<UK>((UK{1} << key_bits) - 1);
+  UK any = 0, all = used;
+  for (std::size_t i = 0; i < n; ++i) {
+    any |= static_cast<UK>(keys[i]);
+    all &= static_cast<UK>(keys[i]);
+  }
+  const UK differ = (any ^ all) & used;
+  if (differ == 0) return;  // every key equal: already stably sorted
+  const int low = std::countr_zero(differ);
+  const int high = std::bit_width(differ);
+  const int passes = (high - low + kRadixDigitBits - 1) / kRadixDigitBits;
   thread_local std::vector<std::size_t> hist;
   hist.assign(static_cast<std::size_t>(passes) * kBuckets, 0);
   // Every digit's bucket counts, one key at a time (one read of the keys).
   const auto count = [&](UK u) {
     for (int p = 0; p < passes; ++p)
-      ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (kRadixDigitBits * p)) & kMask)];
+      ++hist[static_cast<std::size_t>(p) * kBuckets + ((u >> (low + kRadixDigitBits * p)) & kMask)];
   };
   // Pass p's counts -> first position of each bucket; false when one bucket holds every key
   // (the digit is the same for all: the pass is skipped).
@@ -55,6 +71,16 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
       sum += c;
     }
     return true;
+  };
+  // The passes whose digit is not the same in every key, in order (at least the first: it
+  // holds bit `low`); each one's counts turned into bucket starts.
+  int active[8 * sizeof(K) / kRadixDigitBits + 1] = {};
+  const auto active_passes = [&] {
+    int a = 0;
+    for (int p = 0; p < passes; ++p) {
+      if (starts(p)) active[a++] = p;
+    }
+    return a;
   };
   bool counted = false;
   if constexpr (std::is_integral_v<V> && sizeof(V) <= 8 && sizeof(K) <= 8) {
@@ -77,16 +103,22 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
         if (packed_tmp.size() < n) packed_tmp.resize(n);
         std::uint64_t* src = packed.data();
         std::uint64_t* dst = packed_tmp.data();
-        for (int p = 0; p < passes; ++p) {
-          if (!starts(p)) continue;
+        const int last = active_passes();
+        for (int k = 0; k < last; ++k) {
+          const int p = active[k];
           std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
-          const int shift = 32 + kRadixDigitBits * p;
-          for (std::size_t i = 0; i < n; ++i) dst[h[(src[i] >> shift) & kMask]++] = src[i];
-          std::swap(src, dst);
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-          keys[i] = static_cast<K>(src[i] >> 32);
-          values[i] = static_cast<V>(src[i] & 0xffffffffu);
+          const int shift = 32 + low + kRadixDigitBits * p;
+          if (k + 1 < last) {
+            for (std::size_t i = 0; i < n; ++i) dst[h[(src[i] >> shift) & kMask]++] = src[i];
+            std::swap(src, dst);
+          } else {
+            // The last pass unpacks into the caller's arrays (warm, read next).
+            for (std::size_t i = 0; i < n; ++i) {
+              const std::size_t at = h[(src[i] >> shift) & kMask]++;
+              keys[at] = static_cast<K>(src[i] >> 32);
+              values[at] = static_cast<V>(src[i] & 0xffffffffu);
+            }
+          }
         }
         return;
       }
@@ -103,10 +135,19 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   V* src_v = values;
   K* dst_k = key_tmp.data();
   V* dst_v = value_tmp.data();
-  for (int p = 0; p < passes; ++p) {
-    if (!starts(p)) continue;
+  const int last = active_passes();
+  if (last % 2 == 1) {
+    // An odd number of passes: start from a sequential copy, so that the last pass
+    // scatters into the caller's arrays (warm) rather than into the cold scratch.
+    std::memcpy(dst_k, keys, n * sizeof(K));
+    std::memcpy(dst_v, values, n * sizeof(V));
+    std::swap(src_k, dst_k);
+    std::swap(src_v, dst_v);
+  }
+  for (int k = 0; k < last; ++k) {
+    const int p = active[k];
     std::size_t* h = hist.data() + static_cast<std::size_t>(p) * kBuckets;
-    const int shift = kRadixDigitBits * p;
+    const int shift = low + kRadixDigitBits * p;
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = h[(static_cast<UK>(src_k[i]) >> shift) & kMask]++;
       dst_k[at] = src_k[i];
@@ -114,10 +155,6 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
     }
     std::swap(src_k, dst_k);
     std::swap(src_v, dst_v);
-  }
-  if (src_k != keys) {
-    std::memcpy(keys, src_k, n * sizeof(K));
-    std::memcpy(values, src_v, n * sizeof(V));
   }
 }
 
