@@ -35,8 +35,9 @@ namespace mpe::detail {
 /// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
 /// then every row is read from the store; with `lookup` the slot is found by scanning the
 /// row's set (forward_inference).
-/// On the host the rows ahead are prefetched (bags read from one row array, store-only or
-/// all cached: pool_rows_ahead occurrences ahead, into L2; mixed bags kPoolPrefetchAhead).
+/// On the host the rows ahead are prefetched into L2 (bags read from one row array,
+/// store-only or all cached: pool_rows_ahead occurrences ahead of that array's rows; mixed
+/// bags: pool_rows_ahead of an FP32 cache row; the portable loop: kPoolPrefetchAhead, into L1).
 /// Where the CPU has AVX2 + F16C a bag is pooled by detail::simd::pool_bag, and where it
 /// also has AVX-512 F/BW/VL a bag read from one row array by detail::simd512::pool_bag (same
 /// bits, pinned by tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
@@ -69,19 +70,21 @@ struct PoolBags {
     return s;
   }
   /// Prefetches what pooling occurrence k will read: its cache row when it has a slot, else
-  /// its store row (with `lookup`, also its set's tags). Host only.
+  /// its store row (with `lookup`, also its set's tags), the row into L1 or, with `L2`,
+  /// into L2 only (`prefetcht1`). Host only.
+  template <bool L2 = false>
   MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
     if (!lookup && slot_of_occ) {
       const index_t s = slot_of_occ[k];
       if (s >= 0) {
-        prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+        prefetch_lines<false, L2>(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
       }
     } else if (lookup && cache.num_sets > 0) {
       prefetch_lines(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
     }
-    prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+    prefetch_lines<false, L2>(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
   /// Bags [j0, j1) with one lane on the host (HostBackend::for_each_lanes): as operator()(j)
   /// for each, with the SIMD paths' per-bag setup done once for the range.
@@ -115,8 +118,14 @@ struct PoolBags {
       return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
                     : store + static_cast<std::size_t>(r) * stride;
     };
-    const auto ahead = [this, n_all](index_t i) {
-      if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
+    // Mixed bags: rows pool_rows_ahead(lines of a cache row) occurrences ahead (most of
+    // their rows are cached), into L2 as the one-array kernels do. Cached forward, INT8 +
+    // 5 % LRU, 1M rows, uniform (a fifth of the unique rows conflict misses, read from the
+    // store): pooling 2.61 -> 1.59 ms per call against prefetcht0 16 ahead; prefetcht0 32
+    // ahead 2.77, prefetcht1 16 / 64 ahead 1.56 - 1.86 (bench/RESULTS.md, eighth round).
+    const index_t mixed_dist = cache_src.dist;
+    const auto ahead = [this, n_all, mixed_dist](index_t i) {
+      if (i + mixed_dist < n_all) prefetch_row<true>(i + mixed_dist);
     };
     const simd::FnRows<decltype(row), decltype(ahead)> mixed_src{row, ahead};
     const bool wide = host_avx512_enabled();
