@@ -261,21 +261,21 @@ struct AdmitSet {
   StateRef state{};           // compact optimizer state: moves with its row (inactive: nothing)
   AdmitPhase phase = AdmitPhase::Hits;
   /// Host: fills written by non-temporal stores (fill_row's `stream`), so a victim's cache
-  /// row is not read for ownership before it is overwritten; run_fused sets it and fences.
+  /// row is not read for ownership before it is overwritten; populate sets it for run_fused,
+  /// which fences.
   bool stream_fills = false;
   /// Items (admission order) by which run_fused's hits run ahead of its misses: the reach of
   /// its store-row prefetch into L2, so every item it prefetches has its outcome.
   static constexpr index_t kFusedAhead = 4 * kPoolPrefetchAhead;
 
   /// Host: prefetches the store rows of the missed items among the set's items [p, end)
-  /// shifted `ahead` places (clipped to U), into L1 or, with `L2`, into L2 only.
-  template <bool L2>
+  /// shifted `ahead` places (clipped to U) into L2 only (prefetcht1).
   void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
     const index_t stop = end + ahead < U ? end + ahead : U;
     for (index_t i = p + ahead; i < stop; ++i) {
       if (!(outcome[order[i]] & kHit)) {
-        prefetch_lines<false, L2>(store + static_cast<std::size_t>(rows[i]) * stride,
-                                  Storage::data_bytes(cache.dim));
+        prefetch_lines<false, true>(store + static_cast<std::size_t>(rows[i]) * stride,
+                                    Storage::data_bytes(cache.dim));
       }
     }
   }
@@ -432,10 +432,11 @@ struct AdmitSet {
   /// struct comment). The hits' lookups then overlap the fills' memory reads, and each set's
   /// metadata is read twice close together (cached forward, Zen 4, INT8 + 5 % LRU: 4.36x ->
   /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
-  /// seventh round). At each set's misses the store rows of the missed items
-  /// kPoolPrefetchAhead items ahead are prefetched (their outcome is known), and kFusedAhead
-  /// (4x as far) ahead into L2 only (prefetcht1: page walks and memory reads start early
-  /// without filling L1's miss buffers; measured in the sixth round with the two launches).
+  /// seventh round). At each set's misses the store rows of the missed items kFusedAhead
+  /// items ahead (their outcome is known) are prefetched into L2 only (prefetcht1: page
+  /// walks and memory reads start early without filling L1's miss buffers). A second
+  /// prefetch of the same rows into L1 16 items ahead was dropped in the eighth round, once
+  /// the fills were streamed: uniform admission 3.74 -> 3.27 ms, Zipf level (1.90 / 1.87).
   /// With stream_fills (populate sets it here) the fills are non-temporal stores, fenced
   /// (`sfence`) at the end, so they are visible to every thread before the pass returns.
   void run_fused() const {
@@ -452,8 +453,7 @@ struct AdmitSet {
         hits(done, e, set_base(done), simd);
         done = e;
       }
-      prefetch_misses<false>(p, end, U, kPoolPrefetchAhead);
-      prefetch_misses<true>(p, end, U, kFusedAhead);
+      prefetch_misses(p, end, U, kFusedAhead);
       misses(p, end, set_base(p), simd);
       p = end;
     }
