@@ -121,8 +121,9 @@ struct PoolBags {
     // Mixed bags: rows pool_rows_ahead(lines of a cache row) occurrences ahead (most of
     // their rows are cached), into L2 as the one-array kernels do. Cached forward, INT8 +
     // 5 % LRU, 1M rows, uniform (a fifth of the unique rows conflict misses, read from the
-    // store): pooling 2.61 -> 1.59 ms per call against prefetcht0 16 ahead; prefetcht0 32
-    // ahead 2.77, prefetcht1 16 / 64 ahead 1.56 - 1.86 (bench/RESULTS.md, eighth round).
+    // store): pooling 2.61 -> 1.59 ms per call against prefetcht0 16 ahead (means of 5
+    // processes); prefetcht0 32 ahead 2.77; prefetcht1 16 or 64 ahead 1.42 - 1.86 per
+    // process, 32 ahead 1.36 - 1.62 (bench/RESULTS.md, eighth round).
     const index_t mixed_dist = cache_src.dist;
     const auto ahead = [this, n_all, mixed_dist](index_t i) {
       if (i + mixed_dist < n_all) prefetch_row<true>(i + mixed_dist);
