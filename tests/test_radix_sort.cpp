@@ -106,6 +106,14 @@ TEST_CASE(
       }
     }
   }
+  // A key past the caller's bound (1 << 13 with key_bits 12) is still ordered, as Thrust
+  // (more threads) orders it.
+  {
+    std::vector<std::int64_t> k = {std::int64_t{1} << 13, 0, 5}, v = {0, 1, 2};
+    mpe::detail::radix_sort_pairs(k.data(), v.data(), k.size(), 12);
+    CHECK(k == std::vector<std::int64_t>{0, 5, std::int64_t{1} << 13});
+    CHECK(v == std::vector<std::int64_t>{1, 2, 0});
+  }
   std::vector<std::uint64_t> equal(500, 0x1234ull << 32);
   std::vector<std::int64_t> pos(500);
   std::iota(pos.begin(), pos.end(), 0);

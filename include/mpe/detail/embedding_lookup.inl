@@ -159,8 +159,15 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   if constexpr (host_paths && detail::set_local_policy<Cache>) {
     // One host thread: one pass, each set's hits a few sets before its misses.
     if (backend_.threads() == 1) {
-      MPE_PHASE_MARK("hits");     // empty: the hits run inside the one pass
-      admit.stream_fills = true;  // one thread: the pass fences its non-temporal fills itself
+      MPE_PHASE_MARK("hits");  // empty: the hits run inside the one pass
+#if MPE_HOST_SIMD
+      // One thread: the pass fences its non-temporal fills itself. Only where the fill is
+      // the SIMD decode and every cache row is 32-byte aligned (D % 8 == 0) does it stream;
+      // elsewhere the victims' rows keep their prefetch for writing.
+      if constexpr (detail::simd::has_row<Storage>) {
+        admit.stream_fills = detail::host_simd_enabled() && config_.dim % 8 == 0;
+      }
+#endif
       backend_.for_each(1, detail::AdmitFused<Storage, Rounding, Cache>{admit});
       fused = true;
     }

@@ -26,8 +26,11 @@ namespace mpe::detail {
 /// Bits of a radix-sort digit: 2,048 buckets, whose counts stay in L1.
 inline constexpr int kRadixDigitBits = 11;
 
-/// Sorts values (n) by keys (n) with equal keys in their input order, for integral keys in
-/// [0, 2^key_bits) (key_bits <= 8 * sizeof(K)). Scratch: two arrays of n keys and values,
+/// Sorts values (n) by keys (n) with equal keys in their input order (keys compared as
+/// unsigned, like Thrust's order of non-negative keys). `key_bits`: the caller's bound on
+/// the keys, [0, 2^key_bits); <= 32 lets keys and values below 2^32 be sorted packed. The
+/// digits sorted are the bits in which the keys differ, found from the keys, so a key past
+/// the bound is still ordered (the full stable sort either way). Scratch: two arrays of n keys and values,
 /// kept per thread between calls (not freed, not counted by memory(): 16 bytes per key of
 /// the largest sort; 16 more where keys and values fit 32 bits, which are sorted packed).
 /// Host only; synchronous.
@@ -37,17 +40,14 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
   using UK = std::make_unsigned_t<K>;
   constexpr std::size_t kBuckets = std::size_t{1} << kRadixDigitBits;
   constexpr UK kMask = static_cast<UK>(kBuckets - 1);
-  if (key_bits > 8 * static_cast<int>(sizeof(K))) key_bits = 8 * static_cast<int>(sizeof(K));
-  if (n <= 1 || key_bits <= 0) return;
-  // The bits in which keys differ, within the low key_bits: [low, high).
-  const UK used =
-      key_bits >= 8 * static_cast<int>(sizeof(K)) ? ~UK{0} : static_cast<UK>((UK{1} << key_bits) - 1);
-  UK any = 0, all = used;
+  if (n <= 1) return;
+  // The bits in which keys differ: [low, high).
+  UK any = 0, all = ~UK{0};
   for (std::size_t i = 0; i < n; ++i) {
     any |= static_cast<UK>(keys[i]);
     all &= static_cast<UK>(keys[i]);
   }
-  const UK differ = (any ^ all) & used;
+  const UK differ = any ^ all;
   if (differ == 0) return;  // every key equal: already stably sorted
   const int low = std::countr_zero(differ);
   const int high = std::bit_width(differ);
@@ -90,16 +90,16 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
     if (key_bits <= 32) {
       thread_local std::vector<std::uint64_t> packed, packed_tmp;
       if (packed.size() < n) packed.resize(n);
-      std::uint64_t high = 0;
+      std::uint64_t wide = 0;  // OR of every key and value: both below 2^32?
       for (std::size_t i = 0; i < n; ++i) {
         const auto u = static_cast<UK>(keys[i]);
         const auto v = static_cast<std::uint64_t>(values[i]);
-        high |= static_cast<std::uint64_t>(u) | v;
+        wide |= static_cast<std::uint64_t>(u) | v;
         packed[i] = static_cast<std::uint64_t>(u) << 32 | (v & 0xffffffffu);
         count(u);
       }
       counted = true;
-      if ((high >> 32) == 0) {
+      if ((wide >> 32) == 0) {
         if (packed_tmp.size() < n) packed_tmp.resize(n);
         std::uint64_t* src = packed.data();
         std::uint64_t* dst = packed_tmp.data();

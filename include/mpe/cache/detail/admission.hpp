@@ -236,8 +236,9 @@ enum class AdmitPhase : std::uint8_t {
 /// hits and misses in turn, or each set's hits up to kFusedAhead items past the end of the
 /// set whose misses run (run_fused). The prefetches (run_fused's store rows of later misses, the
 /// sets' metadata) change no bits. With SetVictims (host) a set's misses all take their
-/// slots first and the victims' cache rows (and dirty victims' store rows) are prefetched for
-/// writing before any is written back or filled: the same slots, since a take reads only the
+/// slots first and the victims' cache rows (with stream_fills only dirty victims', for their
+/// write-back) and dirty victims' store rows are prefetched before any is written back or
+/// filled: the same slots, since a take reads only the
 /// list built at the set's first miss and the policy's view (`admits`), neither of which a
 /// write-back or fill changes.
 template <class Storage, class Rounding, class P>
@@ -336,8 +337,9 @@ struct AdmitSet {
     if constexpr (by_list) {
       // Host: every miss of the set takes its slot first (the list depends only on the
       // set as its first miss finds it, and each slot is handed out once, so the fills
-      // below change nothing a later take reads); the victims' cache rows (and the store
-      // rows of dirty ones) are prefetched for writing, so their fills overlap.
+      // below change nothing a later take reads); the victims' cache rows (streamed fills:
+      // only dirty ones', to be read by their write-back) and dirty victims' store rows
+      // are prefetched, so their fills overlap.
       for (index_t q = first_miss; q < end; ++q) {
         const index_t u = order[q];
         if (outcome[u] & kHit) continue;
