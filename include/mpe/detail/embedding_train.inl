@@ -95,11 +95,11 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                                                    b.grad.data(), b.update.data(), step_ptr(), rec, count,
                                                    b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
                                                    num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
-  backend_.for_each(1, detail::SealBackward{
-                           rec, grad_output.data(), b.uniq.data(), b.positions ? b.seg_start.data() : nullptr,
-                           b.occ_to_unique.data(), b.n, b.grad.data(), b.update.data(), config_.dim, S,
-                           skip_non_finite(), b.flags.data(), &counters->stats.skipped_steps,
-                           deferred() ? deferred_.data() : nullptr, static_cast<index_t>(call_seq_)});
+  backend_.for_each(
+      1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.occ_to_unique.data(), b.n,
+                              b.grad.data(), b.update.data(), config_.dim, S, skip_non_finite(),
+                              b.flags.data(), &counters->stats.skipped_steps,
+                              deferred() ? deferred_.data() : nullptr, static_cast<index_t>(call_seq_)});
   bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
   if (!deferred()) {
     const detail::CallRecord r = read_record(rec);  // the one wait of this call

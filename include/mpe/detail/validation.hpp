@@ -228,8 +228,7 @@ struct SealBackward {
   CallRecord* rec;
   const float* grad;             // (B, T*D)
   const index_t* uniq;           // (U) the batch's unique rows
-  const index_t* seg_start;      // (U + 1), or null (BitmapUnique): counted from occ_to_unique
-  const index_t* occ_to_unique;  // (n) each occurrence's unique index
+  const index_t* occ_to_unique;  // (n) each occurrence's unique index (the overflow message's count)
   index_t n;                     // occurrences
   const float* row_grad;         // (U, D) updates, or the summed gradient where it overflowed
   const float* row_update;       // (U, state floats) new optimizer states
@@ -246,12 +245,9 @@ struct SealBackward {
     if (i != kNoError) r.v[kGrad][0] = num::float_bits(grad[i]);
     if (const index_t u = r.pos[kOverflow]; u != kNoError) {
       r.v[kOverflow][0] = uniq[u];
+      // Counted on this error path only: every dedup (sort or bitmap) writes occ_to_unique.
       index_t occurrences = 0;
-      if (seg_start) {
-        occurrences = seg_start[u + 1] - seg_start[u];
-      } else {
-        for (index_t k = 0; k < n; ++k) occurrences += occ_to_unique[k] == u ? 1 : 0;
-      }
+      for (index_t k = 0; k < n; ++k) occurrences += occ_to_unique[k] == u ? 1 : 0;
       r.v[kOverflow][1] = occurrences;
       float bad = 0.0f;
       bool found = false;
