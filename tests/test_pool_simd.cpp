@@ -183,11 +183,13 @@ void random_row(std::uint8_t* row, std::int32_t D, std::mt19937& rng) {
 }
 
 /// Random store rows of format S (T tables of `rows` rows) and T*B bags of 0 .. max_len - 1
-/// occurrences each (duplicates allowed), bag j = t*B + b drawing from table t.
+/// occurrences each (duplicates allowed), bag j = t*B + b drawing from table t. With
+/// `singles` most bags hold one row (runs of one-row bags, the one-index-per-bag step's
+/// shape), one in eight none or two.
 template <class S>
 void random_batch(std::mt19937& rng, std::int32_t D, std::int64_t rows, std::int64_t T, std::int64_t B,
                   int max_len, std::vector<std::uint8_t>& store, std::vector<std::int64_t>& offsets,
-                  std::vector<std::int64_t>& global_rows) {
+                  std::vector<std::int64_t>& global_rows, bool singles = false) {
   const std::size_t stride = mpe::row_bytes<S>(D, 4);
   store.assign(static_cast<std::size_t>(T * rows) * stride + 64, 0);
   for (std::int64_t r = 0; r < T * rows; ++r)
@@ -195,7 +197,8 @@ void random_batch(std::mt19937& rng, std::int32_t D, std::int64_t rows, std::int
   offsets.assign(1, 0);
   global_rows.clear();
   for (std::int64_t j = 0; j < T * B; ++j) {
-    const int L = static_cast<int>(rng() % static_cast<unsigned>(max_len));
+    int L = static_cast<int>(rng() % static_cast<unsigned>(max_len));
+    if (singles) L = rng() % 8 != 0 ? 1 : (rng() % 2 == 0 ? 0 : 2);
     for (int k = 0; k < L; ++k)
       global_rows.push_back((j / B) * rows +
                             static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(rows)));
@@ -209,13 +212,14 @@ enum class Slots { None, Populated, Cached, Lookup };
 
 /// PoolBags over random rows with the fast path on and off: the bits must agree.
 template <class S>
-void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint32_t seed) {
+void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint32_t seed,
+                bool singles = false) {
   std::mt19937 rng(seed);
   const std::int64_t rows = 97, T = 2, B = 9;
   const std::size_t stride = mpe::row_bytes<S>(D, 4);
   std::vector<std::uint8_t> store;
   std::vector<std::int64_t> offsets, global_rows;
-  random_batch<S>(rng, D, rows, T, B, 12, store, offsets, global_rows);  // bags of 0 .. 11
+  random_batch<S>(rng, D, rows, T, B, 12, store, offsets, global_rows, singles);  // bags of 0 .. 11
   const auto n = static_cast<std::int64_t>(global_rows.size());
   std::vector<float> weights(static_cast<std::size_t>(n));
   std::uniform_real_distribution<float> wd(-2.0f, 2.0f);
@@ -329,6 +333,9 @@ void check_format() {
           CAPTURE(weighted);
           CAPTURE(mean);
           check_pool<S>(D, slots, weighted, mean, seed++);
+          // Runs of one-row bags (simd512::pool_single_rows), cut by the tables' ends and
+          // by host_range's split at bag 5.
+          check_pool<S>(D, slots, weighted, mean, seed++, true);
         }
       }
     }
@@ -471,38 +478,49 @@ TEST_CASE("AVX-512 pooling of every FP16 code gives the portable loop's bits") {
   std::vector<std::uint8_t> store(static_cast<std::size_t>(65536 * 2));
   for (std::uint32_t h = 0; h < 65536; ++h)
     mpe::num::store_u16(store.data() + 2 * h, static_cast<std::uint16_t>(h));
-  std::vector<std::int64_t> global_rows, offsets{0};
-  for (std::int64_t r = 0; r + 1 < rows; ++r) {
-    global_rows.push_back(r);
-    global_rows.push_back(r + 1);
-    offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
-  }
-  const std::int64_t B = rows - 1;
-  std::vector<float> weights(global_rows.size());
-  for (std::size_t i = 0; i < weights.size(); ++i)
-    weights[i] = i % 3 == 0 ? -1.5f : (i % 3 == 1 ? 0x1p-20f : -0.0f);
-  for (const bool weighted : {false, true}) {
-    CAPTURE(weighted);
-    std::vector<float> ref(static_cast<std::size_t>(B * D), -1.0f), got(ref.size(), -2.0f);
-    for (const Kernel kernel : {Kernel::Portable, Kernel::Avx512}) {
-      use_kernel(kernel);
-      const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
-                                                global_rows.data(),
-                                                nullptr,
-                                                weighted ? weights.data() : nullptr,
-                                                mpe::CacheRef{},
-                                                false,
-                                                store.data(),
-                                                2 * static_cast<std::size_t>(D),
-                                                B,
-                                                1,
-                                                D,
-                                                false,
-                                                kernel == Kernel::Portable ? ref.data() : got.data(),
-                                                nullptr};
-      pb.host_range(0, B);
+  for (const int bag_rows : {2, 1}) {  // one-row bags: simd512::pool_single_rows
+    CAPTURE(bag_rows);
+    std::vector<std::int64_t> global_rows, offsets{0};
+    for (std::int64_t r = 0; r + 1 < rows; ++r) {
+      global_rows.push_back(r);
+      if (bag_rows == 2) global_rows.push_back(r + 1);
+      offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
     }
-    CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
+    if (bag_rows == 1) {  // the last row too
+      global_rows.push_back(rows - 1);
+      offsets.push_back(static_cast<std::int64_t>(global_rows.size()));
+    }
+    const std::int64_t B = static_cast<std::int64_t>(offsets.size()) - 1;
+    std::vector<float> weights(global_rows.size());
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      weights[i] = i % 3 == 0 ? -1.5f : (i % 3 == 1 ? 0x1p-20f : -0.0f);
+    for (const bool weighted : {false, true}) {
+      for (const bool mean : {false, true}) {
+        if (weighted && mean) continue;
+        CAPTURE(weighted);
+        CAPTURE(mean);
+        std::vector<float> ref(static_cast<std::size_t>(B * D), -1.0f), got(ref.size(), -2.0f);
+        for (const Kernel kernel : {Kernel::Portable, Kernel::Avx512}) {
+          use_kernel(kernel);
+          const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
+                                                    global_rows.data(),
+                                                    nullptr,
+                                                    weighted ? weights.data() : nullptr,
+                                                    mpe::CacheRef{},
+                                                    false,
+                                                    store.data(),
+                                                    2 * static_cast<std::size_t>(D),
+                                                    B,
+                                                    1,
+                                                    D,
+                                                    mean,
+                                                    kernel == Kernel::Portable ? ref.data() : got.data(),
+                                                    nullptr};
+          pb.host_range(0, B);
+        }
+        CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
+      }
+    }
   }
 }
 

@@ -135,6 +135,32 @@ struct PoolBags {
     for (index_t j = j0; j < j1; ++j) {
       float* o = output + (b * T + t) * D;
       const index_t begin = offsets[j], end = offsets[j + 1];
+#if MPE_HOST_AVX512
+      // A run of one-row bags of table t (the output rows T * D floats apart): one loop
+      // (simd512::pool_single_rows). Mean pooling leaves a one-row bag's sums as they are
+      // (mul(x, 1.0f) is x for every x the sum add(0, .) can give).
+      if (wide && !lookup && end - begin == 1) {
+        const index_t most = (j1 - j < B - b) ? j1 - j : B - b;
+        index_t k = 1;
+        while (k < most && offsets[j + k + 1] - offsets[j + k] == 1) ++k;
+        const simd::StoreRows* csrc = slot_of_occ ? &cache_src : nullptr;
+        if (weights) {
+          simd512::pool_single_rows<Storage, true>(store_src, csrc, begin, k, weights, D, o,
+                                                   static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
+        } else {
+          simd512::pool_single_rows<Storage, false>(
+              store_src, csrc, begin, k, nullptr, D, o,
+              static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
+        }
+        j += k - 1;
+        b += k;
+        if (b == B) {
+          b = 0;
+          ++t;
+        }
+        continue;
+      }
+#endif
       bool all_cached = !lookup && slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
       if (!lookup && !slot_of_occ) {
