@@ -225,7 +225,10 @@ struct CheckEmptyBagGrads {
 /// Every value of grad_output is tested once, the first non-finite one (the smallest
 /// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
 /// the batch failed validation. The sum rows of the first occurrences of the bag
-/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each); with
+/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each), and that
+/// bag's grad_output row (2 KiB ahead at D = 64: most of this loop's samples were on the
+/// first read of each grad_output row; the 26-table step 4 % faster, 32 bags ahead 5 %
+/// slower than 8; bench/RESULTS.md, ninth round); with
 /// AVX2 the loops are compiled for it (the same element-wise adds and multiplies).
 struct ScatterRowGradients {
   const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
@@ -268,6 +271,7 @@ struct ScatterRowGradients {
                                  : offsets[j2] + kScatterAheadRows;
           for (index_t i2 = offsets[j2]; i2 < e2; ++i2)
             prefetch_lines(grad + occ_to_unique[i2] * D, row_bytes);
+          prefetch_lines(grad_output + (ab * T + at) * D, row_bytes);  // memory order: sample ab, table at
           if (++at == T) {
             at = 0;
             ++ab;
