@@ -464,14 +464,19 @@ TEST_CASE("forward() and forward_inference() give the same bits with the fast pa
   }
 }
 
-// Every FP16 code (NaN and infinity included) through the AVX-512 kernel: store-only bags
-// of rows r and r + 1 (so accumulators hold NaN, infinities and both zeros when the next
-// row is added), plain and weighted, against the portable loop.
-TEST_CASE("AVX-512 pooling of every FP16 code gives the portable loop's bits") {
-  if (!mpe::detail::cpu_has_avx512()) {
-    MESSAGE("CPU without AVX-512 F/BW/VL (or built without it); skipped");
+// Every FP16 code (NaN and infinity included) through the AVX2 and AVX-512 kernels:
+// store-only bags of rows r and r + 1 (so accumulators hold NaN, infinities and both zeros
+// when the next row is added) and one-row bags (pool_single_rows: add(0, x) turns -0 into
+// +0), plain, weighted and mean, against the portable loop.
+TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's bits") {
+#if !MPE_HOST_SIMD
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#else
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
     return;
   }
+  if (!mpe::detail::cpu_has_avx512()) MESSAGE("CPU without AVX-512 F/BW/VL: the AVX2 kernels only");
   const SimdSwitch restore;
   const std::int32_t D = 64;
   const std::int64_t rows = 65536 / D;
@@ -500,28 +505,33 @@ TEST_CASE("AVX-512 pooling of every FP16 code gives the portable loop's bits") {
         CAPTURE(weighted);
         CAPTURE(mean);
         std::vector<float> ref(static_cast<std::size_t>(B * D), -1.0f), got(ref.size(), -2.0f);
-        for (const Kernel kernel : {Kernel::Portable, Kernel::Avx512}) {
-          use_kernel(kernel);
-          const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
-                                                    global_rows.data(),
-                                                    nullptr,
-                                                    weighted ? weights.data() : nullptr,
-                                                    mpe::CacheRef{},
-                                                    false,
-                                                    store.data(),
-                                                    2 * static_cast<std::size_t>(D),
-                                                    B,
-                                                    1,
-                                                    D,
-                                                    mean,
-                                                    kernel == Kernel::Portable ? ref.data() : got.data(),
-                                                    nullptr};
-          pb.host_range(0, B);
+        for (const Kernel fast : {Kernel::Avx2, Kernel::Avx512}) {
+          if (fast == Kernel::Avx512 && !mpe::detail::cpu_has_avx512()) continue;
+          CAPTURE(static_cast<int>(fast));
+          for (const Kernel kernel : {Kernel::Portable, fast}) {
+            use_kernel(kernel);
+            const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
+                                                      global_rows.data(),
+                                                      nullptr,
+                                                      weighted ? weights.data() : nullptr,
+                                                      mpe::CacheRef{},
+                                                      false,
+                                                      store.data(),
+                                                      2 * static_cast<std::size_t>(D),
+                                                      B,
+                                                      1,
+                                                      D,
+                                                      mean,
+                                                      kernel == Kernel::Portable ? ref.data() : got.data(),
+                                                      nullptr};
+            pb.host_range(0, B);
+          }
+          CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
         }
-        CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
       }
     }
   }
+#endif
 }
 
 #if MPE_HOST_SIMD

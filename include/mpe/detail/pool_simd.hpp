@@ -553,6 +553,64 @@ MPE_SIMD_TARGET void pool_bag(const Src& src, index_t begin, index_t end, const 
   }
 }
 
+/// One row of format S at `row` into the D floats at o as a one-row bag: add(0, x), weighted
+/// add(0, mul(w, x)), for each element x (pool_bag's operations on a bag of one row: groups
+/// of 8 by load8_for_arith, the rest by the Reader, or FP32 loads for S = Fp32).
+template <class S, bool Weighted>
+[[gnu::always_inline]] MPE_SIMD_TARGET inline void single_row(const std::uint8_t* row, std::int32_t D,
+                                                              float w, float* o) {
+  const Row<S> r(row, D);
+  const __m256 wv = _mm256_set1_ps(w), zero = _mm256_setzero_ps();
+  std::int32_t c = 0;
+  for (; c + 8 <= D; c += 8) {
+    __m256 x = load8_for_arith<S>(r, c);
+    if constexpr (Weighted) x = _mm256_mul_ps(wv, x);
+    _mm256_storeu_ps(o + c, _mm256_add_ps(zero, x));
+  }
+  if (c == D) return;
+  const typename S::Reader rd(row, D);
+  for (; c < D; ++c) {
+    const float x = rd[c];
+    o[c] = Weighted ? num::add(0.0f, num::mul(w, x)) : num::add(0.0f, x);
+  }
+}
+
+/// simd512::pool_single_rows's AVX2 twin (hosts without AVX-512): `count` bags of one row
+/// each, bag k's row occurrence i0 + k and its output o + k * o_stride; with `cache` (rows =
+/// slots, -1 where not cached) a cached occurrence is read from its FP32 cache row. Each
+/// element is what pool_bag gives a bag of one row, bit for bit; the row `dist` occurrences
+/// ahead (of its own source) is prefetched into L2.
+template <class S, bool Weighted>
+MPE_SIMD_TARGET void pool_single_rows(const StoreRows& store, const StoreRows* cache, index_t i0,
+                                      index_t count, const float* weights, std::int32_t D, float* o,
+                                      std::size_t o_stride) {
+  float w = 1.0f;
+  const StoreRows& ahead = cache ? *cache : store;  // the distance: of the cache rows where there are some
+  const index_t dist = ahead.dist, pf_end = ahead.n - dist;
+  for (index_t k = 0; k < count; ++k) {
+    const index_t i = i0 + k;
+    const index_t s = cache ? cache->rows[i] : -1;
+    if (i < pf_end) {
+      const index_t s2 = cache ? cache->rows[i + dist] : -1;
+      if (s2 >= 0) {
+        prefetch_row_lines<0>(prefetch_address(cache->store, s2, cache->stride), cache->lines,
+                              cache->bytes - 1);
+      } else {
+        prefetch_row_lines<0>(prefetch_address(store.store, store.rows[i + dist], store.stride), store.lines,
+                              store.bytes - 1);
+      }
+    }
+    if constexpr (Weighted) w = weights[i];
+    float* out = o + static_cast<std::size_t>(k) * o_stride;
+    if (s >= 0) {
+      single_row<Fp32, Weighted>(cache->store + static_cast<std::size_t>(s) * cache->stride, D, w, out);
+    } else {
+      single_row<S, Weighted>(store.store + static_cast<std::size_t>(store.rows[i]) * store.stride, D, w,
+                              out);
+    }
+  }
+}
+
 /// Decodes one store row of format S (has_row<S>) into D floats at dst: the Reader's values,
 /// bit for bit (8-column groups by Row<S>::load8, which is exact, the rest by the Reader).
 /// A cache fill. Pinned by tests/test_pool_simd.cpp.

@@ -135,23 +135,15 @@ struct PoolBags {
     for (index_t j = j0; j < j1; ++j) {
       float* o = output + (b * T + t) * D;
       const index_t begin = offsets[j], end = offsets[j + 1];
-#if MPE_HOST_AVX512
       // A run of one-row bags of table t (the output rows T * D floats apart): one loop
-      // (simd512::pool_single_rows). Mean pooling leaves a one-row bag's sums as they are
-      // (mul(x, 1.0f) is x for every x the sum add(0, .) can give).
-      if (wide && !lookup && end - begin == 1) {
+      // (simd512::pool_single_rows, or simd::pool_single_rows without AVX-512). Mean
+      // pooling leaves a one-row bag's sums as they are (mul(x, 1.0f) is x for every x the
+      // sum add(0, .) can give).
+      if (!lookup && end - begin == 1) {
         const index_t most = (j1 - j < B - b) ? j1 - j : B - b;
         index_t k = 1;
         while (k < most && offsets[j + k + 1] - offsets[j + k] == 1) ++k;
-        const simd::StoreRows* csrc = slot_of_occ ? &cache_src : nullptr;
-        if (weights) {
-          simd512::pool_single_rows<Storage, true>(store_src, csrc, begin, k, weights, D, o,
-                                                   static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
-        } else {
-          simd512::pool_single_rows<Storage, false>(
-              store_src, csrc, begin, k, nullptr, D, o,
-              static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
-        }
+        pool_single_run(wide, store_src, slot_of_occ ? &cache_src : nullptr, begin, k, o);
         j += k - 1;
         b += k;
         if (b == B) {
@@ -160,7 +152,6 @@ struct PoolBags {
         }
         continue;
       }
-#endif
       bool all_cached = !lookup && slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
       if (!lookup && !slot_of_occ) {
@@ -178,6 +169,30 @@ struct PoolBags {
         b = 0;
         ++t;
       }
+    }
+  }
+  /// `count` one-row bags from occurrence i0, outputs T * D floats apart from o: by
+  /// simd512::pool_single_rows where `wide`, else simd::pool_single_rows (the same bits).
+  MPE_POOL_SIMD_TARGET void pool_single_run(bool wide, const simd::StoreRows& store_src,
+                                            const simd::StoreRows* cache_src, index_t i0, index_t count,
+                                            float* o) const {
+    const std::size_t o_stride = static_cast<std::size_t>(T) * static_cast<std::size_t>(D);
+#if MPE_HOST_AVX512
+    if (wide) {
+      if (weights) {
+        simd512::pool_single_rows<Storage, true>(store_src, cache_src, i0, count, weights, D, o, o_stride);
+      } else {
+        simd512::pool_single_rows<Storage, false>(store_src, cache_src, i0, count, nullptr, D, o, o_stride);
+      }
+      return;
+    }
+#else
+    (void)wide;
+#endif
+    if (weights) {
+      simd::pool_single_rows<Storage, true>(store_src, cache_src, i0, count, weights, D, o, o_stride);
+    } else {
+      simd::pool_single_rows<Storage, false>(store_src, cache_src, i0, count, nullptr, D, o, o_stride);
     }
   }
   /// One bag [begin, end) of one row array into o: by simd512::pool_bag where `wide` (the
