@@ -14,12 +14,13 @@
 /// | `"begin"` | nothing: forward() was entered |
 /// | `"validate"` | shape checks, index/offset validation and the expansion to global rows |
 /// | `"dedup"` | populate: the batch's unique rows (BitmapUnique, else a stable sort) |
-/// | `"sort"` | populate: the policy's observation, admission keys, their sort by set and the rows in
-/// admission order (AdmitRows) | | `"hits"` | populate: AdmitSet's Hits launch (lookups); empty on one host
-/// thread (*) | | `"misses"` | populate: AdmitSet's Misses launch (victims, write-backs, fills) (*) | |
-/// `"count"` | populate: outcome tallies, counters and the policy's decay | | `"slots"` | forward: each
-/// occurrence's cache slot | | `"pool"` | forward: pooling (PoolBags) | | `"end"` | forward: what backward()
-/// needs kept; forward() returns |
+/// | `"sort"` | populate: observation, admission keys, their sort by set, rows in order (AdmitRows) |
+/// | `"hits"` | populate: AdmitSet's Hits launch (lookups); empty on one host thread (*) |
+/// | `"misses"` | populate: AdmitSet's Misses launch (victims, write-backs, fills) (*) |
+/// | `"count"` | populate: outcome tallies, counters and the policy's decay |
+/// | `"slots"` | forward: each occurrence's cache slot |
+/// | `"pool"` | forward: pooling (PoolBags) |
+/// | `"end"` | forward: what backward() needs kept; forward() returns |
 ///
 /// (*) On one host thread (built-in policies: detail::set_local_policy) the hits run inside
 /// the misses pass (AdmitSet::run_fused), so `"misses"` ends both and `"hits"` ends an empty
