@@ -346,59 +346,31 @@ MPE_AVX512_ROW inline void single_row(const std::uint8_t* row, std::int32_t D, c
 }
 
 /// `count` bags of one row each (an embedding step's one index per table per sample): bag k's
-/// row is occurrence i0 + k and its output the D floats at o + k * o_stride. With `cache`
-/// (rows = each occurrence's slot, -1 where not cached) an occurrence with a slot is read
-/// from its FP32 cache row, the others from `store` (format S); without, every row from
-/// `store`. Each element is single_value of its row's element: pool_bag's result for a bag
-/// of one row, bit for bit (tests/test_pool_simd.cpp). The row `dist` occurrences ahead (of
-/// its own source) is prefetched into L2 as pool_bag's first pass does. One short loop over
-/// the run, where one pool_bag call per bag spent ~100 instructions of setup per row: with
-/// every row's prefetch waiting on a page walk, the reorder buffer then held ~3 rows, not
-/// ~16 (FP32, 3M rows, 53,248 one-row bags: 9.2 -> 2.7 ms against FBGEMM's 3.0 ms;
-/// bench/RESULTS.md, ninth round).
-template <class S, bool Weighted>
-MPE_AVX512_TARGET void pool_single_rows(const simd::StoreRows& store, const simd::StoreRows* cache,
-                                        index_t i0, index_t count, const float* weights, std::int32_t D,
-                                        float* o, std::size_t o_stride) {
+/// row is occurrence i0 + k of `src` and its output the D floats at o + k * o_stride. `src`
+/// is simd::pool_bag's row source: simd::StoreRows (store rows), or simd::FnRows (PoolBags'
+/// mixed source: each occurrence from its FP32 cache row or the store, format S), whose
+/// `ahead(i)` prefetches as pool_bag's first pass does. Each element is single_value of its
+/// row's element: pool_bag's result for a bag of one row, bit for bit
+/// (tests/test_pool_simd.cpp). One short loop over the run, where one pool_bag call per bag
+/// spent ~100 instructions of setup per row: with every row's prefetch waiting on a page
+/// walk, the reorder buffer then held ~3 rows, not ~16 (FP32, 3M rows, 53,248 one-row bags:
+/// 9.2 -> 2.7 ms against FBGEMM's 3.0 ms; bench/RESULTS.md, ninth round).
+template <class S, bool Weighted, class Src>
+MPE_AVX512_TARGET void pool_single_rows(const Src& src, index_t i0, index_t count, const float* weights,
+                                        std::int32_t D, float* o, std::size_t o_stride) {
   const TailMask tail = TailMask::of(D % 16);
   __m512 w = _mm512_setzero_ps();
-  if (!cache) {
-    const index_t pf_end = store.n - store.dist;  // occurrences below it prefetch i + dist
-    for (index_t k = 0; k < count; ++k) {
-      const index_t i = i0 + k;
-      if (i < pf_end) {
-        simd::prefetch_row_lines<0>(
-            simd::prefetch_address(store.store, store.rows[i + store.dist], store.stride), store.lines,
-            store.bytes - 1);
-      }
-      if constexpr (Weighted) w = _mm512_set1_ps(weights[i]);
-      single_row<S, Weighted>(store.store + static_cast<std::size_t>(store.rows[i]) * store.stride, D, tail,
-                              w, o + static_cast<std::size_t>(k) * o_stride);
-    }
-    return;
-  }
-  const index_t dist = cache->dist;
-  const index_t pf_end = cache->n - dist;
   for (index_t k = 0; k < count; ++k) {
     const index_t i = i0 + k;
-    if (i < pf_end) {
-      const index_t s = cache->rows[i + dist];
-      if (s >= 0) {
-        simd::prefetch_row_lines<0>(simd::prefetch_address(cache->store, s, cache->stride), cache->lines,
-                                    cache->bytes - 1);
-      } else {
-        simd::prefetch_row_lines<0>(simd::prefetch_address(store.store, store.rows[i + dist], store.stride),
-                                    store.lines, store.bytes - 1);
-      }
-    }
+    src.ahead(i);
     if constexpr (Weighted) w = _mm512_set1_ps(weights[i]);
+    bool cached = false;
+    const std::uint8_t* row = src.row(i, cached);
     float* out = o + static_cast<std::size_t>(k) * o_stride;
-    const index_t s = cache->rows[i];
-    if (s >= 0) {
-      single_row<Fp32, Weighted>(cache->store + static_cast<std::size_t>(s) * cache->stride, D, tail, w, out);
+    if (Src::may_be_cached && cached) {
+      single_row<Fp32, Weighted>(row, D, tail, w, out);
     } else {
-      single_row<S, Weighted>(store.store + static_cast<std::size_t>(store.rows[i]) * store.stride, D, tail,
-                              w, out);
+      single_row<S, Weighted>(row, D, tail, w, out);
     }
   }
 }

@@ -575,38 +575,24 @@ template <class S, bool Weighted>
   }
 }
 
-/// simd512::pool_single_rows's AVX2 twin (hosts without AVX-512): `count` bags of one row
-/// each, bag k's row occurrence i0 + k and its output o + k * o_stride; with `cache` (rows =
-/// slots, -1 where not cached) a cached occurrence is read from its FP32 cache row. Each
-/// element is what pool_bag gives a bag of one row, bit for bit; the row `dist` occurrences
-/// ahead (of its own source) is prefetched into L2.
-template <class S, bool Weighted>
-MPE_SIMD_TARGET void pool_single_rows(const StoreRows& store, const StoreRows* cache, index_t i0,
-                                      index_t count, const float* weights, std::int32_t D, float* o,
-                                      std::size_t o_stride) {
+/// simd512::pool_single_rows's AVX2 twin (hosts without AVX-512), on the same row sources:
+/// `count` bags of one row each, bag k's row occurrence i0 + k of `src` and its output
+/// o + k * o_stride; each element what pool_bag gives a bag of one row, bit for bit.
+template <class S, bool Weighted, class Src>
+MPE_SIMD_TARGET void pool_single_rows(const Src& src, index_t i0, index_t count, const float* weights,
+                                      std::int32_t D, float* o, std::size_t o_stride) {
   float w = 1.0f;
-  const StoreRows& ahead = cache ? *cache : store;  // the distance: of the cache rows where there are some
-  const index_t dist = ahead.dist, pf_end = ahead.n - dist;
   for (index_t k = 0; k < count; ++k) {
     const index_t i = i0 + k;
-    const index_t s = cache ? cache->rows[i] : -1;
-    if (i < pf_end) {
-      const index_t s2 = cache ? cache->rows[i + dist] : -1;
-      if (s2 >= 0) {
-        prefetch_row_lines<0>(prefetch_address(cache->store, s2, cache->stride), cache->lines,
-                              cache->bytes - 1);
-      } else {
-        prefetch_row_lines<0>(prefetch_address(store.store, store.rows[i + dist], store.stride), store.lines,
-                              store.bytes - 1);
-      }
-    }
+    src.ahead(i);
     if constexpr (Weighted) w = weights[i];
+    bool cached = false;
+    const std::uint8_t* row = src.row(i, cached);
     float* out = o + static_cast<std::size_t>(k) * o_stride;
-    if (s >= 0) {
-      single_row<Fp32, Weighted>(cache->store + static_cast<std::size_t>(s) * cache->stride, D, w, out);
+    if (Src::may_be_cached && cached) {
+      single_row<Fp32, Weighted>(row, D, w, out);
     } else {
-      single_row<S, Weighted>(store.store + static_cast<std::size_t>(store.rows[i]) * store.stride, D, w,
-                              out);
+      single_row<S, Weighted>(row, D, w, out);
     }
   }
 }

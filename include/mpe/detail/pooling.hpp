@@ -143,7 +143,11 @@ struct PoolBags {
         const index_t most = (j1 - j < B - b) ? j1 - j : B - b;
         index_t k = 1;
         while (k < most && offsets[j + k + 1] - offsets[j + k] == 1) ++k;
-        pool_single_run(wide, store_src, slot_of_occ ? &cache_src : nullptr, begin, k, o);
+        if (slot_of_occ) {
+          pool_single_run(wide, mixed_src, begin, k, o);
+        } else {
+          pool_single_run(wide, store_src, begin, k, o);
+        }
         j += k - 1;
         b += k;
         if (b == B) {
@@ -171,18 +175,19 @@ struct PoolBags {
       }
     }
   }
-  /// `count` one-row bags from occurrence i0, outputs T * D floats apart from o: by
-  /// simd512::pool_single_rows where `wide`, else simd::pool_single_rows (the same bits).
-  MPE_POOL_SIMD_TARGET void pool_single_run(bool wide, const simd::StoreRows& store_src,
-                                            const simd::StoreRows* cache_src, index_t i0, index_t count,
+  /// `count` one-row bags from occurrence i0 of `src` (store_src, or mixed_src with slots),
+  /// outputs T * D floats apart from o: by simd512::pool_single_rows where `wide`, else
+  /// simd::pool_single_rows (the same bits).
+  template <class Src>
+  MPE_POOL_SIMD_TARGET void pool_single_run(bool wide, const Src& src, index_t i0, index_t count,
                                             float* o) const {
     const std::size_t o_stride = static_cast<std::size_t>(T) * static_cast<std::size_t>(D);
 #if MPE_HOST_AVX512
     if (wide) {
       if (weights) {
-        simd512::pool_single_rows<Storage, true>(store_src, cache_src, i0, count, weights, D, o, o_stride);
+        simd512::pool_single_rows<Storage, true>(src, i0, count, weights, D, o, o_stride);
       } else {
-        simd512::pool_single_rows<Storage, false>(store_src, cache_src, i0, count, nullptr, D, o, o_stride);
+        simd512::pool_single_rows<Storage, false>(src, i0, count, nullptr, D, o, o_stride);
       }
       return;
     }
@@ -190,9 +195,9 @@ struct PoolBags {
     (void)wide;
 #endif
     if (weights) {
-      simd::pool_single_rows<Storage, true>(store_src, cache_src, i0, count, weights, D, o, o_stride);
+      simd::pool_single_rows<Storage, true>(src, i0, count, weights, D, o, o_stride);
     } else {
-      simd::pool_single_rows<Storage, false>(store_src, cache_src, i0, count, nullptr, D, o, o_stride);
+      simd::pool_single_rows<Storage, false>(src, i0, count, nullptr, D, o, o_stride);
     }
   }
   /// One bag [begin, end) of one row array into o: by simd512::pool_bag where `wide` (the
