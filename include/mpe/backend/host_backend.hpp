@@ -191,14 +191,16 @@ struct HostBackend {
 
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep
   /// their order, so the result does not depend on the thread count. Every key must lie in
-  /// [0, 2^key_bits) (integral keys). One thread: detail::radix_sort_pairs over those bits
-  /// only; more: thrust::stable_sort_by_key. The same result either way (a stable sort's is
-  /// unique).
+  /// [0, 2^key_bits) (integral keys; the bound the Backend concept passes, used by the GPU's
+  /// radix sort; the host finds the bits in use from the keys). One thread:
+  /// detail::radix_sort_pairs over the bits in which the keys differ; more:
+  /// thrust::stable_sort_by_key. The same result either way (a stable sort's is unique).
   template <class K, class V>
-  void stable_sort_by_key(K* keys, V* values, index_t n, int key_bits = 8 * sizeof(K)) const {
+  void stable_sort_by_key(K* keys, V* values, index_t n,
+                          [[maybe_unused]] int key_bits = 8 * sizeof(K)) const {
     if (n <= 1) return;
     if (threads() == 1) {
-      detail::radix_sort_pairs(keys, values, static_cast<std::size_t>(n), key_bits);
+      detail::radix_sort_pairs(keys, values, static_cast<std::size_t>(n));
       return;
     }
     run([&](auto&& policy) { thrust::stable_sort_by_key(policy, keys, keys + n, values); });

@@ -27,15 +27,14 @@ namespace mpe::detail {
 inline constexpr int kRadixDigitBits = 11;
 
 /// Sorts values (n) by keys (n) with equal keys in their input order (keys compared as
-/// unsigned, like Thrust's order of non-negative keys). `key_bits`: the caller's bound on
-/// the keys, [0, 2^key_bits); <= 32 lets keys and values below 2^32 be sorted packed. The
-/// digits sorted are the bits in which the keys differ, found from the keys, so a key past
-/// the bound is still ordered (the full stable sort either way). Scratch: two arrays of n keys and values,
+/// unsigned, like Thrust's order of non-negative keys). The digits sorted are the bits in
+/// which the keys differ, found from the keys; where every key and value is below 2^32 the
+/// pairs are sorted packed. Scratch: two arrays of n keys and values,
 /// kept per thread between calls (not freed, not counted by memory(): 16 bytes per key of
 /// the largest sort; 16 more where keys and values fit 32 bits, which are sorted packed).
 /// Host only; synchronous.
 template <class K, class V>
-void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
+void radix_sort_pairs(K* keys, V* values, std::size_t n) {
   static_assert(std::is_integral_v<K>, "radix_sort_pairs: integral keys only");
   using UK = std::make_unsigned_t<K>;
   constexpr std::size_t kBuckets = std::size_t{1} << kRadixDigitBits;
@@ -87,7 +86,7 @@ void radix_sort_pairs(K* keys, V* values, std::size_t n, int key_bits) {
     // Keys and values below 2^32 (mpe's row and position sorts): each pair packed into one
     // u64 (key << 32 | value), so every pass moves 8 bytes per pair instead of 16; the
     // digits are the key's, so the order is the pair sort's.
-    if (key_bits <= 32) {
+    if ((static_cast<std::uint64_t>(any) >> 32) == 0) {  // keys below 2^32 (values checked below)
       thread_local std::vector<std::uint64_t> packed, packed_tmp;
       if (packed.size() < n) packed.resize(n);
       std::uint64_t wide = 0;  // OR of every key and value: both below 2^32?
