@@ -122,11 +122,11 @@ def main(argv=None):
           f"thread CPU time per step; ratio = variant / {ref} on the same batch")
     for v in names:
         per = [c / r for c, r in zip(cpu[v], cpu[ref])]
+        q = statistics.quantiles(per, n=4) if len(per) > 1 else [per[0]] * 3
         r = dict(median_cpu_ms=statistics.median(cpu[v]), median_wall_ms=statistics.median(wall[v]),
                  median_ratio=statistics.median(per),
                  ratio_of_medians=statistics.median(cpu[v]) / statistics.median(cpu[ref]),
-                 ratio_q1=statistics.quantiles(per, n=4)[0] if len(per) > 1 else per[0],
-                 ratio_q3=statistics.quantiles(per, n=4)[2] if len(per) > 1 else per[0])
+                 ratio_q1=q[0], ratio_q3=q[2])
         res["results"][v] = r
         print(f"{v:16s} median {r['median_cpu_ms']:7.3f} ms (wall {r['median_wall_ms']:7.3f})  "
               f"ratio {r['median_ratio']:.3f} (quartiles {r['ratio_q1']:.3f} - {r['ratio_q3']:.3f}; "
