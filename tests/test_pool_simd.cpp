@@ -477,26 +477,18 @@ TEST_CASE("forward() and forward_inference() give the same bits with the fast pa
   }
 }
 
-// Every FP16 code (NaN and infinity included) through the AVX2 and AVX-512 kernels:
-// store-only bags of rows r and r + 1 (so accumulators hold NaN, infinities and both zeros
-// when the next row is added) and one-row bags (pool_single_rows: add(0, x) turns -0 into
-// +0), plain, weighted and mean, against the portable loop.
-TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's bits") {
-#if !MPE_HOST_SIMD
-  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
-#else
-  if (!mpe::detail::cpu_has_avx2_f16c()) {
-    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
-    return;
-  }
-  if (!mpe::detail::cpu_has_avx512()) MESSAGE("CPU without AVX-512 F/BW/VL: the AVX2 kernels only");
+#if MPE_HOST_SIMD
+namespace {
+/// Store-only bags over `rows` rows of format S (D columns, `stride` bytes apart) through the
+/// AVX2 and AVX-512 kernels against the portable loop, in bits: bags of rows r and r + 1 (so
+/// accumulators hold what one row's values make of the next: NaN, infinities, both zeros)
+/// and one-row bags (simd512::pool_single_rows: add(0, x) turns -0 into +0), plain, weighted
+/// and mean.
+template <class S>
+void compare_kernels_on(const std::vector<std::uint8_t>& store, std::size_t stride, std::int32_t D,
+                        std::int64_t rows) {
   const SimdSwitch restore;
-  const std::int32_t D = 64;
-  const std::int64_t rows = 65536 / D;
-  std::vector<std::uint8_t> store(static_cast<std::size_t>(65536 * 2));
-  for (std::uint32_t h = 0; h < 65536; ++h)
-    mpe::num::store_u16(store.data() + 2 * h, static_cast<std::uint16_t>(h));
-  for (const int bag_rows : {2, 1}) {  // one-row bags: simd512::pool_single_rows
+  for (const int bag_rows : {2, 1}) {
     CAPTURE(bag_rows);
     std::vector<std::int64_t> global_rows, offsets{0};
     for (std::int64_t r = 0; r + 1 < rows; ++r) {
@@ -523,26 +515,91 @@ TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's 
           CAPTURE(static_cast<int>(fast));
           for (const Kernel kernel : {Kernel::Portable, fast}) {
             use_kernel(kernel);
-            const mpe::detail::PoolBags<mpe::Fp16> pb{offsets.data(),
-                                                      global_rows.data(),
-                                                      nullptr,
-                                                      weighted ? weights.data() : nullptr,
-                                                      mpe::CacheRef{},
-                                                      false,
-                                                      store.data(),
-                                                      2 * static_cast<std::size_t>(D),
-                                                      B,
-                                                      1,
-                                                      D,
-                                                      mean,
-                                                      kernel == Kernel::Portable ? ref.data() : got.data(),
-                                                      nullptr};
+            const mpe::detail::PoolBags<S> pb{offsets.data(),
+                                              global_rows.data(),
+                                              nullptr,
+                                              weighted ? weights.data() : nullptr,
+                                              mpe::CacheRef{},
+                                              false,
+                                              store.data(),
+                                              stride,
+                                              B,
+                                              1,
+                                              D,
+                                              mean,
+                                              kernel == Kernel::Portable ? ref.data() : got.data(),
+                                              nullptr};
             pb.host_range(0, B);
           }
           CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
         }
       }
     }
+  }
+}
+}  // namespace
+#endif
+
+// Every FP16 code (NaN and infinity included) through the AVX2 and AVX-512 kernels.
+TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's bits") {
+#if !MPE_HOST_SIMD
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#else
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
+    return;
+  }
+  if (!mpe::detail::cpu_has_avx512()) MESSAGE("CPU without AVX-512 F/BW/VL: the AVX2 kernels only");
+  const std::int32_t D = 64;
+  std::vector<std::uint8_t> store(static_cast<std::size_t>(65536 * 2));
+  for (std::uint32_t h = 0; h < 65536; ++h)
+    mpe::num::store_u16(store.data() + 2 * h, static_cast<std::uint16_t>(h));
+  compare_kernels_on<mpe::Fp16>(store, 2 * static_cast<std::size_t>(D), D, 65536 / D);
+#endif
+}
+
+// INT4 rows holding every code in every column, with every class of FP16 scale and bias
+// (zeros, subnormals, largest finite, infinities, quiet and signalling NaNs with payloads),
+// each followed by a finite row, so no bag adds two NaN rows (whose payload is not promised:
+// docs/numerics.md, section 5): the AVX-512 kernel looks each element up in a per-row table
+// of the 16 decoded values, which must give the elementwise decode's bits whatever the
+// scale and bias.
+TEST_CASE(
+    "AVX2 and AVX-512 pooling of INT4 rows with special scales and biases give the portable loop's bits") {
+#if !MPE_HOST_SIMD
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+#else
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
+    return;
+  }
+  const std::uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0xbc00, 0x2e66, 0x7bff,
+                                    0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x7d23};
+  for (const std::int32_t D : {64, 17}) {  // 17: a last register of one column
+    CAPTURE(D);
+    const std::size_t stride = mpe::row_bytes<mpe::Int4Rowwise>(D, 4);
+    const std::int32_t nb = (D + 1) / 2;
+    std::vector<std::uint8_t> store;
+    std::int64_t rows = 0;
+    const auto add_row = [&](std::uint16_t sh, std::uint16_t bh, int shift) {
+      store.resize(store.size() + stride, 0);
+      std::uint8_t* row = store.data() + static_cast<std::size_t>(rows++) * stride;
+      for (std::int32_t d = 0; d < D; ++d) {
+        const auto q = static_cast<std::uint8_t>((d + shift) % 16);
+        row[d / 2] = static_cast<std::uint8_t>(row[d / 2] | (d % 2 == 0 ? q : q << 4));
+      }
+      mpe::num::store_u16(row + nb, sh);
+      mpe::num::store_u16(row + nb + 2, bh);
+    };
+    for (const std::uint16_t sh : specials) {
+      for (const std::uint16_t bh : specials) {
+        for (int shift = 0; shift < 16; ++shift) {  // every code in every column
+          add_row(sh, bh, shift);
+          add_row(0x3c00, 0xb800, 16 - shift);  // scale 1, bias -0.5: finite
+        }
+      }
+    }
+    compare_kernels_on<mpe::Int4Rowwise>(store, stride, D, rows);
   }
 #endif
 }

@@ -66,6 +66,8 @@ extern "C" __attribute__((visibility("default"))) void* pair_make(int kind, cons
   if (kind == 0) o = new Emb<mpe::Fp32, mpe::Lru<32>>(r, frac, train, B);
   if (kind == 1) o = new Emb<mpe::Int8Rowwise, mpe::Lru<32>>(r, frac, train, B);
   if (kind == 2) o = new Emb<mpe::Int8Rowwise, mpe::Lfu<32>>(r, frac, train, B);
+  if (kind == 3) o = new Emb<mpe::Fp16, mpe::Lru<32>>(r, frac, train, B);
+  if (kind == 4) o = new Emb<mpe::Int4Rowwise, mpe::Lru<32>>(r, frac, train, B);
   return o;
 }
 extern "C" __attribute__((visibility("default"))) void pair_run(void* o, const std::int64_t* idx,

@@ -8,7 +8,8 @@
 // modes: step_fp32 / step_int8: the 26-table training step of issue #17 (batches from
 // /tmp/batches.bin, written by dump_step_batches.py; FP32 store, or INT8 + 5 % Lru<32>;
 // forward + backward, SGD); fwd_int8: forward with populate, INT8 + 5 % Lru<32>, 1M rows,
-// B = 2048, L = 32, Zipf 1.05 with scattered hot ranks (16 batches).
+// B = 2048, L = 32, Zipf 1.05 with scattered hot ranks (16 batches); fwd_store_<format> (fp32,
+// fp16, int8, int4): the same forward without a cache; fwd_store_<format>_uniform: uniform rows.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -77,11 +78,24 @@ int main(int argc, char** argv) {
     }
     kind = mode == "step_fp32" ? 0 : 1;
     frac = kind ? 0.05 : 0.0;
-  } else {  // fwd_int8: 1M rows, B=2048 L=32, Zipf 1.05 with scattered hot ranks, INT8 + 5% LRU, forward only
+  } else {
+    // fwd_int8: 1M rows, B=2048 L=32, Zipf 1.05 with scattered hot ranks, INT8 + 5% LRU, forward only.
+    // fwd_store_<fp32|fp16|int8|int4>[_uniform]: the same batches (or uniform ones), store only.
     rows = {1000000};
     kind = 1;
     frac = 0.05;
     train = 0;
+    bool uniform = false;
+    if (mode.rfind("fwd_store_", 0) == 0) {
+      const std::string f = mode.substr(10, 4);
+      kind = f == "fp32" ? 0 : f == "fp16" ? 3 : f == "int8" ? 1 : f == "int4" ? 4 : -1;
+      if (kind < 0) {
+        std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+        return 2;
+      }
+      frac = 0;
+      uniform = mode.size() > 14 && mode.substr(14) == "_uniform";
+    }
     const std::int64_t L = 32, R = 1000000;
     std::vector<double> cdf(R);
     double s = 0;
@@ -99,7 +113,10 @@ int main(int argc, char** argv) {
       b.idx.resize(B * L);
       b.off.resize(B + 1);
       for (std::int64_t i = 0; i <= B; ++i) b.off[i] = i * L;
-      for (auto& x : b.idx) x = perm[std::lower_bound(cdf.begin(), cdf.end(), u(g)) - cdf.begin()];
+      for (auto& x : b.idx) {
+        x = uniform ? static_cast<std::int64_t>(g() % R)
+                    : perm[std::lower_bound(cdf.begin(), cdf.end(), u(g)) - cdf.begin()];
+      }
     }
   }
   void* o[2];

@@ -14,7 +14,8 @@
 ///
 /// Bits (the numerics contract): the same operations as the AVX2 kernel and the portable
 /// loop, element by element. Each element is decoded as `Storage::Reader` defines it
-/// (simd::Row's formulas, 16 lanes wide), then one correctly rounded multiply by the
+/// (simd::Row's formulas, 16 lanes wide; INT4 looks its element up among the row's 16
+/// values, each computed by that formula), then one correctly rounded multiply by the
 /// weight (weighted) and one correctly rounded add to its column's accumulator, rows in
 /// index order. With AVX-512 enabled a compiler may fuse a multiply and an add into an FMA
 /// (GCC turns `_mm512_mul_ps` + `_mm512_add_ps` into `vfmadd` under -ffp-contract=fast, its
@@ -176,25 +177,39 @@ struct Row<Int8Rowwise> {
   }
 };
 
-/// INT4 row-wise: the same with FP16 scale and bias after the (D + 1) / 2 code bytes, low
-/// nibble first.
+/// INT4 row-wise: add(mul(scale, float(q)), bias) with FP16 scale and bias after the
+/// (D + 1) / 2 code bytes, low nibble first. The 16 possible values are computed once per
+/// row (`table`, by those operations on q = 0 .. 15) and each element is looked up by its
+/// code (`vpermps`, a move): the same bits as decoding every element, with 4 instructions
+/// per 16 columns instead of 7 (INT4 store-only forward, 1M rows, Zipf and uniform: 0.88x
+/// the time, bench/paired/ fwd_store_int4; bench/RESULTS.md, tenth round).
 template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
-  __m512 scale, bias;
+  __m512 table;  // table[q] = add(mul(scale, q), bias), q = 0 .. 15
+  /// Scale and bias by vcvtph2ps, with no branch for NaN codes (simd::Row<Int4Rowwise> takes
+  /// the software decode there, a call that made GCC keep the accumulators in memory): it
+  /// differs from the software decode only in a signalling NaN's quiet bit, and both are
+  /// only operands of the table's multiply and add, whose result is the same quiet NaN either
+  /// way (x86 returns the first NaN operand, quieted). Pinned by the INT4 special-values
+  /// case of tests/test_pool_simd.cpp.
   MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const simd::Row<Int4Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
-    scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
-    bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
+    const std::int32_t nb = (D + 1) / 2;
+    const std::uint32_t sb = num::load_u16(r + nb) | static_cast<std::uint32_t>(num::load_u16(r + nb + 2))
+                                                         << 16;
+    const __m128 sbf = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sb)));  // scale, bias
+    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, sbf);
+    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm_movehdup_ps(sbf));
+    const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
+                                        11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
+    table = add(mul(scale, codes), bias);
   }
-  /// Elements [c, c + 16) from the 8 bytes at c / 2 (c even): each byte doubled, widened to
-  /// 32 bits, shifted by 0 or 4 and masked to its nibble.
+  /// Elements [c, c + 16) from the 8 bytes at c / 2 (c even): byte k's low nibble is element
+  /// 2k, its high nibble (the byte shifted right by 4 within its 16-bit word) element 2k + 1;
+  /// each lands in the low 4 bits of a 32-bit lane, the only bits `vpermps` reads.
   MPE_AVX512_ROW __m512 decode(__m128i b) const {
-    const __m128i twice = _mm_unpacklo_epi8(b, b);  // b0 b0 b1 b1 ... b7 b7
-    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-    const __m512i q =
-        _mm512_and_si512(_mm512_maskz_srlv_epi32(kAll, widen_u8(twice), shift), _mm512_set1_epi32(0xf));
-    return add(mul(scale, to_float(q)), bias);
+    const __m128i codes = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));  // b0, b0 >> 4, b1, ...
+    return _mm512_maskz_permutexvar_ps(kAll, widen_u8(codes), table);
   }
   MPE_AVX512_ROW __m512 load(std::int32_t c) const {
     return decode(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c / 2)));
