@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <random>
@@ -38,6 +39,7 @@ struct Emb : Obj {
     cfg.cache_rows = static_cast<std::int64_t>(frac * static_cast<double>(total));
     mpe::HostBackend be;
     be.num_threads = 1;
+    be.huge_pages = std::getenv("PAIR_4K") == nullptr;  // PAIR_4K=1: 4 KiB pages, as fbgemm_side_by_side
     e = std::make_unique<mpe::CachedEmbedding<S, Policy, mpe::StochasticRounding, mpe::HostBackend>>(cfg, be);
     e->init_uniform(-0.05f, 0.05f);
     out.resize(static_cast<std::size_t>(B) * rows.size() * 64);

@@ -10,6 +10,8 @@
 // forward + backward, SGD); fwd_int8: forward with populate, INT8 + 5 % Lru<32>, 1M rows,
 // B = 2048, L = 32, Zipf 1.05 with scattered hot ranks (16 batches); fwd_store_<format> (fp32,
 // fp16, int8, int4): the same forward without a cache; fwd_store_<format>_uniform: uniform rows.
+// PAIR_ROWS=<n> in the environment: tables of n rows instead of 1M (fwd modes); PAIR_4K=1: the
+// store and cache on 4 KiB pages (HostBackend::huge_pages off), as fbgemm_side_by_side keeps them.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -81,7 +84,9 @@ int main(int argc, char** argv) {
   } else {
     // fwd_int8: 1M rows, B=2048 L=32, Zipf 1.05 with scattered hot ranks, INT8 + 5% LRU, forward only.
     // fwd_store_<fp32|fp16|int8|int4>[_uniform]: the same batches (or uniform ones), store only.
-    rows = {1000000};
+    const char* env_rows = std::getenv("PAIR_ROWS");  // table rows (default 1M)
+    const std::int64_t R = env_rows ? std::atoll(env_rows) : 1000000;
+    rows = {R};
     kind = 1;
     frac = 0.05;
     train = 0;
@@ -96,7 +101,7 @@ int main(int argc, char** argv) {
       frac = 0;
       uniform = mode.size() > 14 && mode.substr(14) == "_uniform";
     }
-    const std::int64_t L = 32, R = 1000000;
+    const std::int64_t L = 32;
     std::vector<double> cdf(R);
     double s = 0;
     for (std::int64_t i = 0; i < R; ++i) {

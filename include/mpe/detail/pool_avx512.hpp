@@ -187,19 +187,10 @@ template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
   __m512 table;  // table[q] = add(mul(scale, q), bias), q = 0 .. 15
-  /// Scale and bias by vcvtph2ps, with no branch for NaN codes (simd::Row<Int4Rowwise> takes
-  /// the software decode there, a call that made GCC keep the accumulators in memory): it
-  /// differs from the software decode only in a signalling NaN's quiet bit, and both are
-  /// only operands of the table's multiply and add, whose result is the same quiet NaN either
-  /// way (x86 returns the first NaN operand, quieted). Pinned by the INT4 special-values
-  /// case of tests/test_pool_simd.cpp.
   MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const std::int32_t nb = (D + 1) / 2;
-    const std::uint32_t sb = num::load_u16(r + nb) | static_cast<std::uint32_t>(num::load_u16(r + nb + 2))
-                                                         << 16;
-    const __m128 sbf = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sb)));  // scale, bias
-    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, sbf);
-    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm_movehdup_ps(sbf));
+    const simd::Row<Int4Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
+    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
+    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
     const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
                                         11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
     table = add(mul(scale, codes), bias);

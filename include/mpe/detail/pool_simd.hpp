@@ -190,18 +190,18 @@ template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
   __m256 scale, bias;
+  /// Scale and bias by vcvtph2ps, exact for every code but a signalling NaN, which it
+  /// returns quieted where the software decode keeps it signalling. Both are only operands
+  /// of load8's multiply and add, whose result is that quiet NaN either way (x86 returns
+  /// its first NaN operand, quieted), so no branch to the software decode: its call had GCC
+  /// keep the AVX-512 kernel's accumulators in memory (bench/RESULTS.md, tenth round).
   MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
     const std::int32_t nb = (D + 1) / 2;
-    const std::uint16_t sh = num::load_u16(r + nb), bh = num::load_u16(r + nb + 2);
-    if (((sh & 0x7fffu) > 0x7c00u) || ((bh & 0x7fffu) > 0x7c00u)) {  // NaN: the exact software decode
-      scale = _mm256_set1_ps(num::half_to_float(sh));
-      bias = _mm256_set1_ps(num::half_to_float(bh));
-    } else {  // vcvtph2ps is exact for every non-NaN code
-      const __m128 sb =
-          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sh | (static_cast<std::uint32_t>(bh) << 16))));
-      scale = _mm256_broadcastss_ps(sb);
-      bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sb));
-    }
+    const std::uint32_t sb = num::load_u16(r + nb) | static_cast<std::uint32_t>(num::load_u16(r + nb + 2))
+                                                         << 16;
+    const __m128 sbf = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sb)));  // scale, bias
+    scale = _mm256_broadcastss_ps(sbf);
+    bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
   }
   MPE_SIMD_ROW Row at(std::int32_t c0) const {
     Row r = *this;
