@@ -180,9 +180,10 @@ struct Row<Int8Rowwise> {
 /// INT4 row-wise: add(mul(scale, float(q)), bias) with FP16 scale and bias after the
 /// (D + 1) / 2 code bytes, low nibble first. The 16 possible values are computed once per
 /// row (`table`, by those operations on q = 0 .. 15) and each element is looked up by its
-/// code (`vpermps`, a move): the same bits as decoding every element, with 4 instructions
-/// per 16 columns instead of 7 (INT4 store-only forward, 1M rows, Zipf and uniform: 0.88x
-/// the time, bench/paired/ fwd_store_int4; bench/RESULTS.md, tenth round).
+/// code (`vpermps`, a move): the same bits as decoding every element, with 5 instructions
+/// per 16 columns (load, shift, interleave, widen, permute) instead of 8 (load, interleave,
+/// widen, shift, mask, convert, multiply, add), plus the accumulating add either way
+/// (bench/RESULTS.md, tenth round).
 template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;

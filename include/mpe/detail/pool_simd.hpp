@@ -196,10 +196,8 @@ struct Row<Int4Rowwise> {
   /// its first NaN operand, quieted), so no branch to the software decode: its call had GCC
   /// keep the AVX-512 kernel's accumulators in memory (bench/RESULTS.md, tenth round).
   MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const std::int32_t nb = (D + 1) / 2;
-    const std::uint32_t sb = num::load_u16(r + nb) | static_cast<std::uint32_t>(num::load_u16(r + nb + 2))
-                                                         << 16;
-    const __m128 sbf = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(sb)));  // scale, bias
+    // One 32-bit load: the FP16 scale, then the FP16 bias (x86 is little-endian).
+    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + 1) / 2));  // scale, bias, 0, 0
     scale = _mm256_broadcastss_ps(sbf);
     bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
   }
