@@ -210,7 +210,23 @@ struct Row<Int4Rowwise> {
   MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
     return decode(_mm_maskz_loadu_epi8(t.int4_bytes, p + c / 2));
   }
+  /// Elements [c, c + 64) into x[0 .. 4) (c even, c + 64 <= D): load(c + 16 k) for each k
+  /// from one 32-byte load, one shift and two interleaves (within each 128-bit lane:
+  /// unpacklo holds columns [c, c + 16) and [c + 32, c + 48), unpackhi the other two).
+  MPE_AVX512_ROW void load64(std::int32_t c, __m512 (&x)[4]) const {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c / 2));
+    const __m256i h = _mm256_srli_epi16(b, 4);
+    const __m256i lo = _mm256_unpacklo_epi8(b, h), hi = _mm256_unpackhi_epi8(b, h);
+    x[0] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_castsi256_si128(lo)), table);
+    x[1] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_castsi256_si128(hi)), table);
+    x[2] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_extracti128_si256(lo, 1)), table);
+    x[3] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_extracti128_si256(hi, 1)), table);
+  }
 };
+
+/// Formats whose Row decodes 64 columns at once (load64).
+template <class S>
+inline constexpr bool has_load64 = std::is_same_v<S, Int4Rowwise>;
 
 /// acc[v] += x (weighted: w * x) for x = columns [c0 + 16 v, + 16) of one row of format
 /// S; with `Tail` the last register loads only the lanes of `tail`.
@@ -218,7 +234,18 @@ template <class S, bool Weighted, int NV, bool Tail>
 MPE_AVX512_ROW inline void add_row(__m512 (&acc)[NV], const std::uint8_t* row, std::int32_t D,
                                    std::int32_t c0, const TailMask& tail, __m512 w) {
   const Row<S> r(row, D);
-  for (int v = 0; v < NV; ++v) {
+  int v = 0;
+  if constexpr (has_load64<S>) {
+    for (; v + 4 <= NV - (Tail ? 1 : 0); v += 4) {
+      __m512 x[4];
+      r.load64(c0 + 16 * v, x);
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (Weighted) x[k] = mul(w, x[k]);
+        acc[v + k] = add(acc[v + k], x[k]);
+      }
+    }
+  }
+  for (; v < NV; ++v) {
     __m512 x = (Tail && v == NV - 1) ? r.load(c0 + 16 * v, tail) : r.load(c0 + 16 * v);
     if constexpr (Weighted) x = mul(w, x);
     acc[v] = add(acc[v], x);
@@ -348,6 +375,13 @@ MPE_AVX512_ROW inline void single_row(const std::uint8_t* row, std::int32_t D, c
                                       float* o) {
   const Row<S> r(row, D);
   std::int32_t c = 0;
+  if constexpr (has_load64<S>) {
+    for (; c + 64 <= D; c += 64) {
+      __m512 x[4];
+      r.load64(c, x);
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(o + c + 16 * k, single_value<Weighted>(x[k], w));
+    }
+  }
   for (; c + 16 <= D; c += 16) _mm512_storeu_ps(o + c, single_value<Weighted>(r.load(c), w));
   if (c < D) _mm512_mask_storeu_ps(o + c, tail.lanes, single_value<Weighted>(r.load(c, tail), w));
 }
