@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "mpe/mpe.hpp"
@@ -39,7 +40,9 @@ struct Emb : Obj {
     cfg.cache_rows = static_cast<std::int64_t>(frac * static_cast<double>(total));
     mpe::HostBackend be;
     be.num_threads = 1;
-    be.huge_pages = std::getenv("PAIR_4K") == nullptr;  // PAIR_4K=1: 4 KiB pages, as fbgemm_side_by_side
+    // PAIR_4K=1 (not empty, not 0): 4 KiB pages, as fbgemm_side_by_side keeps its tables.
+    const char* small_pages = std::getenv("PAIR_4K");
+    be.huge_pages = small_pages == nullptr || *small_pages == '\0' || std::string(small_pages) == "0";
     e = std::make_unique<mpe::CachedEmbedding<S, Policy, mpe::StochasticRounding, mpe::HostBackend>>(cfg, be);
     e->init_uniform(-0.05f, 0.05f);
     out.resize(static_cast<std::size_t>(B) * rows.size() * 64);

@@ -10,8 +10,9 @@
 // forward + backward, SGD); fwd_int8: forward with populate, INT8 + 5 % Lru<32>, 1M rows,
 // B = 2048, L = 32, Zipf 1.05 with scattered hot ranks (16 batches); fwd_store_<format> (fp32,
 // fp16, int8, int4): the same forward without a cache; fwd_store_<format>_uniform: uniform rows.
-// PAIR_ROWS=<n> in the environment: tables of n rows instead of 1M (fwd modes); PAIR_4K=1: the
-// store and cache on 4 KiB pages (HostBackend::huge_pages off), as fbgemm_side_by_side keeps them.
+// PAIR_ROWS=<n> in the environment: tables of n rows instead of 1M (fwd modes); PAIR_4K=1 (any
+// value but empty or 0): the store and cache on 4 KiB pages (HostBackend::huge_pages off), as
+// fbgemm_side_by_side keeps them.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
   Lib L[2] = {load(argv[1]), load(argv[2])};
   std::string mode = argv[3];
   int rounds = argc > 4 ? std::atoi(argv[4]) : 3;
+  if (mode != "step_fp32" && mode != "step_int8" && mode != "fwd_int8" && mode.rfind("fwd_store_", 0) != 0) {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
   std::vector<std::int64_t> rows;
   std::vector<Batch> bs;
   int kind = 0;
@@ -85,7 +90,15 @@ int main(int argc, char** argv) {
     // fwd_int8: 1M rows, B=2048 L=32, Zipf 1.05 with scattered hot ranks, INT8 + 5% LRU, forward only.
     // fwd_store_<fp32|fp16|int8|int4>[_uniform]: the same batches (or uniform ones), store only.
     const char* env_rows = std::getenv("PAIR_ROWS");  // table rows (default 1M)
-    const std::int64_t R = env_rows ? std::atoll(env_rows) : 1000000;
+    std::int64_t R = 1000000;
+    if (env_rows) {
+      char* end = nullptr;
+      R = std::strtoll(env_rows, &end, 10);
+      if (end == env_rows || *end != '\0' || R < 1) {
+        std::fprintf(stderr, "PAIR_ROWS must be a positive integer, got '%s'\n", env_rows);
+        return 2;
+      }
+    }
     rows = {R};
     kind = 1;
     frac = 0.05;
@@ -99,7 +112,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       frac = 0;
-      uniform = mode.size() > 14 && mode.substr(14) == "_uniform";
+      const std::string rest = mode.substr(std::min<std::size_t>(mode.size(), 14));
+      if (!rest.empty() && rest != "_uniform") {
+        std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+        return 2;
+      }
+      uniform = !rest.empty();
     }
     const std::int64_t L = 32;
     std::vector<double> cdf(R);

@@ -113,8 +113,9 @@ MPE_AVX512_ROW inline __m512 to_float(__m512i x) { return _mm512_maskz_cvtepi32_
 MPE_AVX512_ROW inline __m512 half_to_float(__m256i h) { return _mm512_maskz_cvtph_ps(kAll, h); }
 
 /// Decoder of one row of format S: load(c) = elements [c, c + 16) for pooling (exact, as
-/// simd::load8_for_arith defines them); load(c, t) the lanes of the tail t, others zero and
-/// never read from memory.
+/// simd::load8_for_arith defines them); load(c, t) the lanes of the tail t, the others
+/// decoded from zero bytes, never read from memory (and never stored: the tail's store is
+/// masked).
 template <class S>
 struct Row;
 

@@ -195,6 +195,8 @@ struct Row<Int4Rowwise> {
   /// of load8's multiply and add, whose result is that quiet NaN either way (x86 returns
   /// its first NaN operand, quieted), so no branch to the software decode: its call had GCC
   /// keep the AVX-512 kernel's accumulators in memory (bench/RESULTS.md, tenth round).
+  /// Where the add meets two NaNs (a NaN bias with a NaN scale, or with an infinite scale
+  /// times 0) the payload is not promised (docs/numerics.md, section 5), as before.
   MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
     // One 32-bit load: the FP16 scale, then the FP16 bias (x86 is little-endian).
     const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + 1) / 2));  // scale, bias, 0, 0
@@ -596,7 +598,8 @@ MPE_SIMD_TARGET void pool_single_rows(const Src& src, index_t i0, index_t count,
 }
 
 /// Decodes one store row of format S (has_row<S>) into D floats at dst: the Reader's values,
-/// bit for bit (8-column groups by Row<S>::load8, which is exact, the rest by the Reader).
+/// bit for bit (8-column groups by Row<S>::load8, which is exact, the rest by the Reader;
+/// NaN payloads where two NaNs meet in the decode's add are not promised, docs/numerics.md).
 /// A cache fill. Pinned by tests/test_pool_simd.cpp.
 ///
 /// `Stream`: where dst is 32-byte aligned, the 8-column groups are written with
