@@ -477,8 +477,43 @@ TEST_CASE("forward() and forward_inference() give the same bits with the fast pa
   }
 }
 
+namespace {
+/// Whether the SIMD kernels cannot run here (a build without the host SIMD path, or a CPU
+/// without AVX2 + F16C); says which in the test's log.
+bool simd_kernels_missing() {
+#if !MPE_HOST_SIMD
+  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
+  return true;
+#else
+  if (!mpe::detail::cpu_has_avx2_f16c()) {
+    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
+    return true;
+  }
+  return false;
+#endif
+}
+}  // namespace
+
 #if MPE_HOST_SIMD
 namespace {
+/// detail::simd::decode_row<S, Stream> of one row (D <= 130 columns) written `off` floats past
+/// a 64-byte aligned buffer, against the Reader element by element in bits: the mismatches,
+/// plus one if anything was written outside the row's D floats.
+template <class S, bool Stream = false>
+int fill_mismatches(const std::uint8_t* row, std::int32_t D, std::size_t off) {
+  alignas(64) float buf[130 + 2];
+  std::fill(std::begin(buf), std::end(buf), -3.0f);
+  mpe::detail::simd::decode_row<S, Stream>(row, D, buf + off);
+  if constexpr (Stream) _mm_sfence();
+  const typename S::Reader rd(row, D);
+  int bad = 0;
+  for (std::int32_t d = 0; d < D; ++d) {
+    if (mpe::num::float_bits(buf[off + static_cast<std::size_t>(d)]) != mpe::num::float_bits(rd[d])) ++bad;
+  }
+  if (buf[off + static_cast<std::size_t>(D)] != -3.0f || (off == 1 && buf[0] != -3.0f)) ++bad;
+  return bad;
+}
+
 /// Store-only bags over `rows` rows of format S (D columns, `stride` bytes apart) through the
 /// AVX2 and AVX-512 kernels against the portable loop, in bits: bags of rows r and r + 1 (so
 /// accumulators hold what one row's values make of the next: NaN, infinities, both zeros)
@@ -542,13 +577,8 @@ void compare_kernels_on(const std::vector<std::uint8_t>& store, std::size_t stri
 
 // Every FP16 code (NaN and infinity included) through the AVX2 and AVX-512 kernels.
 TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's bits") {
-#if !MPE_HOST_SIMD
-  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
-#else
-  if (!mpe::detail::cpu_has_avx2_f16c()) {
-    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
-    return;
-  }
+  if (simd_kernels_missing()) return;
+#if MPE_HOST_SIMD
   if (!mpe::detail::cpu_has_avx512()) MESSAGE("CPU without AVX-512 F/BW/VL: the AVX2 kernels only");
   const std::int32_t D = 64;
   std::vector<std::uint8_t> store(static_cast<std::size_t>(65536 * 2));
@@ -569,13 +599,8 @@ TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's 
 // Reader's bits whatever the scale and bias.
 TEST_CASE(
     "AVX2 and AVX-512 pooling of INT4 rows with special scales and biases give the portable loop's bits") {
-#if !MPE_HOST_SIMD
-  MESSAGE("built without the host SIMD path (MPE_HOST_SIMD = 0); skipped");
-#else
-  if (!mpe::detail::cpu_has_avx2_f16c()) {
-    MESSAGE("CPU without AVX2 + F16C (or built without it); skipped");
-    return;
-  }
+  if (simd_kernels_missing()) return;
+#if MPE_HOST_SIMD
   const std::uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0xbc00, 0x2e66, 0x7bff,
                                     0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x7d23};
   const auto is_nan = [](std::uint16_t h) { return (h & 0x7fffu) > 0x7c00u; };
@@ -609,22 +634,11 @@ TEST_CASE(
     compare_kernels_on<mpe::Int4Rowwise>(store, stride, D, rows);
     // The cache fill's decode of every row, plain and streamed (64-byte aligned: the
     // streaming branch), against the Reader.
-    alignas(64) float got[80];  // D <= 65
     int bad = 0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = store.data() + static_cast<std::size_t>(r) * stride;
-      const mpe::Int4Rowwise::Reader rd(row, D);
-      for (const bool stream : {false, true}) {
-        if (stream) {
-          mpe::detail::simd::decode_row<mpe::Int4Rowwise, true>(row, D, got);
-          _mm_sfence();
-        } else {
-          mpe::detail::simd::decode_row<mpe::Int4Rowwise>(row, D, got);
-        }
-        for (std::int32_t d = 0; d < D; ++d) {
-          if (mpe::num::float_bits(got[static_cast<std::size_t>(d)]) != mpe::num::float_bits(rd[d])) ++bad;
-        }
-      }
+      bad +=
+          fill_mismatches<mpe::Int4Rowwise>(row, D, 0) + fill_mismatches<mpe::Int4Rowwise, true>(row, D, 0);
     }
     CHECK(bad == 0);
   }
@@ -646,18 +660,7 @@ int decode_row_mismatches(std::uint32_t seed) {
     std::vector<std::uint8_t> row(stride + 32);
     for (int rep = 0; rep < 4; ++rep) {
       random_row<S>(row.data(), D, rng);
-      alignas(64) float buf[130 + 2];
-      const std::size_t off = static_cast<std::size_t>(rep & 1);
-      std::fill(std::begin(buf), std::end(buf), -3.0f);
-      mpe::detail::simd::decode_row<S, Stream>(row.data(), D, buf + off);
-      if constexpr (Stream) _mm_sfence();
-      const typename S::Reader rd(row.data(), D);
-      for (std::int32_t d = 0; d < D; ++d) {
-        if (mpe::num::float_bits(buf[off + static_cast<std::size_t>(d)]) != mpe::num::float_bits(rd[d]))
-          ++bad;
-      }
-      // Nothing written outside the row.
-      if (buf[off + static_cast<std::size_t>(D)] != -3.0f || (off == 1 && buf[0] != -3.0f)) ++bad;
+      bad += fill_mismatches<S, Stream>(row.data(), D, static_cast<std::size_t>(rep & 1));
     }
   }
   return bad;

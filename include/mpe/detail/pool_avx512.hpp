@@ -201,7 +201,10 @@ struct Row<Int4Rowwise> {
   /// 2k, its high nibble (the byte shifted right by 4 within its 16-bit word) element 2k + 1;
   /// each lands in the low 4 bits of a 32-bit lane, the only bits `vpermps` reads.
   MPE_AVX512_ROW __m512 decode(__m128i b) const {
-    const __m128i codes = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));  // b0, b0 >> 4, b1, ...
+    return lookup(_mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4)));  // b0, b0 >> 4, b1, ...
+  }
+  /// table[code] for 16 bytes whose low 4 bits are the codes (the high 4 are ignored).
+  MPE_AVX512_ROW __m512 lookup(__m128i codes) const {
     return _mm512_maskz_permutexvar_ps(kAll, widen_u8(codes), table);
   }
   MPE_AVX512_ROW __m512 load(std::int32_t c) const {
@@ -218,10 +221,10 @@ struct Row<Int4Rowwise> {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c / 2));
     const __m256i h = _mm256_srli_epi16(b, 4);
     const __m256i lo = _mm256_unpacklo_epi8(b, h), hi = _mm256_unpackhi_epi8(b, h);
-    x[0] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_castsi256_si128(lo)), table);
-    x[1] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_castsi256_si128(hi)), table);
-    x[2] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_extracti128_si256(lo, 1)), table);
-    x[3] = _mm512_maskz_permutexvar_ps(kAll, widen_u8(_mm256_extracti128_si256(hi, 1)), table);
+    x[0] = lookup(_mm256_castsi256_si128(lo));
+    x[1] = lookup(_mm256_castsi256_si128(hi));
+    x[2] = lookup(_mm256_extracti128_si256(lo, 1));
+    x[3] = lookup(_mm256_extracti128_si256(hi, 1));
   }
 };
 
