@@ -411,36 +411,47 @@ struct UndeclaredLru : mpe::PolicyBase, mpe::ScoredPolicy<UndeclaredLru> {
 // The admission's per-set victim list (detail::SetVictims, used on the host for policies
 // declaring victims_by_score) against successive ScoredPolicy::choose calls, which it
 // replaces: random sets (empty, locked and unlocked ways, equal scores), random floors and
-// miss priorities, each admitted miss filled as the admission fills it; with the AVX2
-// selection and with the scalar one.
+// miss priorities, each admitted miss filled as the admission fills it. The set is one of
+// three (slots base .. base + W), the other two must stay as they are. A quarter of the sets
+// have last uses from 2^56 up, so an Lru's scores do not fit the packed keys. Each third of
+// the sets runs with the AVX-512 list and minimum (score_is_last_use policies, sets without
+// empty ways; where the CPU has AVX-512), with the AVX2 minimum, and with the scalar loops.
 TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls give", P, mpe::Lru<4>,
-                   mpe::Lru<32>, mpe::Lfu<8>, mpe::Lfu<32>, mpe::DirectMapped, BigScoreLru) {
+                   mpe::Lru<32>, mpe::Lru<64>, mpe::Lfu<8>, mpe::Lfu<32>, mpe::DirectMapped, BigScoreLru) {
   static_assert(mpe::detail::uses_scored_choose<P>);
   static_assert(!mpe::detail::uses_scored_choose<mpe::WTinyLfu<32>>);
   static_assert(!mpe::detail::uses_scored_choose<UndeclaredLru>);
+  static_assert(mpe::detail::score_is_last_use<mpe::Lru<32>> &&
+                mpe::detail::score_is_last_use<mpe::DirectMapped>);
+  static_assert(!mpe::detail::score_is_last_use<mpe::Lfu<32>> &&
+                !mpe::detail::score_is_last_use<BigScoreLru>);
   constexpr std::int32_t W = P::ways;
+  constexpr std::int64_t kSets = 3;
   std::mt19937_64 rng(static_cast<std::uint64_t>(W) * 7 + sizeof(P));
   int compared = 0, rejected = 0, conflicts = 0, filled = 0;
   const bool simd_was = mpe::detail::host_simd_enabled();
+  const bool avx512_was = mpe::detail::set_host_avx512(true);
   for (int rep = 0; rep < 6000; ++rep) {
-    // the AVX2 argmin of the packed keys (where the CPU has it), then the scalar loop
-    mpe::detail::set_host_simd(rep < 3000);
-    // one set: slot s = way s (base 0)
-    std::vector<float> rows(static_cast<std::size_t>(W));
-    std::vector<std::int64_t> tags(W);
-    std::vector<std::uint64_t> last_use(W);
-    std::vector<std::uint8_t> dirty(W, 0);
+    // AVX-512 (where the CPU has it), AVX2 (where it has that), then the scalar loops
+    mpe::detail::set_host_simd(rep % 3 != 2);
+    mpe::detail::set_host_avx512(rep % 3 == 0);
+    const std::int64_t base = static_cast<std::int64_t>(rng() % kSets) * W;
+    const std::uint64_t big = rng() % 4 == 0 ? std::uint64_t{1} << 56 : 0;  // unpacked scores
+    std::vector<float> rows(static_cast<std::size_t>(kSets * W));
+    std::vector<std::int64_t> tags(kSets * W);
+    std::vector<std::uint64_t> last_use(kSets * W);
+    std::vector<std::uint8_t> dirty(kSets * W, 0);
     const int empty_pct = static_cast<int>(rng() % 3) * 20;  // 0, 20 or 40 % empty ways
-    for (std::int32_t w = 0; w < W; ++w) {
-      tags[w] = static_cast<int>(rng() % 100) < empty_pct
+    for (std::int64_t s = 0; s < kSets * W; ++s) {
+      tags[s] = static_cast<int>(rng() % 100) < empty_pct
                     ? -1
-                    : 1000 + 10 * w + static_cast<std::int64_t>(rng() % 7);
-      last_use[w] = rng() % 6;  // few values: ties
+                    : 1000 + 10 * s + static_cast<std::int64_t>(rng() % 7);
+      last_use[s] = big + rng() % 6;  // few values: ties
     }
-    const std::uint64_t floor = 1 + rng() % 6, batch = 9;
-    std::vector<std::uint32_t> words(static_cast<std::size_t>(P::meta_words(W)));
+    const std::uint64_t floor = big + 1 + rng() % 6, batch = big + 9;
+    std::vector<std::uint32_t> words(static_cast<std::size_t>(P::meta_words(kSets * W)));
     for (auto& x : words) x = static_cast<std::uint32_t>(rng() % 5);
-    const auto view = P::view(words.data(), W);
+    const auto view = P::view(words.data(), kSets * W);
     std::vector<std::int64_t> misses;
     std::vector<std::uint32_t> prio;
     const int k = 1 + static_cast<int>(rng() % (W + 3));
@@ -451,10 +462,10 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
     // reference: choose on the set as each fill leaves it
     std::vector<std::int64_t> tags_ref = tags;
     std::vector<std::uint64_t> use_ref = last_use;
-    const mpe::CacheRef ref{rows.data(), tags_ref.data(), use_ref.data(), dirty.data(), 1, W, 1};
+    const mpe::CacheRef ref{rows.data(), tags_ref.data(), use_ref.data(), dirty.data(), kSets, W, 1};
     std::vector<mpe::CacheChoice> want;
     for (int i = 0; i < k; ++i) {
-      const mpe::CacheChoice c = P::choose(view, ref, 0, floor, misses[i], prio[i]);
+      const mpe::CacheChoice c = P::choose(view, ref, base, floor, misses[i], prio[i]);
       want.push_back(c);
       if (c.slot >= 0) {
         tags_ref[c.slot] = misses[i];
@@ -462,10 +473,10 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
       }
     }
     // the victim list, with the same fills
-    const mpe::CacheRef got_ref{rows.data(), tags.data(), last_use.data(), dirty.data(), 1, W, 1};
+    const mpe::CacheRef got_ref{rows.data(), tags.data(), last_use.data(), dirty.data(), kSets, W, 1};
     mpe::detail::SetVictims<P> victims;
     for (int i = 0; i < k; ++i) {
-      const mpe::CacheChoice c = victims.take(view, got_ref, 0, floor, prio[i]);
+      const mpe::CacheChoice c = victims.take(view, got_ref, base, floor, prio[i]);
       CHECK(c.slot == want[i].slot);
       CHECK(c.rejected == want[i].rejected);
       ++compared;
@@ -478,8 +489,10 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
       }
     }
     CHECK(tags == tags_ref);
+    CHECK(last_use == use_ref);
   }
   mpe::detail::set_host_simd(simd_was);
+  mpe::detail::set_host_avx512(avx512_was);
   CHECK(compared > 6000);
   CHECK(filled > 0);
   CHECK(conflicts > 0);

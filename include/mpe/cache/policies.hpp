@@ -37,6 +37,8 @@ struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
   /// choose is ScoredPolicy's and the score is the slot's own last use: the admission reads
   /// a set once for all its misses.
   static constexpr bool victims_by_score = true;
+  /// The score is the slot's last use: the admission may read the last uses itself.
+  static constexpr bool score_is_last_use = true;
   /// on_hit and choose touch only their own set's slots (see CachePolicy: set_local).
   static constexpr bool set_local = true;
   /// Score: the populate counter of the slot's last batch.
@@ -121,6 +123,8 @@ struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
   using ScoredPolicy<DirectMapped>::choose;
   /// choose is ScoredPolicy's and the score is the slot's own last use.
   static constexpr bool victims_by_score = true;
+  /// The score is the slot's last use: the admission may read the last uses itself.
+  static constexpr bool score_is_last_use = true;
   /// on_hit and choose touch only their own set's slot (see CachePolicy: set_local).
   static constexpr bool set_local = true;
   /// Score: the populate counter of the slot's last batch (as Lru<1>).

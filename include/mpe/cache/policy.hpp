@@ -151,7 +151,10 @@ struct PolicyBase {
 /// row's estimate, which only `observe` changes) may declare
 /// `static constexpr bool victims_by_score = true;`: the host admission then reads a set
 /// once for all its misses (mpe/cache/detail/admission.hpp, `SetVictims`, the same slots).
-/// Without it `choose` is called miss by miss.
+/// Without it `choose` is called miss by miss. One whose `score(view, cache, slot)` is
+/// `cache.last_use[slot]` for every slot (Lru, DirectMapped) may also declare
+/// `static constexpr bool score_is_last_use = true;`: SetVictims then reads the last uses
+/// itself, 8 ways per compare on an AVX-512 host.
 template <class Derived>
 struct ScoredPolicy {
   /// The slot a miss with admission `priority` is filled into in the set starting at slot

@@ -81,6 +81,8 @@ namespace simd512 {
 // which compile to the plain instructions: GCC 12's unmasked forms start from
 // `_mm512_undefined_*` (a self-initialized variable) and trip -Wmaybe-uninitialized.
 inline constexpr __mmask16 kAll = 0xffff;
+/// Every lane of 8 64-bit lanes.
+inline constexpr __mmask8 kAll8 = 0xff;
 
 /// The lanes of a row's last, partial register (its last m = D % 16 columns: the first m
 /// lanes) and, for INT4 rows, the ceil(m / 2) bytes holding their codes.
@@ -418,6 +420,59 @@ MPE_AVX512_TARGET void pool_single_rows(const Src& src, index_t i0, index_t coun
       single_row<S, Weighted>(row, D, tail, w, out);
     }
   }
+}
+
+/// SetVictims' list of one set whose policy scores a slot by its last use (Lru): the
+/// unlocked occupied ways (tag >= 0, last use below `floor`) in way order, 8 ways per
+/// compare and compress. Writes slot (base + way), score (the last use) and key (score << 8
+/// | position in the list) for each, and clears `packed` where a score is 2^54 or more (the
+/// keys then are not used). Returns the list's length, or -1 without writing anything when a
+/// way is empty (the caller builds that set's list itself). `ways` is a multiple of 8; each
+/// array holds `ways` entries (the 8-lane stores end within them). Host only.
+MPE_AVX512_TARGET inline std::int32_t unlocked_by_last_use(const std::int64_t* tags,
+                                                           const std::uint64_t* last_use, std::int32_t ways,
+                                                           std::uint64_t floor, std::int64_t base,
+                                                           std::int64_t* slot, std::uint64_t* score,
+                                                           std::uint64_t* key, bool& packed) {
+  const __m512i zero = _mm512_setzero_si512();
+  __mmask8 empty = 0;
+  for (std::int32_t w = 0; w < ways; w += 8) {
+    empty |= _mm512_mask_cmplt_epi64_mask(kAll8, _mm512_loadu_si512(tags + w), zero);
+  }
+  if (empty != 0) return -1;
+  const __m512i lanes = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i fl = _mm512_set1_epi64(static_cast<long long>(floor));
+  const __m512i big = _mm512_set1_epi64(std::int64_t{1} << 54);
+  __mmask8 wide = 0;
+  std::int32_t n = 0;
+  for (std::int32_t w = 0; w < ways; w += 8) {
+    const __m512i use = _mm512_loadu_si512(last_use + w);
+    const __mmask8 m = _mm512_mask_cmplt_epu64_mask(kAll8, use, fl);  // unlocked (every way occupied)
+    wide |= _mm512_mask_cmpge_epu64_mask(m, use, big);
+    const __m512i sc = _mm512_maskz_compress_epi64(m, use);
+    const __m512i way = _mm512_maskz_compress_epi64(m, _mm512_add_epi64(lanes, _mm512_set1_epi64(w)));
+    _mm512_storeu_si512(score + n, sc);
+    _mm512_storeu_si512(slot + n, _mm512_add_epi64(way, _mm512_set1_epi64(base)));
+    _mm512_storeu_si512(key + n, _mm512_or_si512(_mm512_maskz_slli_epi64(kAll8, sc, 8),
+                                                 _mm512_add_epi64(lanes, _mm512_set1_epi64(n))));
+    n += __builtin_popcount(static_cast<unsigned>(m));
+  }
+  packed = packed && wide == 0;
+  return n;
+}
+
+/// The smallest of the n >= 1 keys at `key` (unsigned), 8 per compare.
+MPE_AVX512_TARGET inline std::uint64_t min_key(const std::uint64_t* key, std::int32_t n) {
+  __m512i m = _mm512_set1_epi64(-1);
+  for (std::int32_t k = 0; k < n; k += 8) {
+    const __mmask8 in = n - k >= 8 ? kAll8 : static_cast<__mmask8>((1u << (n - k)) - 1u);
+    m = _mm512_maskz_min_epu64(kAll8, m, _mm512_mask_loadu_epi64(_mm512_set1_epi64(-1), in, key + k));
+  }
+  // Halves, quarters, then the two lanes of a quarter: lane 0 ends with the minimum.
+  m = _mm512_maskz_min_epu64(kAll8, m, _mm512_maskz_shuffle_i64x2(kAll8, m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm512_maskz_min_epu64(kAll8, m, _mm512_maskz_shuffle_i64x2(kAll8, m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+  m = _mm512_maskz_min_epu64(kAll8, m, _mm512_maskz_shuffle_epi32(kAll, m, _MM_PERM_BADC));
+  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_maskz_extracti32x4_epi32(0xf, m, 0)));
 }
 
 }  // namespace simd512

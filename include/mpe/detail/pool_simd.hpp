@@ -644,9 +644,9 @@ MPE_SIMD_TARGET inline std::int32_t find_tag(const std::int64_t* tags, std::int3
   return find_equal64(tags, ways, row);
 }
 
-/// Index of the smallest of n >= 1 distinct keys below 2^63 (SetVictims' packed keys),
-/// four keys per compare.
-MPE_SIMD_TARGET inline std::int32_t argmin_key(const std::uint64_t* key, std::int32_t n) {
+/// The smallest of the n >= 1 keys at `key`, all below 2^63 (SetVictims' packed keys and
+/// its mark of a slot handed out), four keys per compare.
+MPE_SIMD_TARGET inline std::uint64_t min_key(const std::uint64_t* key, std::int32_t n) {
   std::int32_t k = 0;
   std::uint64_t m = key[0];
   if (n >= 4) {
@@ -661,7 +661,7 @@ MPE_SIMD_TARGET inline std::int32_t argmin_key(const std::uint64_t* key, std::in
     for (int l = 1; l < 4; ++l) m = lanes[l] < m ? lanes[l] : m;
   }
   for (; k < n; ++k) m = key[k] < m ? key[k] : m;
-  return find_equal64(key, n, m);  // m is one of the keys: never -1
+  return m;
 }
 
 }  // namespace simd

@@ -11,6 +11,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
 #include "mpe/detail/kernels.hpp"
+#include "mpe/detail/pool_avx512.hpp"
 #include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/state_ref.hpp"
 #include "mpe/numeric/philox.hpp"
@@ -139,6 +140,14 @@ inline constexpr bool set_local_policy = [] {
 /// Stand-in for SetVictims where a policy is asked miss by miss (no arrays).
 struct NoVictims {};
 
+/// True when P declares `score_is_last_use = true` (Lru, DirectMapped): P::score(view,
+/// cache, slot) is cache.last_use[slot] for every slot, so SetVictims may read the last uses
+/// itself (on an AVX-512 host, 8 ways per compare).
+template <class P>
+inline constexpr bool score_is_last_use = requires {
+  requires P::score_is_last_use;
+};
+
 /// The slots that ScoredPolicy::choose gives one set's successive misses, from one read of
 /// the set. choose takes the lowest empty way while one is left, then the unlocked occupied
 /// way of lowest (score, way) if `admits` says so. A filled slot is locked (its last use
@@ -149,72 +158,99 @@ struct NoVictims {};
 /// ascending (score, way), each taken by the next admitted miss. Built at the set's first
 /// miss (after its hits). Host only: on a GPU its arrays would sit in every thread's local
 /// memory, so the device asks choose miss by miss (the same slots).
+///
+/// The unlocked occupied ways are listed in way order, so (score, position in the list) is
+/// (score, way) order. Where every score is below 2^54 and positions fit 8 bits (`packed`),
+/// one 64-bit key per entry, score << 8 | position, orders them and the smallest key names
+/// its own position: a take finds the lowest key (a SIMD minimum where the host has one) and
+/// marks it `kTaken`, with no search for the key's position and no swap. Otherwise the
+/// scores are compared in a loop. For a policy whose score is the last use
+/// (score_is_last_use) a set without empty ways is listed by simd512::unlocked_by_last_use
+/// on an AVX-512 host (the same list). Cached forward, INT8 + 5 % LRU, Zipf: 0.905 and 0.944
+/// of the time before (bench/paired, order-corrected; bench/RESULTS.md, eleventh round).
 template <class P>
 struct SetVictims {
-  std::int64_t slot[P::ways];    // empty ways first (way order), then the unlocked occupied ways
-  std::uint64_t score[P::ways];  // score of each unlocked occupied way
-  std::uint64_t key[P::ways];    // score << 8 | way where every score is below 2^55 (`packed`)
-  std::int32_t empties = 0;      // slot[0, empties): the empty ways
+  /// Key of an entry handed out: above every packed key, below 2^63 (the AVX2 minimum
+  /// compares signed).
+  static constexpr std::uint64_t kTaken = 0x7fffffffffffffffULL;
+  std::int64_t empty[P::ways];   // the empty ways' slots, way order
+  std::int64_t slot[P::ways];    // the unlocked occupied ways' slots, way order
+  std::uint64_t score[P::ways];  // their scores
+  std::uint64_t key[P::ways];    // packed: score << 8 | position; kTaken once handed out
+  std::int32_t empties = 0;      // entries in empty
+  std::int32_t next_empty = 0;   // next empty way to hand out
   std::int32_t count = -1;       // entries in slot; -1: not built yet
-  std::int32_t next = 0;         // next entry to hand out
-  bool packed = true;            // (score, way) order is key order: one compare per way
-  bool selected = false;         // slot[next] is the lowest (score, way) of [next, count)
+  std::int32_t left = 0;         // entries in slot not handed out
+  std::int32_t lowest = -1;      // position of the lowest entry not handed out; -1: not found yet
+  bool packed = P::ways <= 256;  // keys order the entries (see the struct comment)
+
+  /// Lists the set at `base` (see the struct comment).
+  MPE_HOST_DEVICE void build(typename P::View v, const CacheRef& c, index_t base, std::uint64_t floor) {
+#if MPE_HOST_AVX512
+    if constexpr (score_is_last_use<P> && P::ways % 8 == 0) {
+      if (host_avx512_enabled()) {
+        count = simd512::unlocked_by_last_use(c.tags + base, c.last_use + base, P::ways, floor, base, slot,
+                                              score, key, packed);
+      }
+    }
+#endif
+    if (count < 0) {
+      count = 0;
+      for (std::int32_t w = 0; w < c.ways; ++w) {
+        const index_t s = base + w;
+        if (c.tags[s] < 0) {
+          empty[empties++] = s;
+          continue;
+        }
+        if (c.last_use[s] >= floor) continue;
+        const std::uint64_t sc = P::score(v, c, s);
+        packed = packed && (sc >> 54) == 0;
+        slot[count] = s;
+        score[count] = sc;
+        key[count] = sc << 8 | static_cast<std::uint64_t>(count);
+        ++count;
+      }
+    }
+    if (!packed) {
+      for (std::int32_t k = 0; k < count; ++k) key[k] = 0;  // only kTaken is read
+    }
+    left = count;
+  }
+
+  /// Position of the lowest (score, way) among the entries not handed out (left > 0).
+  MPE_HOST_DEVICE std::int32_t find_lowest() const {
+    if (packed) {
+      std::uint64_t m = kTaken;
+#if MPE_HOST_AVX512
+      if (host_avx512_enabled()) return static_cast<std::int32_t>(simd512::min_key(key, count) & 0xff);
+#endif
+#if MPE_HOST_SIMD
+      if (host_simd_enabled()) return static_cast<std::int32_t>(simd::min_key(key, count) & 0xff);
+#endif
+      for (std::int32_t k = 0; k < count; ++k) m = key[k] < m ? key[k] : m;
+      return static_cast<std::int32_t>(m & 0xff);
+    }
+    std::int32_t m = -1;
+    for (std::int32_t k = 0; k < count; ++k) {
+      if (key[k] == kTaken) continue;
+      if (m < 0 || score[k] < score[m]) m = k;  // ties: the lower position, the lower way
+    }
+    return m;
+  }
 
   /// The slot for the next miss of the set at `base` (see the struct comment).
   MPE_HOST_DEVICE CacheChoice take(typename P::View v, const CacheRef& c, index_t base, std::uint64_t floor,
                                    std::uint32_t priority) {
-    if (count < 0) {
-      count = 0;
-      for (std::int32_t w = 0; w < c.ways; ++w) {
-        if (c.tags[base + w] < 0) slot[count++] = base + w;
-      }
-      empties = count;
-      for (std::int32_t w = 0; w < c.ways; ++w) {
-        const index_t s = base + w;
-        if (c.tags[s] < 0 || c.last_use[s] >= floor) continue;
-        const std::uint64_t sc = P::score(v, c, s);
-        packed = packed && (sc >> 55) == 0;
-        slot[count] = s;
-        score[count] = sc;
-        key[count] = sc << 8 | static_cast<std::uint64_t>(w);
-        ++count;
-      }
-    }
-    if (next < empties) return {slot[next++], false};
-    if (next == count) return {-1, false};  // every way locked: a conflict miss
-    if (!selected) {
-      std::int32_t m = next;
-#if MPE_HOST_SIMD
-      const bool simd = packed && host_simd_enabled();
-      if (simd) m = next + simd::argmin_key(key + next, count - next);
-#else
-      const bool simd = false;
-#endif
-      if (packed && !simd) {
-        std::uint64_t best = key[next];
-        for (std::int32_t k = next + 1; k < count; ++k) {
-          const bool lower = key[k] < best;
-          best = lower ? key[k] : best;
-          m = lower ? k : m;
-        }
-      } else if (!packed) {
-        for (std::int32_t k = next + 1; k < count; ++k) {
-          if (score[k] < score[m] || (score[k] == score[m] && slot[k] < slot[m])) m = k;
-        }
-      }
-      const std::int64_t ts = slot[m];
-      const std::uint64_t tv = score[m], tk = key[m];
-      slot[m] = slot[next];
-      score[m] = score[next];
-      key[m] = key[next];
-      slot[next] = ts;
-      score[next] = tv;
-      key[next] = tk;
-      selected = true;
-    }
-    if (!P::admits(v, priority, score[next])) return {-1, true};
-    selected = false;
-    return {slot[next++], false};
+    if (count < 0) build(v, c, base, floor);
+    if (next_empty < empties) return {empty[next_empty++], false};
+    if (left == 0) return {-1, false};  // every way locked: a conflict miss
+    if (lowest < 0) lowest = find_lowest();
+    if (!P::admits(v, priority, score[lowest])) return {-1, true};
+    const std::int64_t s = slot[lowest];
+    key[lowest] = kTaken;
+    --left;
+    lowest = -1;
+    return {s, false};
   }
 };
 
@@ -332,7 +368,7 @@ struct AdmitSet {
     constexpr bool by_list = uses_scored_choose<P>;
 #endif
     // Default-initialized: the arrays are written before they are read (`count` = -1 says
-    // nothing is built), so the 24 bytes per way are not zeroed at every set.
+    // nothing is built), so the 32 bytes per way are not zeroed at every set.
     [[maybe_unused]] std::conditional_t<by_list, SetVictims<P>, NoVictims> victims;
     if constexpr (by_list) {
       // Host: every miss of the set takes its slot first (the list depends only on the
