@@ -412,12 +412,15 @@ struct UndeclaredLru : mpe::PolicyBase, mpe::ScoredPolicy<UndeclaredLru> {
 // declaring victims_by_score) against successive ScoredPolicy::choose calls, which it
 // replaces: random sets (empty, locked and unlocked ways, equal scores), random floors and
 // miss priorities, each admitted miss filled as the admission fills it. The set is one of
-// three (slots base .. base + W), the other two must stay as they are. A quarter of the sets
-// have last uses from 2^56 up, so an Lru's scores do not fit the packed keys. Each third of
-// the sets runs with the AVX-512 list and minimum (score_is_last_use policies, sets without
-// empty ways; where the CPU has AVX-512), with the AVX2 minimum, and with the scalar loops.
+// three (slots base .. base + W), the other two must stay as they are. Last uses and floors
+// come in four ranges: small (packed keys); each way small or from 2^56 up (the set's scores
+// do not all fit the packed keys); around 2^54 (the packing limit); small or from 2^63 up
+// (unsigned comparisons). Each third of the sets runs with the AVX-512 list and minimum
+// (score_is_last_use policies with a multiple of 8 ways, sets without empty ways; where the
+// CPU has AVX-512), with the AVX2 minimum, and with the scalar loops.
 TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls give", P, mpe::Lru<4>,
-                   mpe::Lru<32>, mpe::Lru<64>, mpe::Lfu<8>, mpe::Lfu<32>, mpe::DirectMapped, BigScoreLru) {
+                   mpe::Lru<32>, mpe::Lru<64>, mpe::Lru<256>, mpe::Lfu<8>, mpe::Lfu<32>, mpe::DirectMapped,
+                   BigScoreLru) {
   static_assert(mpe::detail::uses_scored_choose<P>);
   static_assert(!mpe::detail::uses_scored_choose<mpe::WTinyLfu<32>>);
   static_assert(!mpe::detail::uses_scored_choose<UndeclaredLru>);
@@ -436,7 +439,21 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
     mpe::detail::set_host_simd(rep % 3 != 2);
     mpe::detail::set_host_avx512(rep % 3 == 0);
     const std::int64_t base = static_cast<std::int64_t>(rng() % kSets) * W;
-    const std::uint64_t big = rng() % 4 == 0 ? std::uint64_t{1} << 56 : 0;  // unpacked scores
+    const int range = static_cast<int>(rng() % 4);
+    // A last use (or, with +1, a floor) in this set's range; few values each: ties.
+    const auto use_value = [&] {
+      const std::uint64_t low = rng() % 6;
+      switch (range) {
+        case 1:
+          return (rng() % 2 ? std::uint64_t{1} << 56 : 0) + low;
+        case 2:
+          return (std::uint64_t{1} << 54) - 3 + low;
+        case 3:
+          return (rng() % 2 ? std::uint64_t{1} << 63 : 0) + low;
+        default:
+          return low;
+      }
+    };
     std::vector<float> rows(static_cast<std::size_t>(kSets * W));
     std::vector<std::int64_t> tags(kSets * W);
     std::vector<std::uint64_t> last_use(kSets * W);
@@ -446,9 +463,10 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
       tags[s] = static_cast<int>(rng() % 100) < empty_pct
                     ? -1
                     : 1000 + 10 * s + static_cast<std::int64_t>(rng() % 7);
-      last_use[s] = big + rng() % 6;  // few values: ties
+      last_use[s] = use_value();
     }
-    const std::uint64_t floor = big + 1 + rng() % 6, batch = big + 9;
+    // a filled slot's last use (the batch number) is at or above the floor: locked
+    const std::uint64_t floor = use_value() + 1, batch = ~std::uint64_t{0} - 1;
     std::vector<std::uint32_t> words(static_cast<std::size_t>(P::meta_words(kSets * W)));
     for (auto& x : words) x = static_cast<std::uint32_t>(rng() % 5);
     const auto view = P::view(words.data(), kSets * W);
@@ -483,7 +501,8 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
       rejected += c.rejected ? 1 : 0;
       conflicts += (c.slot < 0 && !c.rejected) ? 1 : 0;
       filled += c.slot >= 0 ? 1 : 0;
-      if (c.slot >= 0) {
+      CHECK((c.slot == -1 || (c.slot >= base && c.slot < base + W)));
+      if (c.slot >= base && c.slot < base + W) {
         tags[c.slot] = misses[i];
         last_use[c.slot] = batch;
       }

@@ -153,8 +153,10 @@ struct PolicyBase {
 /// once for all its misses (mpe/cache/detail/admission.hpp, `SetVictims`, the same slots).
 /// Without it `choose` is called miss by miss. One whose `score(view, cache, slot)` is
 /// `cache.last_use[slot]` for every slot (Lru, DirectMapped) may also declare
-/// `static constexpr bool score_is_last_use = true;`: SetVictims then reads the last uses
-/// itself, 8 ways per compare on an AVX-512 host.
+/// `static constexpr bool score_is_last_use = true;`: on an AVX-512 host, for a multiple of
+/// 8 ways (Lru<32>; not DirectMapped's one way), SetVictims then reads the last uses of a
+/// set without empty ways itself, 8 ways per compare, instead of calling `score`. A false
+/// declaration would give different slots on hosts with and without AVX-512.
 template <class Derived>
 struct ScoredPolicy {
   /// The slot a miss with admission `priority` is filled into in the set starting at slot

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file pool_avx512.hpp
 /// @brief Host-only AVX-512 kernel of store-only pooling (not public): one bag pooled 16
-/// columns per register, chosen at run time, with the bits of the portable path.
+/// columns per register, chosen at run time, with the bits of the portable path. Also the
+/// AVX-512 victim list and minimum of the cache admission (`unlocked_by_last_use`,
+/// `min_key`; used by SetVictims in mpe/cache/detail/admission.hpp).
 ///
 /// Where the CPU reports AVX-512 F, BW and VL (and the OS saves their state, which
 /// `__builtin_cpu_supports` checks), a bag whose rows all come from one row array (the
@@ -53,17 +55,18 @@ inline bool cpu_has_avx512() {
   return has;
 }
 
-/// The run-time switch of the AVX-512 pooling (default: on where the CPU has it).
+/// The run-time switch of the AVX-512 pooling and of the AVX-512 victim lists of the cache
+/// admission (SetVictims) (default: on where the CPU has it).
 inline bool& host_avx512_flag() {
   static bool on = cpu_has_avx512();
   return on;
 }
 
-/// Whether store-only pooling uses the AVX-512 kernel now (it also needs the host SIMD
-/// path on: set_host_simd(false) turns both off).
+/// Whether store-only pooling uses the AVX-512 kernel (and SetVictims its AVX-512 list and
+/// minimum) now; it also needs the host SIMD path on: set_host_simd(false) turns both off.
 inline bool host_avx512_enabled() { return host_avx512_flag() && host_simd_enabled(); }
 
-/// Turns the AVX-512 pooling on (only where the CPU supports it) or off; returns the
+/// Turns the AVX-512 pooling and victim lists on (only where the CPU supports it) or off; returns the
 /// previous setting. For tests and benchmarks comparing the kernels; not thread-safe
 /// against running forwards.
 inline bool set_host_avx512(bool on) {

@@ -142,11 +142,15 @@ struct NoVictims {};
 
 /// True when P declares `score_is_last_use = true` (Lru, DirectMapped): P::score(view,
 /// cache, slot) is cache.last_use[slot] for every slot, so SetVictims may read the last uses
-/// itself (on an AVX-512 host, 8 ways per compare).
+/// itself (on an AVX-512 host, for a multiple of 8 ways, 8 ways per compare).
 template <class P>
-inline constexpr bool score_is_last_use = requires {
-  requires P::score_is_last_use;
-};
+inline constexpr bool score_is_last_use = [] {
+  if constexpr (requires { P::score_is_last_use; }) {
+    return static_cast<bool>(P::score_is_last_use);
+  } else {
+    return false;
+  }
+}();
 
 /// The slots that ScoredPolicy::choose gives one set's successive misses, from one read of
 /// the set. choose takes the lowest empty way while one is left, then the unlocked occupied
@@ -165,9 +169,10 @@ inline constexpr bool score_is_last_use = requires {
 /// its own position: a take finds the lowest key (a SIMD minimum where the host has one) and
 /// marks it `kTaken`, with no search for the key's position and no swap. Otherwise the
 /// scores are compared in a loop. For a policy whose score is the last use
-/// (score_is_last_use) a set without empty ways is listed by simd512::unlocked_by_last_use
-/// on an AVX-512 host (the same list). Cached forward, INT8 + 5 % LRU, Zipf: 0.905 and 0.944
-/// of the time before (bench/paired, order-corrected; bench/RESULTS.md, eleventh round).
+/// (score_is_last_use) with a multiple of 8 ways, a set without empty ways is listed by
+/// simd512::unlocked_by_last_use on an AVX-512 host (the same list; other sets and hosts call
+/// P::score). Cached forward, INT8 + 5 % LRU, Zipf: 0.878 - 0.944 of the time before (0.893
+/// in the run kept; bench/paired, order-corrected; bench/RESULTS.md, eleventh round).
 template <class P>
 struct SetVictims {
   /// Key of an entry handed out: above every packed key, below 2^63 (the AVX2 minimum
