@@ -66,9 +66,9 @@ inline bool& host_avx512_flag() {
 /// minimum) now; it also needs the host SIMD path on: set_host_simd(false) turns both off.
 inline bool host_avx512_enabled() { return host_avx512_flag() && host_simd_enabled(); }
 
-/// Turns the AVX-512 pooling and victim lists on (only where the CPU supports it) or off; returns the
-/// previous setting. For tests and benchmarks comparing the kernels; not thread-safe
-/// against running forwards.
+/// Turns the AVX-512 pooling and victim lists on (only where the CPU supports it) or off;
+/// returns the previous setting. For tests and benchmarks comparing the kernels; not
+/// thread-safe against running forwards.
 inline bool set_host_avx512(bool on) {
   const bool was = host_avx512_flag();
   host_avx512_flag() = on && cpu_has_avx512();
@@ -429,26 +429,23 @@ MPE_AVX512_TARGET void pool_single_rows(const Src& src, index_t i0, index_t coun
 /// unlocked occupied ways (tag >= 0, last use below `floor`) in way order, 8 ways per
 /// compare and compress. Writes slot (base + way), score (the last use) and key (score << 8
 /// | position in the list) for each, and clears `packed` where a score is 2^54 or more (the
-/// keys then are not used). Returns the list's length, or -1 without writing anything when a
-/// way is empty (the caller builds that set's list itself). `ways` is a multiple of 8; each
-/// array holds `ways` entries (the 8-lane stores end within them). Host only.
+/// keys then are not used). Returns the list's length, or -1 when a way is empty: the caller
+/// then builds that set's list itself, over what was written (and `packed` is unchanged).
+/// `ways` is a multiple of 8; each array holds `ways` entries (the 8-lane stores end within
+/// them). Host only.
 MPE_AVX512_TARGET inline std::int32_t unlocked_by_last_use(const std::int64_t* tags,
                                                            const std::uint64_t* last_use, std::int32_t ways,
                                                            std::uint64_t floor, std::int64_t base,
                                                            std::int64_t* slot, std::uint64_t* score,
                                                            std::uint64_t* key, bool& packed) {
   const __m512i zero = _mm512_setzero_si512();
-  __mmask8 empty = 0;
-  for (std::int32_t w = 0; w < ways; w += 8) {
-    empty |= _mm512_mask_cmplt_epi64_mask(kAll8, _mm512_loadu_si512(tags + w), zero);
-  }
-  if (empty != 0) return -1;
   const __m512i lanes = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
   const __m512i fl = _mm512_set1_epi64(static_cast<long long>(floor));
   const __m512i big = _mm512_set1_epi64(std::int64_t{1} << 54);
-  __mmask8 wide = 0;
+  __mmask8 wide = 0, empty = 0;
   std::int32_t n = 0;
   for (std::int32_t w = 0; w < ways; w += 8) {
+    empty |= _mm512_mask_cmplt_epi64_mask(kAll8, _mm512_loadu_si512(tags + w), zero);
     const __m512i use = _mm512_loadu_si512(last_use + w);
     const __mmask8 m = _mm512_mask_cmplt_epu64_mask(kAll8, use, fl);  // unlocked (every way occupied)
     wide |= _mm512_mask_cmpge_epu64_mask(m, use, big);
@@ -460,6 +457,7 @@ MPE_AVX512_TARGET inline std::int32_t unlocked_by_last_use(const std::int64_t* t
                                                  _mm512_add_epi64(lanes, _mm512_set1_epi64(n))));
     n += __builtin_popcount(static_cast<unsigned>(m));
   }
+  if (empty != 0) return -1;
   packed = packed && wide == 0;
   return n;
 }

@@ -144,13 +144,9 @@ struct NoVictims {};
 /// cache, slot) is cache.last_use[slot] for every slot, so SetVictims may read the last uses
 /// itself (on an AVX-512 host, for a multiple of 8 ways, 8 ways per compare).
 template <class P>
-inline constexpr bool score_is_last_use = [] {
-  if constexpr (requires { P::score_is_last_use; }) {
-    return static_cast<bool>(P::score_is_last_use);
-  } else {
-    return false;
-  }
-}();
+inline constexpr bool score_is_last_use = requires {
+  requires static_cast<bool>(P::score_is_last_use);
+};
 
 /// The slots that ScoredPolicy::choose gives one set's successive misses, from one read of
 /// the set. choose takes the lowest empty way while one is left, then the unlocked occupied
@@ -225,13 +221,13 @@ struct SetVictims {
   /// Position of the lowest (score, way) among the entries not handed out (left > 0).
   MPE_HOST_DEVICE std::int32_t find_lowest() const {
     if (packed) {
-      std::uint64_t m = kTaken;
 #if MPE_HOST_AVX512
       if (host_avx512_enabled()) return static_cast<std::int32_t>(simd512::min_key(key, count) & 0xff);
 #endif
 #if MPE_HOST_SIMD
       if (host_simd_enabled()) return static_cast<std::int32_t>(simd::min_key(key, count) & 0xff);
 #endif
+      std::uint64_t m = kTaken;
       for (std::int32_t k = 0; k < count; ++k) m = key[k] < m ? key[k] : m;
       return static_cast<std::int32_t>(m & 0xff);
     }
