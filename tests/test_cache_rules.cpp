@@ -389,8 +389,9 @@ namespace {
 /// A scored policy whose scores do not fit SetVictims' packed keys (>= 2^56): LRU order on
 /// last use shifted up, so the list's (score, way) comparison is the one exercised.
 struct BigScoreLru : mpe::PolicyBase, mpe::ScoredPolicy<BigScoreLru> {
-  static constexpr int ways = 8;
-  static constexpr const char* name = "big_score_lru";
+  // name and ways: required by the CachePolicy concept, not read by this test
+  [[maybe_unused]] static constexpr int ways = 8;
+  [[maybe_unused]] static constexpr const char* name = "big_score_lru";
   static constexpr bool victims_by_score = true;
   using mpe::ScoredPolicy<BigScoreLru>::choose;
   static std::uint64_t score(View, const mpe::CacheRef& c, std::int64_t slot) {
@@ -400,8 +401,8 @@ struct BigScoreLru : mpe::PolicyBase, mpe::ScoredPolicy<BigScoreLru> {
 };
 /// Derives from ScoredPolicy without declaring victims_by_score: asked miss by miss.
 struct UndeclaredLru : mpe::PolicyBase, mpe::ScoredPolicy<UndeclaredLru> {
-  static constexpr int ways = 4;
-  static constexpr const char* name = "undeclared_lru";
+  [[maybe_unused]] static constexpr int ways = 4;
+  [[maybe_unused]] static constexpr const char* name = "undeclared_lru";
   using mpe::ScoredPolicy<UndeclaredLru>::choose;
   static std::uint64_t score(View, const mpe::CacheRef& c, std::int64_t slot) { return c.last_use[slot]; }
   static bool admits(View, std::uint32_t, std::uint64_t) { return true; }

@@ -734,7 +734,9 @@ TEST_CASE("the SIMD tag scan finds what CacheRef::find's loop finds") {
 TEST_CASE("pooling through HostBackend's ranges on 2 threads equals bag-by-bag pooling") {
   using S = mpe::Int8Rowwise;
   const SimdSwitch restore;
-  for (const std::int32_t D : {20, 64}) {
+  // D = 16, 64, 128: store-only ranges take simd512::pool_bags_run (a table's bags in one
+  // loop, cut at the range's and the table's ends); D = 20 the bag-by-bag kernel.
+  for (const std::int32_t D : {16, 20, 64, 128}) {
     std::mt19937 rng(static_cast<std::uint32_t>(D));
     const std::int64_t rows = 500, T = 3, B = 401;
     const std::size_t stride = mpe::row_bytes<S>(D, 4);

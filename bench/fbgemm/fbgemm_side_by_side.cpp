@@ -20,6 +20,16 @@
 ///   the median over rounds of the per-round ratio mpe / FBGEMM, for wall time and for the
 ///   thread's CPU time (CLOCK_THREAD_CPUTIME_ID: robust to waiting for a core on a loaded
 ///   machine, not to other processes' use of the caches and memory).
+/// - Tables swapped (--swap-buffers; fbgemm and mpe_fwd only): each library's table is a
+///   separate buffer, and at 10M rows two buffers of the same bytes read by the same kernel
+///   differ by up to 15 % in one process (their pages' placement in memory: FBGEMM's kernel on
+///   mpe's store against FBGEMM's own copy, 0.80 - 1.13 over four processes), which the plain
+///   ratio counts as the libraries' difference. With the option mpe_fwd reads a second object
+///   (table B) and FBGEMM reads mpe's two stores: in half the rounds FBGEMM reads A and mpe
+///   B, in the other half the reverse (two rounds, one per call order, then the other half;
+///   flipped again each pass over the pool). The reported ratio is the geometric mean of the
+///   two halves' median per-round ratios, in which each table's own speed cancels; a "#" line
+///   gives the two halves' thread-CPU ratios.
 /// - Agreement: after timing, every variant runs batch 0 and its output is compared with
 ///   FBGEMM's. Stated bound, per output element: |mpe - fbgemm| <= L * L * 2^-22 * M with
 ///   M = max |element| of the table (the rows' order and FBGEMM's FMA in the dequantization
@@ -244,6 +254,7 @@ struct Options {
   std::size_t limit_mib = 2048;
   int fb_prefetch = 16;
   bool phases = false;  // mpe_cached: time between mpe's phase marks
+  bool swap = false;    // --swap-buffers: fbgemm and mpe_fwd trade tables every other pair of rounds
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -279,7 +290,11 @@ void usage() {
       "  --limit-mib M        limit-measurement buffer (default 2048)\n"
       "  --fbgemm-prefetch P  FBGEMM's prefetch distance (default 16)\n"
       "  --thp                transparent huge pages for every big buffer\n"
-      "  --phases             mpe_cached: mean time per call of each phase (mpe/detail/phase_mark.hpp)\n");
+      "  --phases             mpe_cached: mean time per call of each phase (mpe/detail/phase_mark.hpp)\n"
+      "  --swap-buffers       fbgemm and mpe_fwd only: two tables of the same bytes, A and B; half the\n"
+      "                       rounds FBGEMM reads A and mpe B, the other half the reverse; the ratio is\n"
+      "                       the geometric mean of the two halves' medians (cancels the tables' own\n"
+      "                       speed: their pages' placement in memory)\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -323,9 +338,21 @@ Options parse(int argc, char** argv) {
       g_thp = true;
     } else if (a == "--phases") {
       o.phases = true;
+    } else if (a == "--swap-buffers") {
+      o.swap = true;
     } else {
       usage();
       std::exit(a == "--help" || a == "-h" ? 0 : 1);
+    }
+  }
+  if (o.swap) {
+    const std::vector<std::string> want{"fbgemm", "mpe_fwd"};
+    std::vector<std::string> got = o.variants;
+    std::sort(got.begin(), got.end());
+    if (got != want || o.reps < 4) {
+      std::fprintf(stderr,
+                   "--swap-buffers needs --variants fbgemm,mpe_fwd (exactly those two) and --reps >= 4\n");
+      std::exit(1);
     }
   }
   return o;
@@ -459,6 +486,20 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     }
     max_abs *= 1.01f;  // rows not sampled: the init range (0.05) plus quantization
   }
+  // --swap-buffers: table B, the same bytes in a second object (FBGEMM reads either object's
+  // store: the layouts are identical, checked above); `swap_half` says which half of the
+  // rounds runs: 0 = FBGEMM on A (emb), mpe on B; 1 = FBGEMM on B, mpe on A.
+  std::unique_ptr<E> emb_b;
+  int swap_half = 0;
+  if (o.swap) {
+    emb_b = std::make_unique<E>(cfg, be);
+    mpe::io::import_table(*emb_b, 0, mpe::interop::FbgemmFused{},
+                          std::span<const std::uint8_t>(fbt.p, total));
+    if (std::memcmp(fbt.p, emb_b->ref().store, total) != 0) {
+      std::printf("ERROR: table B's bytes differ from FBGEMM's\n");
+      std::exit(3);
+    }
+  }
   std::unique_ptr<E> emb_inf;
   const auto has = [&](const char* v) {
     return std::find(o.variants.begin(), o.variants.end(), v) != o.variants.end();
@@ -507,15 +548,17 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       x.out.assign(static_cast<std::size_t>(B * D), 0.0f);
       if (v == "fbgemm") {
         x.run = [&, rows](const std::int64_t* ind, float* out) {
-          if (!fbk(B, n, rows, fbt.p, ind, offs.data(), out)) {
+          const std::uint8_t* tab = !o.swap ? fbt.p : swap_half == 0 ? emb.ref().store : emb_b->ref().store;
+          if (!fbk(B, n, rows, tab, ind, offs.data(), out)) {
             std::fprintf(stderr, "FBGEMM kernel returned false\n");
             std::exit(2);
           }
         };
       } else if (v == "mpe_fwd") {
         x.run = [&](const std::int64_t* ind, float* out) {
-          emb.forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
-                      std::span<float>(out, static_cast<std::size_t>(B * D)));
+          E& e = o.swap && swap_half == 0 ? *emb_b : emb;
+          e.forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                    std::span<float>(out, static_cast<std::size_t>(B * D)));
         };
       } else if (v == "mpe_fwd_avx2") {
         x.run = [&](const std::int64_t* ind, float* out) {
@@ -543,12 +586,18 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       vs.push_back(std::move(x));
     }
     const auto nv = static_cast<int>(vs.size());
-    for (std::int64_t k = 0; k < pool.batches; ++k)  // warm-up pass over the pool
-      for (auto& v : vs) v.run(pool.batch(k), v.out.data());
+    for (swap_half = 0; swap_half < (o.swap ? 2 : 1); ++swap_half)  // warm-up pass over the pool
+      for (std::int64_t k = 0; k < pool.batches; ++k)
+        for (auto& v : vs) v.run(pool.batch(k), v.out.data());
+    std::vector<int> half_of_round;             // --swap-buffers: swap_half of each timed round
     if (emb_cached) emb_cached->reset_stats();  // the timed calls' cache statistics only
     sbs::g_phases.armed = o.phases;
     for (int it = 0; it < o.reps; ++it) {
       const std::int64_t* ind = pool.batch(it);
+      // Two rounds (both call orders) per half, flipped again each pass over the pool, so
+      // neither half always pairs with one call order or one batch.
+      swap_half = o.swap ? static_cast<int>(((it >> 1) + it / pool.batches) & 1) : 0;
+      half_of_round.push_back(swap_half);
       for (int k = 0; k < nv; ++k) {
         Variant& v = vs[static_cast<std::size_t>((it + k) % nv)];
         const double c0 = thread_cpu();
@@ -596,13 +645,21 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       if (fb) {
         for (std::size_t i = 0; i < v.out.size(); ++i)
           diff = std::max(diff, static_cast<double>(std::fabs(v.out[i] - fb->out[i])));
-        std::vector<double> r, rc;
+        std::vector<double> r[2], rc[2];
         for (std::size_t k = 0; k < v.t.size(); ++k) {
-          r.push_back(v.t[k] / fb->t[k]);
-          rc.push_back(v.cpu[k] / fb->cpu[k]);
+          r[half_of_round[k]].push_back(v.t[k] / fb->t[k]);
+          rc[half_of_round[k]].push_back(v.cpu[k] / fb->cpu[k]);
         }
-        ratio = median(r);
-        cpu_ratio = median(rc);
+        if (o.swap) {  // each table read by each library in half the rounds: geometric mean
+          ratio = std::sqrt(median(r[0]) * median(r[1]));
+          cpu_ratio = std::sqrt(median(rc[0]) * median(rc[1]));
+          if (&v != fb)
+            std::printf("# %s %s %s: cpu ratio with mpe on table B %.3f, on table A %.3f\n", prec.c_str(),
+                        dist.c_str(), v.name.c_str(), median(rc[0]), median(rc[1]));
+        } else {
+          ratio = median(r[0]);
+          cpu_ratio = median(rc[0]);
+        }
       }
       const bool agree = !fb || diff <= bound;
       if (!agree) g_failed = true;

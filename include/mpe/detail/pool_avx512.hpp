@@ -12,7 +12,9 @@
 /// out-of-order window holds twice the rows in flight. The default build stays baseline
 /// x86-64 (`__attribute__((target(...)))` on these functions only); `MPE_NO_HOST_SIMD` or
 /// `MPE_NO_HOST_AVX512` compiles it out, and `set_host_avx512(false)` turns it off at run
-/// time.
+/// time. Store-only, unweighted sum bags of D = 16 .. 128 columns (a multiple of 16) are
+/// pooled a table's run of bags per call (pool_bags_run), with the register count and the
+/// prefetch points chosen once per run.
 ///
 /// Bits (the numerics contract): the same operations as the AVX2 kernel and the portable
 /// loop, element by element. Each element is decoded as `Storage::Reader` defines it
@@ -367,6 +369,78 @@ MPE_AVX512_TARGET void pool_bag(const simd::StoreRows& src, index_t begin, index
     } else {
       pool_groups<S, Weighted, false>(first, nv, src, begin, end, weights, D, 16 * g, tail, o);
     }
+  }
+}
+
+/// `count` consecutive bags of one table from store rows, bag k = occurrences [offsets[k],
+/// offsets[k + 1]) of `src` into the D = 16 NV floats at o + k * o_stride, unweighted: each
+/// bag is pool_columns' work (prefetch on, no tail, `Lines` prefetch points) in one loop,
+/// so the per-bag dispatch of pool_bag (register count, prefetch points, tail) is done once
+/// per run instead of once per bag. The same operations in the same order: the same bits.
+template <class S, int NV, std::int32_t Lines>
+MPE_AVX512_TARGET void pool_bag_run(const simd::StoreRows& src, const index_t* offsets, index_t count,
+                                    float* o, std::size_t o_stride) {
+  constexpr std::int32_t D = 16 * NV;
+  const TailMask tail = TailMask::of(0);
+  const index_t last_prefetched = src.n - src.dist;
+  for (index_t k = 0; k < count; ++k) {
+    const index_t begin = offsets[k], end = offsets[k + 1];
+    __m512 acc[NV];
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+    const index_t stop = end < last_prefetched ? end : last_prefetched;
+    index_t i = prefetched_rows<S, false, NV, false, Lines>(acc, src, begin, stop, nullptr, D, 0, tail);
+    const __m512 w = _mm512_setzero_ps();
+    for (; i < end; ++i) {
+      add_row<S, false, NV, false>(acc, src.store + static_cast<std::size_t>(src.rows[i]) * src.stride, D, 0,
+                                   tail, w);
+    }
+    float* ok = o + static_cast<std::size_t>(k) * o_stride;
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(ok + 16 * v, acc[v]);
+  }
+}
+
+/// pool_bag_run for src.lines prefetch points (1 .. 4, else the run-time loop).
+template <class S, int NV>
+MPE_AVX512_TARGET void pool_bag_run_lines(const simd::StoreRows& src, const index_t* offsets, index_t count,
+                                          float* o, std::size_t o_stride) {
+  switch (src.lines) {
+    case 1:
+      return pool_bag_run<S, NV, 1>(src, offsets, count, o, o_stride);
+    case 2:
+      return pool_bag_run<S, NV, 2>(src, offsets, count, o, o_stride);
+    case 3:
+      return pool_bag_run<S, NV, 3>(src, offsets, count, o, o_stride);
+    case 4:
+      return pool_bag_run<S, NV, 4>(src, offsets, count, o, o_stride);
+    default:
+      return pool_bag_run<S, NV, 0>(src, offsets, count, o, o_stride);
+  }
+}
+
+/// Whether pool_bags_run takes rows of D columns: D a multiple of 16, at most 128.
+inline bool bag_run_fits(std::int32_t D) { return D % 16 == 0 && D >= 16 && D <= 128; }
+
+/// pool_bag_run for D = 16 NV (bag_run_fits(D)).
+template <class S>
+MPE_AVX512_TARGET void pool_bags_run(const simd::StoreRows& src, const index_t* offsets, index_t count,
+                                     std::int32_t D, float* o, std::size_t o_stride) {
+  switch (D / 16) {
+    case 8:
+      return pool_bag_run_lines<S, 8>(src, offsets, count, o, o_stride);
+    case 7:
+      return pool_bag_run_lines<S, 7>(src, offsets, count, o, o_stride);
+    case 6:
+      return pool_bag_run_lines<S, 6>(src, offsets, count, o, o_stride);
+    case 5:
+      return pool_bag_run_lines<S, 5>(src, offsets, count, o, o_stride);
+    case 4:
+      return pool_bag_run_lines<S, 4>(src, offsets, count, o, o_stride);
+    case 3:
+      return pool_bag_run_lines<S, 3>(src, offsets, count, o, o_stride);
+    case 2:
+      return pool_bag_run_lines<S, 2>(src, offsets, count, o, o_stride);
+    default:
+      return pool_bag_run_lines<S, 1>(src, offsets, count, o, o_stride);
   }
 }
 

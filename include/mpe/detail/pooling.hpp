@@ -132,6 +132,23 @@ struct PoolBags {
     const bool wide = host_avx512_enabled();
     index_t t, b;
     split_bag(j0, B, t, b);
+#if MPE_HOST_AVX512
+    // Store rows only, unweighted sums of D = 16 .. 128 (a multiple of 16) columns, bags of
+    // more than one row on average (one-row bags keep their own loop below): each table's run
+    // of bags in one loop (simd512::pool_bags_run; the same bits as bag by bag).
+    if (wide && !lookup && !slot_of_occ && !weights && !mean && simd512::bag_run_fits(D) &&
+        offsets[j1] - offsets[j0] > j1 - j0) {
+      const std::size_t o_stride = static_cast<std::size_t>(T) * static_cast<std::size_t>(D);
+      for (index_t j = j0; j < j1;) {
+        const index_t k = (j1 - j < B - b) ? j1 - j : B - b;  // bags left in table t
+        simd512::pool_bags_run<Storage>(store_src, offsets + j, k, D, output + (b * T + t) * D, o_stride);
+        j += k;
+        b = 0;
+        ++t;
+      }
+      return;
+    }
+#endif
     for (index_t j = j0; j < j1; ++j) {
       float* o = output + (b * T + t) * D;
       const index_t begin = offsets[j], end = offsets[j + 1];
