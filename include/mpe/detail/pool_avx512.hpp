@@ -420,28 +420,21 @@ MPE_AVX512_TARGET void pool_bag_run_lines(const simd::StoreRows& src, const inde
 /// Whether pool_bags_run takes rows of D columns: D a multiple of 16, at most 128.
 inline bool bag_run_fits(std::int32_t D) { return D % 16 == 0 && D >= 16 && D <= 128; }
 
+/// pool_bag_run_lines<S, N> for the N = NV + 1 (1 .. 8) with 16 N = D; nothing for other D.
+template <class S, int... NV>
+MPE_AVX512_TARGET void pool_bags_run_nv(std::integer_sequence<int, NV...>, const simd::StoreRows& src,
+                                        const index_t* offsets, index_t count, std::int32_t D, float* o,
+                                        std::size_t o_stride) {
+  (void)((D == 16 * (NV + 1) ? (pool_bag_run_lines<S, NV + 1>(src, offsets, count, o, o_stride), true)
+                             : false) ||
+         ...);
+}
+
 /// pool_bag_run for D = 16 NV (bag_run_fits(D)).
 template <class S>
 MPE_AVX512_TARGET void pool_bags_run(const simd::StoreRows& src, const index_t* offsets, index_t count,
                                      std::int32_t D, float* o, std::size_t o_stride) {
-  switch (D / 16) {
-    case 8:
-      return pool_bag_run_lines<S, 8>(src, offsets, count, o, o_stride);
-    case 7:
-      return pool_bag_run_lines<S, 7>(src, offsets, count, o, o_stride);
-    case 6:
-      return pool_bag_run_lines<S, 6>(src, offsets, count, o, o_stride);
-    case 5:
-      return pool_bag_run_lines<S, 5>(src, offsets, count, o, o_stride);
-    case 4:
-      return pool_bag_run_lines<S, 4>(src, offsets, count, o, o_stride);
-    case 3:
-      return pool_bag_run_lines<S, 3>(src, offsets, count, o, o_stride);
-    case 2:
-      return pool_bag_run_lines<S, 2>(src, offsets, count, o, o_stride);
-    default:
-      return pool_bag_run_lines<S, 1>(src, offsets, count, o, o_stride);
-  }
+  pool_bags_run_nv<S>(std::make_integer_sequence<int, 8>{}, src, offsets, count, D, o, o_stride);
 }
 
 /// Output element of a one-row bag from x (a row element): add(0, x), weighted add(0, mul(w, x))
