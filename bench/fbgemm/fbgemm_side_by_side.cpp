@@ -27,7 +27,8 @@
 ///   ratio counts as the libraries' difference. With the option mpe_fwd reads a second object
 ///   (table B) and FBGEMM reads mpe's two stores: in half the rounds FBGEMM reads A and mpe
 ///   B, in the other half the reverse (two rounds, one per call order, then the other half;
-///   flipped again each pass over the pool). The reported ratio is the geometric mean of the
+///   the assignment flipped every pass over the pool, its length rounded up to a multiple
+///   of 4). The reported ratio is the geometric mean of the
 ///   two halves' median per-round ratios, in which each table's own speed cancels; a "#" line
 ///   gives the two halves' thread-CPU ratios.
 /// - Agreement: after timing, every variant runs batch 0 and its output is compared with
@@ -594,9 +595,12 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     sbs::g_phases.armed = o.phases;
     for (int it = 0; it < o.reps; ++it) {
       const std::int64_t* ind = pool.batch(it);
-      // Two rounds (both call orders) per half, flipped again each pass over the pool, so
-      // neither half always pairs with one call order or one batch.
-      swap_half = o.swap ? static_cast<int>(((it >> 1) + it / pool.batches) & 1) : 0;
+      // Two rounds (both call orders) per half, so each half has both orders; flipped every
+      // `period` rounds (the pool's length rounded up to a multiple of 4, so each period
+      // splits evenly), so with 16 batches neither half always reads one batch. Rounds 0, 1
+      // are half 0 and 2, 3 half 1: --reps >= 4 leaves neither half empty.
+      const int period = static_cast<int>((pool.batches + 3) / 4 * 4);
+      swap_half = o.swap ? ((it >> 1) + it / period) & 1 : 0;
       half_of_round.push_back(swap_half);
       for (int k = 0; k < nv; ++k) {
         Variant& v = vs[static_cast<std::size_t>((it + k) % nv)];

@@ -39,8 +39,9 @@ namespace mpe::detail {
 /// store-only or all cached: pool_rows_ahead occurrences ahead of that array's rows; mixed
 /// bags: pool_rows_ahead of an FP32 cache row; the portable loop: kPoolPrefetchAhead, into L1).
 /// Where the CPU has AVX2 + F16C a bag is pooled by detail::simd::pool_bag, and where it
-/// also has AVX-512 F/BW/VL a bag read from one row array by detail::simd512::pool_bag (same
-/// bits, pinned by tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
+/// also has AVX-512 F/BW/VL a bag read from one row array by detail::simd512::pool_bag (or a
+/// table's run of such bags by simd512::pool_bags_run, see pool_range_simd; same bits,
+/// pinned by tests/test_pool_simd.cpp); elsewhere by the portable loop. A bag whose rows are all
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
@@ -103,7 +104,10 @@ struct PoolBags {
   /// The SIMD path of bags [j0, j1) (host, where the CPU has AVX2 + F16C): per bag, store
   /// rows only (no cache), the FP32 cache rows as a store (every row of the bag cached),
   /// both by the AVX-512 kernel where the CPU has it (pool_rows), or each row from its slot
-  /// or the store (`row`, with `lookup` by scanning its set) by the AVX2 kernel.
+  /// or the store (`row`, with `lookup` by scanning its set) by the AVX2 kernel. Two run
+  /// loops replace the per-bag calls: runs of one-row bags (pool_single_run), and, on an
+  /// AVX-512 host, each table's bags of an unweighted store-only sum of D = 16 .. 128
+  /// (simd512::pool_bags_run, where the range averages more than one row per bag).
   MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
     const index_t n_all = offsets[B * T];
     const std::size_t bytes = Storage::data_bytes(D);
@@ -133,9 +137,11 @@ struct PoolBags {
     index_t t, b;
     split_bag(j0, B, t, b);
 #if MPE_HOST_AVX512
-    // Store rows only, unweighted sums of D = 16 .. 128 (a multiple of 16) columns, bags of
-    // more than one row on average (one-row bags keep their own loop below): each table's run
-    // of bags in one loop (simd512::pool_bags_run; the same bits as bag by bag).
+    // Store rows only, unweighted sums of D = 16 .. 128 (a multiple of 16) columns, a range
+    // averaging more than one row per bag (a range of one-row bags, a training step's one
+    // index per bag, keeps pool_single_run below; a one-row bag here is add(0, x) either
+    // way): each table's run of bags in one loop (simd512::pool_bags_run; the same bits as
+    // bag by bag).
     if (wide && !lookup && !slot_of_occ && !weights && !mean && simd512::bag_run_fits(D) &&
         offsets[j1] - offsets[j0] > j1 - j0) {
       const std::size_t o_stride = static_cast<std::size_t>(T) * static_cast<std::size_t>(D);
