@@ -284,32 +284,13 @@ MPE_AVX512_ROW inline index_t prefetched_rows(__m512 (&acc)[NV], const simd::Sto
   return i;
 }
 
-/// Columns [c0, c0 + 16 NV) of one bag, rows rows[i] of src for i in [begin, end), into
-/// o: NV accumulators in registers; with `Tail` the last one holds only the lanes of
-/// `tail` (the row's last D % 16 columns). With `prefetch` each row first prefetches the row
-/// src.dist occurrences ahead (every line it touches), while that lies in the
-/// batch; straight-line prefetch points for rows touching 1 to 4 lines.
+/// Rows [i, end) of a bag into acc without prefetching (the bag's last rows, whose rows
+/// ahead lie past the batch, or a pass after the first), then acc to the columns [c0, c0 +
+/// 16 NV) of o; with `Tail` the last register stores only the lanes of `tail`.
 template <class S, bool Weighted, int NV, bool Tail>
-MPE_AVX512_TARGET inline void pool_columns(bool prefetch, const simd::StoreRows& src, index_t begin,
-                                           index_t end, const float* weights, std::int32_t D, std::int32_t c0,
-                                           const TailMask& tail, float* o) {
-  __m512 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
-  index_t i = begin;
-  if (prefetch) {
-    const index_t stop = end < src.n - src.dist ? end : src.n - src.dist;
-    if (src.lines == 4) {
-      i = prefetched_rows<S, Weighted, NV, Tail, 4>(acc, src, i, stop, weights, D, c0, tail);
-    } else if (src.lines == 3) {
-      i = prefetched_rows<S, Weighted, NV, Tail, 3>(acc, src, i, stop, weights, D, c0, tail);
-    } else if (src.lines == 2) {
-      i = prefetched_rows<S, Weighted, NV, Tail, 2>(acc, src, i, stop, weights, D, c0, tail);
-    } else if (src.lines == 1) {
-      i = prefetched_rows<S, Weighted, NV, Tail, 1>(acc, src, i, stop, weights, D, c0, tail);
-    } else {
-      i = prefetched_rows<S, Weighted, NV, Tail, 0>(acc, src, i, stop, weights, D, c0, tail);
-    }
-  }
+MPE_AVX512_ROW inline void finish_columns(__m512 (&acc)[NV], const simd::StoreRows& src, index_t i,
+                                          index_t end, const float* weights, std::int32_t D, std::int32_t c0,
+                                          const TailMask& tail, float* o) {
   __m512 w = _mm512_setzero_ps();
   for (; i < end; ++i) {
     if constexpr (Weighted) w = _mm512_set1_ps(weights[i]);
@@ -323,6 +304,35 @@ MPE_AVX512_TARGET inline void pool_columns(bool prefetch, const simd::StoreRows&
       _mm512_storeu_ps(o + c0 + 16 * v, acc[v]);
     }
   }
+}
+
+/// Columns [c0, c0 + 16 NV) of one bag, rows rows[i] of src for i in [begin, end), into
+/// o: NV accumulators in registers; with `Tail` the last one holds only the lanes of
+/// `tail` (the row's last D % 16 columns). With `prefetch` each row first prefetches the row
+/// src.dist occurrences ahead (every line it touches), while that lies in the
+/// batch; straight-line prefetch points for rows touching 1 to 4 lines.
+template <class S, bool Weighted, int NV, bool Tail>
+MPE_AVX512_TARGET inline void pool_columns(bool prefetch, const simd::StoreRows& src, index_t begin,
+                                           index_t end, const float* weights, std::int32_t D, std::int32_t c0,
+                                           const TailMask& tail, float* o) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  index_t i = begin;
+  if (prefetch) {
+    const index_t stop = src.prefetch_stop(end);
+    if (src.lines == 4) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 4>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 3) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 3>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 2) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 2>(acc, src, i, stop, weights, D, c0, tail);
+    } else if (src.lines == 1) {
+      i = prefetched_rows<S, Weighted, NV, Tail, 1>(acc, src, i, stop, weights, D, c0, tail);
+    } else {
+      i = prefetched_rows<S, Weighted, NV, Tail, 0>(acc, src, i, stop, weights, D, c0, tail);
+    }
+  }
+  finish_columns<S, Weighted, NV, Tail>(acc, src, i, end, weights, D, c0, tail, o);
 }
 
 /// pool_columns for NV = nv (1 .. 8) registers.
@@ -382,20 +392,14 @@ MPE_AVX512_TARGET void pool_bag_run(const simd::StoreRows& src, const index_t* o
                                     float* o, std::size_t o_stride) {
   constexpr std::int32_t D = 16 * NV;
   const TailMask tail = TailMask::of(0);
-  const index_t last_prefetched = src.n - src.dist;
   for (index_t k = 0; k < count; ++k) {
     const index_t begin = offsets[k], end = offsets[k + 1];
     __m512 acc[NV];
     for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
-    const index_t stop = end < last_prefetched ? end : last_prefetched;
-    index_t i = prefetched_rows<S, false, NV, false, Lines>(acc, src, begin, stop, nullptr, D, 0, tail);
-    const __m512 w = _mm512_setzero_ps();
-    for (; i < end; ++i) {
-      add_row<S, false, NV, false>(acc, src.store + static_cast<std::size_t>(src.rows[i]) * src.stride, D, 0,
-                                   tail, w);
-    }
-    float* ok = o + static_cast<std::size_t>(k) * o_stride;
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(ok + 16 * v, acc[v]);
+    const index_t i = prefetched_rows<S, false, NV, false, Lines>(acc, src, begin, src.prefetch_stop(end),
+                                                                  nullptr, D, 0, tail);
+    finish_columns<S, false, NV, false>(acc, src, i, end, nullptr, D, 0, tail,
+                                        o + static_cast<std::size_t>(k) * o_stride);
   }
 }
 

@@ -330,6 +330,11 @@ struct StoreRows {
     if (i + dist < n)
       prefetch_row_lines<0>(prefetch_address(store, rows[i + dist], stride), lines, bytes - 1);
   }
+  /// One past the last occurrence before `end` whose row `dist` ahead lies in the batch:
+  /// the end of a bag's prefetching loop.
+  [[gnu::always_inline]] inline index_t prefetch_stop(index_t end) const {
+    return end < n - dist ? end : n - dist;
+  }
 };
 
 /// Row source from two callables: row(i, cached) and ahead(i) (pooling with a cache).
@@ -456,7 +461,7 @@ MPE_SIMD_TARGET inline void pool_columns(const Src& src, index_t begin, index_t 
     if constexpr (Prefetch) {
       // The loop with prefetches, one copy per common number of prefetch points (no branch
       // on it per row); then the bag's last rows, whose rows ahead lie past the batch.
-      const index_t stop = end < src.n - src.dist ? end : src.n - src.dist;
+      const index_t stop = src.prefetch_stop(end);
       i = prefetched_rows_for<S, Weighted, NV>(acc, src, i, stop, weights, D, c0);
     }
     for (; i < end; ++i) {
