@@ -303,20 +303,8 @@ struct AdmitSet {
   /// which fences.
   bool stream_fills = false;
   /// Items (admission order) by which run_fused's hits run ahead of its misses: the reach of
-  /// its store-row prefetch into L2, so every item it prefetches has its outcome.
+  /// the store-row prefetch into L2 that the hits issue for each miss they find.
   static constexpr index_t kFusedAhead = 4 * kPoolPrefetchAhead;
-
-  /// Host: prefetches the store rows of the missed items among the set's items [p, end)
-  /// shifted `ahead` places (clipped to U) into L2 only (prefetcht1).
-  void prefetch_misses(index_t p, index_t end, index_t U, index_t ahead) const {
-    const index_t stop = end + ahead < U ? end + ahead : U;
-    for (index_t i = p + ahead; i < stop; ++i) {
-      if (!(outcome[order[i]] & kHit)) {
-        prefetch_lines<false, true>(store + static_cast<std::size_t>(rows[i]) * stride,
-                                    Storage::data_bytes(cache.dim));
-      }
-    }
-  }
 
   /// One past the last item of the set whose items start at p (keys sorted by set).
   MPE_HOST_DEVICE index_t set_end(index_t p, index_t U) const {
@@ -341,8 +329,10 @@ struct AdmitSet {
 
   /// The hits of the set at items [p, end) (first slot `base`): every item's slot, hit or
   /// -1, in slot_of_unique and outcome kHit or 0; a hit's last use becomes the batch number,
-  /// then the policy's on_hit.
-  MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd) const {
+  /// then the policy's on_hit. With `prefetch_missed` (host; run_fused, whose misses run
+  /// kFusedAhead items behind) each miss's store row is prefetched into L2 as it is found.
+  MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd,
+                            [[maybe_unused]] bool prefetch_missed = false) const {
     for (index_t q = p; q < end; ++q) {
       const index_t u = order[q];
       const index_t s = find_in_set(cache, base, rows[q], simd);
@@ -352,6 +342,12 @@ struct AdmitSet {
         cache.last_use[s] = batch_id;
         P::on_hit(view, cache, s);
       }
+#ifndef __CUDA_ARCH__
+      else if (prefetch_missed) {
+        prefetch_lines<false, true>(store + static_cast<std::size_t>(rows[q]) * stride,
+                                    Storage::data_bytes(cache.dim));
+      }
+#endif
     }
   }
 
@@ -471,9 +467,12 @@ struct AdmitSet {
   /// struct comment). The hits' lookups then overlap the fills' memory reads, and each set's
   /// metadata is read twice close together (cached forward, Zen 4, INT8 + 5 % LRU: 4.36x ->
   /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
-  /// seventh round). At each set's misses the store rows of the missed items kFusedAhead
-  /// items ahead (their outcome is known) are prefetched into L2 only (prefetcht1: page
-  /// walks and memory reads start early without filling L1's miss buffers). A second
+  /// seventh round). Each miss's store row is prefetched into L2 only (prefetcht1: page
+  /// walks and memory reads start early without filling L1's miss buffers) by the hits
+  /// that find it, kFusedAhead items or more before its fill. (Until the thirteenth round a
+  /// second loop at each set's misses prefetched the missed items kFusedAhead items ahead,
+  /// reading their order, outcome and row again: cached forward, INT8 + 5 % LRU, Zipf, 0.966
+  /// - 0.977 of that time in bench/paired.) A second
   /// prefetch of the same rows into L1 16 items ahead was dropped in the eighth round, once
   /// the fills were streamed: uniform admission 3.74 -> 3.27 ms, Zipf level (1.90 / 1.87).
   /// With stream_fills (populate sets it here) the fills are non-temporal stores, fenced
@@ -489,10 +488,9 @@ struct AdmitSet {
       while (done < want) {
         const index_t e = set_end(done, U);
         if (e < U) prefetch_set(e);
-        hits(done, e, set_base(done), simd);
+        hits(done, e, set_base(done), simd, true);
         done = e;
       }
-      prefetch_misses(p, end, U, kFusedAhead);
       misses(p, end, set_base(p), simd);
       p = end;
     }
