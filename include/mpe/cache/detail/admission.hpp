@@ -469,10 +469,11 @@ struct AdmitSet {
   /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
   /// seventh round). Each miss's store row is prefetched into L2 only (prefetcht1: page
   /// walks and memory reads start early without filling L1's miss buffers) by the hits
-  /// that find it, kFusedAhead items or more before its fill. (Until the thirteenth round a
-  /// second loop at each set's misses prefetched the missed items kFusedAhead items ahead,
-  /// reading their order, outcome and row again: cached forward, INT8 + 5 % LRU, Zipf, 0.966
-  /// - 0.977 of that time in bench/paired.) A second
+  /// that find it, about kFusedAhead items before its fill (the first sets' misses, whose
+  /// hits run just before them, a few items before). Until the thirteenth round a second
+  /// loop at each set's misses prefetched the missed items kFusedAhead items ahead (none of
+  /// the first kFusedAhead), reading their order, outcome and row again; the cached forward
+  /// (INT8 + 5 % LRU, Zipf) now takes 0.961 to 0.977 of that time (bench/paired). A second
   /// prefetch of the same rows into L1 16 items ahead was dropped in the eighth round, once
   /// the fills were streamed: uniform admission 3.74 -> 3.27 ms, Zipf level (1.90 / 1.87).
   /// With stream_fills (populate sets it here) the fills are non-temporal stores, fenced
