@@ -593,13 +593,13 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     std::vector<int> half_of_round;             // --swap-buffers: swap_half of each timed round
     if (emb_cached) emb_cached->reset_stats();  // the timed calls' cache statistics only
     sbs::g_phases.armed = o.phases;
+    // --swap-buffers: two rounds (both call orders) per half, so each half has both orders;
+    // flipped every `period` rounds (the pool's length rounded up to a multiple of 4, so each
+    // period splits evenly), so with 16 batches neither half always reads one batch. Rounds
+    // 0, 1 are half 0 and 2, 3 half 1: --reps >= 4 leaves neither half empty.
+    const int period = static_cast<int>((pool.batches + 3) / 4 * 4);
     for (int it = 0; it < o.reps; ++it) {
       const std::int64_t* ind = pool.batch(it);
-      // Two rounds (both call orders) per half, so each half has both orders; flipped every
-      // `period` rounds (the pool's length rounded up to a multiple of 4, so each period
-      // splits evenly), so with 16 batches neither half always reads one batch. Rounds 0, 1
-      // are half 0 and 2, 3 half 1: --reps >= 4 leaves neither half empty.
-      const int period = static_cast<int>((pool.batches + 3) / 4 * 4);
       swap_half = o.swap ? ((it >> 1) + it / period) & 1 : 0;
       half_of_round.push_back(swap_half);
       for (int k = 0; k < nv; ++k) {

@@ -332,7 +332,7 @@ struct AdmitSet {
   /// then the policy's on_hit. With `prefetch_missed` (host; run_fused, whose misses run
   /// kFusedAhead items behind) each miss's store row is prefetched into L2 as it is found.
   MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd,
-                            [[maybe_unused]] bool prefetch_missed = false) const {
+                            bool prefetch_missed = false) const {
     for (index_t q = p; q < end; ++q) {
       const index_t u = order[q];
       const index_t s = find_in_set(cache, base, rows[q], simd);
@@ -341,13 +341,12 @@ struct AdmitSet {
       if (s >= 0) {
         cache.last_use[s] = batch_id;
         P::on_hit(view, cache, s);
-      }
-#ifndef __CUDA_ARCH__
-      else if (prefetch_missed) {
+      } else if (prefetch_missed) {
+#ifndef __CUDA_ARCH__  // host only (Storage::data_bytes is host code; run_fused is too)
         prefetch_lines<false, true>(store + static_cast<std::size_t>(rows[q]) * stride,
                                     Storage::data_bytes(cache.dim));
-      }
 #endif
+      }
     }
   }
 
