@@ -4,11 +4,14 @@
 // optimizer parameters are named with their value.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <mpe/mpe.hpp>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -216,4 +219,126 @@ TEST_CASE("a refused overflowing step leaves the forward awaiting backward; a fi
   // G = mean(2^2) = 4 for row 1: w = 0.5 - 0.01 / (2 + 1e-8) * 2.
   CHECK(w[2] == 0.5f - 0.01f / (2.0f + 1e-8f) * 2.0f);
   CHECK(e.step() == 1);
+}
+
+namespace {
+
+float sgd_factor(int d) { return (d % 2 ? -1.0f : 1.0f) * static_cast<float>(1 + d % 4) / 4.0f; }
+
+// Sgd through forward and backward on `threads` host threads: one thread deduplicates by
+// BitmapUnique and scatters grad_output, and when no row sum can overflow (the largest
+// |grad_output| and |weight| bound every sum) ApplyRows multiplies the sums by the learning
+// rate itself; two threads sort, gather and step every row in AccumulateRows first. 16
+// rows, D = 33; bags {1, 1}, {4}, {1, 7}; grad_output element d of every bag is
+// g * f(d), f(d) = +-(1 + d % 4) / 4.
+struct SgdRun {
+  std::vector<float> w;
+  std::string error;
+  std::uint64_t saturated = 0, step = 0;
+};
+
+template <class S>
+SgdRun sgd_run(int threads, std::int64_t cache_rows, float g, float lr, const std::vector<float>& weights) {
+  constexpr int D = 33;
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {16};
+  cfg.dim = D;
+  cfg.cache_rows = cache_rows;
+  mpe::CachedEmbedding<S, mpe::Lru<4>, mpe::StochasticRounding> e(cfg,
+                                                                  mpe::HostBackend{.num_threads = threads});
+  SgdRun r;
+  r.w.resize(16 * D);
+  for (std::size_t k = 0; k < r.w.size(); ++k) r.w[k] = 0.25f + 0.01f * static_cast<float>(k % 13);
+  e.set_weights(r.w);
+  const std::vector<std::int64_t> idx = {1, 1, 4, 1, 7}, off = {0, 2, 3, 5};
+  std::vector<float> out(3 * D), grad(3 * D);
+  for (std::size_t k = 0; k < grad.size(); ++k) grad[k] = g * sgd_factor(static_cast<int>(k % D));
+  e.forward(idx, off, out, mpe::Pooling::Sum, weights);
+  try {
+    e.backward(grad, mpe::Sgd{lr});
+  } catch (const std::invalid_argument& ex) {
+    r.error = ex.what();
+  }
+  e.get_weights(r.w);
+  r.saturated = e.stats().saturated_rows;
+  r.step = e.step();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE(
+    "Sgd on one host thread, the learning rate applied in ApplyRows, gives the two-pass step's bits", S,
+    mpe::Fp32, mpe::Int8Rowwise) {
+  const std::vector<float> none, unit = {1.5f, 1.0f, -1.5f, 0.5f, 2.0f},
+                                 huge = {0x1p60f, 1.0f, -1.0f, 0.5f, 2.0f};
+  int compared = 0, trained = 0, refused = 0;
+  // 2^100 is the bound on max|c| * max|g|: 0x1p100 * 1 (f = 1 at d = 3) fuses, 0x1p101
+  // does not and its sums stay finite, 3e38 overflows (a refused step on both paths);
+  // lr = 1e30 turns some updates into inf (saturated rows on both paths).
+  for (float g : {1.0f, 0x1p99f, 0x1p100f, 0x1p101f, 0x1p126f, 3e38f}) {
+    for (float lr : {0.01f, 1e30f}) {
+      for (const std::vector<float>* wts : {&none, &unit, &huge}) {
+        for (std::int64_t cache_rows : {0, 8}) {
+          CAPTURE(g);
+          CAPTURE(lr);
+          CAPTURE(cache_rows);
+          CAPTURE(wts->size());
+          const SgdRun one = sgd_run<S>(1, cache_rows, g, lr, *wts);
+          const SgdRun two = sgd_run<S>(2, cache_rows, g, lr, *wts);
+          CHECK(one.error == two.error);
+          REQUIRE(one.w.size() == two.w.size());
+          CHECK(std::memcmp(one.w.data(), two.w.data(), one.w.size() * sizeof(float)) == 0);
+          CHECK(one.saturated == two.saturated);
+          CHECK(one.step == two.step);
+          ++compared;
+          if (one.error.empty()) {
+            ++trained;
+          } else {
+            ++refused;
+            CHECK(one.error.find("overflows") != std::string::npos);
+          }
+          if (std::is_same_v<S, mpe::Fp32> && wts->empty() && one.error.empty()) {
+            // Independent: row 1 sums its occurrences in position order, (x + x) + x;
+            // row 4 takes x; w - lr * sum, saturated to +-FLT_MAX (Fp32 holds every finite value).
+            for (int d = 0; d < 33; ++d) {
+              const float x = g * sgd_factor(d), w1 = 0.25f + 0.01f * static_cast<float>((33 + d) % 13),
+                          w4 = 0.25f + 0.01f * static_cast<float>((4 * 33 + d) % 13);
+              const float s = (x + x) + x;
+              CHECK(one.w[33 + d] == std::clamp(w1 - lr * s, -FLT_MAX, FLT_MAX));
+              CHECK(one.w[4 * 33 + d] == std::clamp(w4 - lr * x, -FLT_MAX, FLT_MAX));
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared == 6 * 2 * 3 * 2);
+  CHECK(trained > 0);
+  CHECK(refused > 0);
+}
+
+TEST_CASE("sums_cannot_overflow: the bound on max|coef| * max|grad_output| and the occurrence count") {
+  using mpe::detail::sums_cannot_overflow;
+  const auto bits = [](float x) { return mpe::num::float_bits(x); };
+  const std::uint32_t at_bound[2] = {bits(0x1p100f), bits(1.0f)},
+                      above[2] = {bits(0x1.000002p100f), bits(1.0f)},
+                      split[2] = {bits(0x1p40f), bits(0x1p60f)},
+                      split_above[2] = {bits(0x1p41f), bits(0x1p60f)}, nan[2] = {0x7fc00000u, bits(1.0f)},
+                      inf[2] = {0x7f800000u, bits(1.0f)}, inf_times_zero[2] = {0x7f800000u, 0u},
+                      unwritten[2] = {0xffffffffu, 0u};
+  CHECK(sums_cannot_overflow(at_bound, 1));
+  CHECK(sums_cannot_overflow(at_bound, (std::int64_t{1} << 24) - 1));
+  CHECK_FALSE(sums_cannot_overflow(at_bound, std::int64_t{1} << 24));  // (1 + 2^-24)^n no longer below e
+  CHECK_FALSE(sums_cannot_overflow(above, 1));
+  CHECK(sums_cannot_overflow(split, 1000));
+  CHECK_FALSE(sums_cannot_overflow(split_above, 1000));
+  CHECK_FALSE(sums_cannot_overflow(nan, 1));
+  CHECK_FALSE(sums_cannot_overflow(inf, 1));
+  CHECK_FALSE(sums_cannot_overflow(inf_times_zero, 1));  // inf * 0 = NaN
+  CHECK_FALSE(sums_cannot_overflow(unwritten, 1));       // the scatter did not run (failed batch)
+  // The proof's arithmetic: 2^24 terms of at most 2^100 (1 + 2^-24), each partial sum
+  // rounded up by at most (1 + 2^-24), stay below 2^126, far from FLT_MAX (~2^128).
+  CHECK(std::ldexp(1.0, 24) * std::ldexp(1.0, 100) * std::exp(1.0) * (1 + std::ldexp(1.0, -24)) <
+        std::ldexp(1.0, 126));
 }

@@ -65,6 +65,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                                                        rec, count, b.flags.data() + detail::kFlagOk, b.n});
   };
   const index_t* ok = b.flags.data() + detail::kFlagOk;
+  std::uint32_t magnitude[2] = {0xffffffffu, 0};  // ScatterRowGradients' largest |grad_output|, |coef|
   if constexpr (host_paths) {
     if (b.scatter) {
       // One thread (chosen by the forward, which kept its offsets): grad_output read once in
@@ -74,7 +75,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
       backend_.for_each(
           1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
                                          b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
-                                         config_.dim, b.grad.data(), b.outcome.data(), rec, ok});
+                                         config_.dim, b.grad.data(), b.outcome.data(), rec, ok, magnitude});
     } else {
       // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
       backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
@@ -88,13 +89,25 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                       detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
     gather();
   }
-  backend_.for_each(U, detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
-                                                   opt_name_.empty() || StatePrecision::cached
-                                                       ? nullptr
-                                                       : reinterpret_cast<const float*>(opt_state_.data()),
-                                                   b.grad.data(), b.update.data(), step_ptr(), rec, count,
-                                                   b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
-                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
+  // Sgd on the scatter path: when no row sum can overflow (a bound from the largest
+  // |grad_output| the scatter read), AccumulateRows would record nothing and only multiply
+  // by the learning rate; ApplyRows does that multiply instead (the same num::mul), saving a
+  // pass over the (U, D) sums. sums_cannot_overflow is false for a non-finite grad_output,
+  // so that error still goes through AccumulateRows and SealBackward as before.
+  b.sgd_sums = false;
+  if constexpr (host_paths && std::is_same_v<Opt, Sgd>) {
+    b.sgd_sums = b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
+  }
+  if (!b.sgd_sums) {
+    backend_.for_each(U,
+                      detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
+                                                  opt_name_.empty() || StatePrecision::cached
+                                                      ? nullptr
+                                                      : reinterpret_cast<const float*>(opt_state_.data()),
+                                                  b.grad.data(), b.update.data(), step_ptr(), rec, count,
+                                                  b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
+                                                  num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
+  }
   backend_.for_each(
       1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.occ_to_unique.data(), b.n,
                               b.grad.data(), b.update.data(), config_.dim, S, skip_non_finite(),
@@ -135,13 +148,17 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
     opt_name_ = Rule::name;
   }
   const index_t* gate = b.flags.data() + detail::kFlagApply;
+  const float* lr = nullptr;  // set: b.grad holds Sgd's sums, not its updates (prepare_backward)
+  if constexpr (std::is_same_v<Opt, Sgd>) {
+    if (b.sgd_sums) lr = &optimizer.learning_rate;
+  }
   backend_.for_each(
       U, detail::ApplyRows<Storage, Rounding>{
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
              stride_, config_.dim, S,
              S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
              b.grad.data(), b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate,
-             state_ref()});
+             state_ref(), lr});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
 }

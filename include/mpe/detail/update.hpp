@@ -48,6 +48,27 @@ MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, ind
   }
 }
 
+/// check_finite_run that also raises `largest` to the largest magnitude of x[0, m) as a bit
+/// pattern, bits(|x|) (ordered as |x| for non-negative floats; a NaN is above +inf), in the
+/// same branch-free pass.
+MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad,
+                                             std::uint32_t& largest) {
+  std::uint32_t acc = 0, hi = largest;
+  for (std::int32_t d = 0; d < m; ++d) {
+    const std::uint32_t a = num::float_bits(x[d]) & 0x7fffffffu;
+    acc |= a + 0x00800000u;
+    hi = hi > a ? hi : a;
+  }
+  largest = hi;
+  if ((acc >> 31) == 0) return;
+  for (std::int32_t d = 0; d < m; ++d) {
+    if (!num::is_finite(x[d])) {
+      atomic_min(bad, base + d);
+      return;
+    }
+  }
+}
+
 /// True when no value of x[0, m) is NaN (|bits| > 0x7f800000, i.e. (bits & 0x7fffffff) +
 /// 0x007fffff reaches bit 31); branch-free like all_finite.
 MPE_HOST_DEVICE inline bool no_nan(const float* x, std::int64_t m) {
@@ -74,6 +95,40 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
     for (std::int32_t d = 0; d < D; ++d) w[d] = detail::sanitize(w[d], limit, sat);
   }
   return sat;
+}
+
+/// sub_within_limit with the update computed on the way, as Sgd's rule computes it:
+/// w[d] = sanitize(w[d] - lr * g[d], limit), the product one correctly rounded num::mul (the
+/// same values as OptimizerRule<Sgd>::step followed by sub_within_limit). The product and
+/// the difference are one expression here (two passes before): a build with FMA enabled
+/// and contraction on may fuse them, which docs/numerics.md already rules out
+/// (-ffp-contract=off for such builds; the x86-64 default has no FMA).
+MPE_HOST_DEVICE inline bool sub_scaled_within_limit(float* w, float lr, const float* g, std::int32_t D,
+                                                    float limit) {
+  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
+  std::uint32_t acc = 0;
+  for (std::int32_t d = 0; d < D; ++d) {
+    const float x = num::sub(w[d], num::mul(lr, g[d]));
+    w[d] = x;
+    acc |= (num::float_bits(x) & 0x7fffffffu) + margin;
+  }
+  bool sat = false;
+  if ((acc >> 31) != 0) {
+    for (std::int32_t d = 0; d < D; ++d) w[d] = detail::sanitize(w[d], limit, sat);
+  }
+  return sat;
+}
+
+/// Whether no row sum of ScatterRowGradients (its `magnitude` output) can overflow, so that
+/// AccumulateRows' overflow check would find nothing: each added term c * g is at most
+/// 2^100 (1 + 2^-24) in magnitude when max|c| * max|g| <= 2^100, and a sum of k <= n < 2^24
+/// terms, each partial sum rounded up by at most a factor 1 + 2^-24, stays below
+/// 2^24 * 2^100 * e < 2^126 < FLT_MAX. False for a non-finite magnitude (NaN, inf) and for
+/// n >= 2^24.
+inline bool sums_cannot_overflow(const std::uint32_t* magnitude, index_t n) {
+  if (n >= (index_t{1} << 24)) return false;
+  const double g = num::bits_float(magnitude[0]), c = num::bits_float(magnitude[1]);
+  return g * c <= 0x1p100;
 }
 
 /// Adds one occurrence's grad_output row `go` (D) into the row sum g (D): g = c * go (or go
@@ -225,10 +280,13 @@ struct CheckEmptyBagGrads {
 /// Every value of grad_output is tested once, the first non-finite one (the smallest
 /// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
 /// the batch failed validation. The sum rows of the first occurrences of the bag
-/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each), and that
-/// bag's grad_output row (2 KiB ahead at D = 64: most of this loop's samples were on the
-/// first read of each grad_output row; the 26-table step 4 % faster, 32 bags ahead 5 %
-/// slower than 8; bench/RESULTS.md, ninth round); with
+/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each), and the
+/// grad_output row kGradAhead bags ahead in memory order (8 KiB ahead at D = 64: most of
+/// this loop's samples were on the first read of each grad_output row; on the Zen 5 host of
+/// bench/RESULTS.md's fourteenth round the 26-table FP32 step took 0.965 - 0.99 of its time
+/// with 32 bags instead of 8, 64 and more no better; on the Zen 4 host of the ninth round
+/// 32 bags for both prefetches had been 5 % slower than 8). With `magnitude` set, the
+/// largest |grad_output| and |coefficient| are written for sums_cannot_overflow. With
 /// AVX2 the loops are compiled for it (the same element-wise adds and multiplies).
 struct ScatterRowGradients {
   const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
@@ -237,12 +295,16 @@ struct ScatterRowGradients {
   const float* grad_output;      // (B, T*D)
   index_t B, T;
   std::int32_t D;
-  float* grad;                                 // (U, D) workspace: the summed gradient
-  std::uint8_t* started;                       // (U) zeros on entry: unique row has a first occurrence added
-  CallRecord* rec;                             // rec->pos[kGrad]
-  const index_t* gate;                         // ok flag of the batch, or null
-  static constexpr index_t kScatterAhead = 8;  // bags
+  float* grad;            // (U, D) workspace: the summed gradient
+  std::uint8_t* started;  // (U) zeros on entry: unique row has a first occurrence added
+  CallRecord* rec;        // rec->pos[kGrad]
+  const index_t* gate;    // ok flag of the batch, or null
+  // (2) out, or null: bits(max |grad_output|) and bits(max |coef|) (bits(1) without coef),
+  // as check_finite_run orders magnitudes; what SumBound tests.
+  std::uint32_t* magnitude = nullptr;
+  static constexpr index_t kScatterAhead = 8;      // bags: sum rows prefetched
   static constexpr index_t kScatterAheadRows = 4;  // first occurrences of that bag prefetched
+  static constexpr index_t kGradAhead = 32;        // bags: grad_output rows prefetched (memory order)
 
   void operator()(index_t) const {
     if (!open(gate)) return;
@@ -260,6 +322,15 @@ struct ScatterRowGradients {
   [[gnu::always_inline]] inline void run() const {
     index_t* bad = &rec->pos[kGrad];
     const auto row_bytes = static_cast<std::size_t>(D) * sizeof(float);
+    const index_t end_go = B * T * D;
+    std::uint32_t go_max = 0, coef_max = 0x3f800000u;  // bits(0), bits(1)
+    if (coef) {
+      coef_max = 0;
+      for (index_t i = offsets[0]; i < offsets[B * T]; ++i) {
+        const std::uint32_t a = num::float_bits(coef[i]) & 0x7fffffffu;
+        coef_max = coef_max > a ? coef_max : a;
+      }
+    }
     // The bag kScatterAhead bags ahead in (b, t) order: sample ab, table at.
     index_t ab = kScatterAhead / T, at = kScatterAhead % T;
     for (index_t b = 0; b < B; ++b) {
@@ -271,7 +342,6 @@ struct ScatterRowGradients {
                                  : offsets[j2] + kScatterAheadRows;
           for (index_t i2 = offsets[j2]; i2 < e2; ++i2)
             prefetch_lines(grad + occ_to_unique[i2] * D, row_bytes);
-          prefetch_lines(grad_output + (ab * T + at) * D, row_bytes);  // memory order: sample ab, table at
           if (++at == T) {
             at = 0;
             ++ab;
@@ -279,13 +349,18 @@ struct ScatterRowGradients {
         }
         const index_t j = t * B + b, at_go = (b * T + t) * D;
         const float* go = grad_output + at_go;
-        check_finite_run(go, D, at_go, bad);
+        if (at_go + kGradAhead * D < end_go) prefetch_lines(go + kGradAhead * D, row_bytes);
+        check_finite_run(go, D, at_go, bad, go_max);
         for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
           const index_t u = occ_to_unique[i];
           add_occurrence(grad + u * D, go, D, coef, coef ? coef[i] : 1.0f, started[u] == 0);
           started[u] = 1;
         }
       }
+    }
+    if (magnitude) {
+      magnitude[0] = go_max;
+      magnitude[1] = coef_max;
     }
   }
 };
@@ -373,6 +448,10 @@ struct ApplyRows {
   const index_t* count;       // (1) U; items u >= U do nothing
   const index_t* gate;        // apply flag of the batch, or null
   StateRef state{};           // compact state precision (opt_state is then null)
+  // (1) or null. Set: `update` holds the summed gradients of an Sgd step whose
+  // AccumulateRows was skipped (sums_cannot_overflow), and the update of element d is
+  // num::mul(*lr, g[d]), Sgd's rule, computed here (the same bits).
+  const float* lr = nullptr;
   /// Host only: prefetches what unique row v will read and write (its cache row, or its
   /// store row, and its FP32 optimizer state), so the random row accesses of the rows
   /// kPoolPrefetchAhead ahead overlap this one's work. The bits do not depend on it.
@@ -410,13 +489,19 @@ struct ApplyRows {
       // The cached FP32 row keeps to the store format's range (as a store update does),
       // so it never overflows to inf and always round-trips through set_weights. The
       // update is never NaN here (AccumulateRows), so an overflow is +-inf (clamped).
-      const bool sat = sub_within_limit(cache.row(s), up, D, Storage::limit);
+      const bool sat = lr ? sub_scaled_within_limit(cache.row(s), *lr, up, D, Storage::limit)
+                          : sub_within_limit(cache.row(s), up, D, Storage::limit);
       cache.dirty[s] = 1;
       outcome[u] = sat || state_sat ? kSaturated : 0;
     } else {
       std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
       const typename Storage::Reader rd(row, D);
-      for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
+      if (lr) {
+        const float l = *lr;
+        for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], num::mul(l, up[d]));
+      } else {
+        for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
+      }
       const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
                             num::RoundingSite::StoreUpdate};
       const bool sat = Storage::template store<Rounding>(up, D, row, rng);

@@ -27,10 +27,20 @@ struct Fp32 {
     MPE_HOST_DEVICE float operator[](std::int32_t d) const { return num::load_f32(row + 4 * d); }
   };
 
-  /// Copies the row; non-finite values saturate (NaN -> 0, +-Inf -> +-FLT_MAX).
+  /// Copies the row; non-finite values saturate (NaN -> 0, +-Inf -> +-FLT_MAX). One
+  /// branch-free pass copies and tests every value (NaN or +-Inf: (bits & 0x7fffffff) +
+  /// 0x00800000 reaches bit 31); only a row holding such a value is written again,
+  /// sanitized (the same bytes as sanitizing each value).
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& /*rng*/) {
+    std::uint32_t acc = 0;
+    for (std::int32_t d = 0; d < dim; ++d) {
+      const float x = src[d];
+      num::store_f32(row + 4 * d, x);
+      acc |= (num::float_bits(x) & 0x7fffffffu) + (0x7fffffffu - num::float_bits(limit));
+    }
+    if ((acc >> 31) == 0) return false;
     bool sat = false;
     for (std::int32_t d = 0; d < dim; ++d) num::store_f32(row + 4 * d, detail::sanitize(src[d], limit, sat));
     return sat;
