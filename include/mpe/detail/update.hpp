@@ -77,16 +77,21 @@ MPE_HOST_DEVICE inline bool no_nan(const float* x, std::int64_t m) {
   return (acc >> 31) == 0;
 }
 
-/// w[d] = sanitize(w[d] - up[d], limit) for d < D (detail::sanitize: NaN -> 0, beyond
-/// +-limit -> +-limit); returns whether a value was changed. The differences are computed
-/// in one branch-free pass that also tests them (|x| > limit or NaN: (bits & 0x7fffffff) +
-/// (0x7fffffff - bits(limit)) reaches bit 31), and only a row with such a value is
-/// sanitized in a second pass: the same values as sanitizing each difference.
-MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int32_t D, float limit) {
+/// w[d] = sanitize(w[d] - u[d], limit) for d < D (detail::sanitize: NaN -> 0, beyond
+/// +-limit -> +-limit), u[d] = up[d], or num::mul(lr, up[d]) when Scaled; returns whether a
+/// value was changed. The differences are computed in one branch-free pass that also tests
+/// them (|x| > limit or NaN: (bits & 0x7fffffff) + (0x7fffffff - bits(limit)) reaches bit
+/// 31), and only a row with such a value is sanitized in a second pass: the same values as
+/// sanitizing each difference.
+template <bool Scaled>
+MPE_HOST_DEVICE inline bool sub_update_within_limit(float* w, float lr, const float* up, std::int32_t D,
+                                                    float limit) {
   const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
   std::uint32_t acc = 0;
   for (std::int32_t d = 0; d < D; ++d) {
-    const float x = num::sub(w[d], up[d]);
+    float u = up[d];
+    if constexpr (Scaled) u = num::mul(lr, u);
+    const float x = num::sub(w[d], u);
     w[d] = x;
     acc |= (num::float_bits(x) & 0x7fffffffu) + margin;
   }
@@ -97,6 +102,11 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
   return sat;
 }
 
+/// w[d] = sanitize(w[d] - up[d], limit) for d < D; see sub_update_within_limit.
+MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int32_t D, float limit) {
+  return sub_update_within_limit<false>(w, 0.0f, up, D, limit);
+}
+
 /// sub_within_limit with the update computed on the way, as Sgd's rule computes it:
 /// w[d] = sanitize(w[d] - lr * g[d], limit), the product one correctly rounded num::mul (the
 /// same values as OptimizerRule<Sgd>::step followed by sub_within_limit). The product and
@@ -105,18 +115,7 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
 /// (-ffp-contract=off for such builds; the x86-64 default has no FMA).
 MPE_HOST_DEVICE inline bool sub_scaled_within_limit(float* w, float lr, const float* g, std::int32_t D,
                                                     float limit) {
-  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
-  std::uint32_t acc = 0;
-  for (std::int32_t d = 0; d < D; ++d) {
-    const float x = num::sub(w[d], num::mul(lr, g[d]));
-    w[d] = x;
-    acc |= (num::float_bits(x) & 0x7fffffffu) + margin;
-  }
-  bool sat = false;
-  if ((acc >> 31) != 0) {
-    for (std::int32_t d = 0; d < D; ++d) w[d] = detail::sanitize(w[d], limit, sat);
-  }
-  return sat;
+  return sub_update_within_limit<true>(w, lr, g, D, limit);
 }
 
 /// Whether no row sum of ScatterRowGradients (its `magnitude` output) can overflow, so that
