@@ -272,7 +272,7 @@ TEST_CASE_TEMPLATE(
     mpe::Fp32, mpe::Int8Rowwise) {
   const std::vector<float> none, unit = {1.5f, 1.0f, -1.5f, 0.5f, 2.0f},
                                  huge = {0x1p60f, 1.0f, -1.0f, 0.5f, 2.0f};
-  int compared = 0, trained = 0, refused = 0;
+  int trained = 0, refused = 0;  // both outcomes must occur: the grid reaches both paths
   // 2^100 is the bound on max|c| * max|g|: 0x1p100 * 1 (f = 1 at d = 3) fuses, 0x1p101
   // does not and its sums stay finite, 3e38 overflows (a refused step on both paths);
   // lr = 1e30 turns some updates into inf (saturated rows on both paths).
@@ -291,7 +291,6 @@ TEST_CASE_TEMPLATE(
           CHECK(std::memcmp(one.w.data(), two.w.data(), one.w.size() * sizeof(float)) == 0);
           CHECK(one.saturated == two.saturated);
           CHECK(one.step == two.step);
-          ++compared;
           if (one.error.empty()) {
             ++trained;
           } else {
@@ -299,6 +298,7 @@ TEST_CASE_TEMPLATE(
             CHECK(one.error.find("overflows") != std::string::npos);
           }
           if (std::is_same_v<S, mpe::Fp32> && wts->empty() && one.error.empty()) {
+            // Exact: the reference below does the same correctly rounded float operations.
             // Independent: row 1 sums its occurrences in position order, (x + x) + x;
             // row 4 takes x; w - lr * sum, saturated to +-FLT_MAX (Fp32 holds every finite value).
             for (int d = 0; d < 33; ++d) {
@@ -313,7 +313,6 @@ TEST_CASE_TEMPLATE(
       }
     }
   }
-  CHECK(compared == 6 * 2 * 3 * 2);
   CHECK(trained > 0);
   CHECK(refused > 0);
 }
@@ -337,8 +336,4 @@ TEST_CASE("sums_cannot_overflow: the bound on max|coef| * max|grad_output| and t
   CHECK_FALSE(sums_cannot_overflow(inf, 1));
   CHECK_FALSE(sums_cannot_overflow(inf_times_zero, 1));  // inf * 0 = NaN
   CHECK_FALSE(sums_cannot_overflow(unwritten, 1));       // the scatter did not run (failed batch)
-  // The proof's arithmetic: 2^24 terms of at most 2^100 (1 + 2^-24), each partial sum
-  // rounded up by at most (1 + 2^-24), stay below 2^126, far from FLT_MAX (~2^128).
-  CHECK(std::ldexp(1.0, 24) * std::ldexp(1.0, 100) * std::exp(1.0) * (1 + std::ldexp(1.0, -24)) <
-        std::ldexp(1.0, 126));
 }

@@ -281,8 +281,9 @@ class CachedEmbedding {
     bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
     // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
     bool scatter = false;
-    // backward: grad holds an Sgd step's row sums, AccumulateRows skipped (ApplyRows scales).
-    bool sgd_sums = false;
+    // backward: grad holds the row sums of a ScalesGradient step, AccumulateRows skipped
+    // (ApplyRows multiplies by the rule's gradient_scale).
+    bool unscaled_sums = false;
     // sort_unique wrote sorted_pos (the gradient gather needs it); false after BitmapUnique.
     bool positions = false;
     std::uint64_t id = 0;

@@ -89,16 +89,17 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                       detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
     gather();
   }
-  // Sgd on the scatter path: when no row sum can overflow (a bound from the largest
-  // |grad_output| the scatter read), AccumulateRows would record nothing and only multiply
-  // by the learning rate; ApplyRows does that multiply instead (the same num::mul), saving a
-  // pass over the (U, D) sums. sums_cannot_overflow is false for a non-finite grad_output,
-  // so that error still goes through AccumulateRows and SealBackward as before.
-  b.sgd_sums = false;
-  if constexpr (host_paths && std::is_same_v<Opt, Sgd>) {
-    b.sgd_sums = b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
+  // A ScalesGradient optimizer (Sgd) on the scatter path: when no row sum can overflow (a
+  // bound from the largest |grad_output| and |coefficient| the scatter read), AccumulateRows
+  // would record nothing and only multiply by the rule's gradient_scale; ApplyRows does that
+  // multiply instead (the same num::mul), saving a pass over the (U, D) sums.
+  // sums_cannot_overflow is false for a non-finite grad_output, so that error still goes
+  // through AccumulateRows and SealBackward as before.
+  b.unscaled_sums = false;
+  if constexpr (host_paths && ScalesGradient<Opt>) {
+    b.unscaled_sums = S == 0 && b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
   }
-  if (!b.sgd_sums) {
+  if (!b.unscaled_sums) {
     backend_.for_each(U,
                       detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
                                                   opt_name_.empty() || StatePrecision::cached
@@ -148,9 +149,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
     opt_name_ = Rule::name;
   }
   const index_t* gate = b.flags.data() + detail::kFlagApply;
-  const float* lr = nullptr;  // set: b.grad holds Sgd's sums, not its updates (prepare_backward)
-  if constexpr (std::is_same_v<Opt, Sgd>) {
-    if (b.sgd_sums) lr = &optimizer.learning_rate;
+  [[maybe_unused]] float scale = 0.0f;
+  const float* lr = nullptr;  // set: b.grad holds the row sums, not the updates (prepare_backward)
+  if constexpr (ScalesGradient<Opt>) {
+    if (b.unscaled_sums) {
+      scale = Rule::gradient_scale(optimizer);
+      lr = &scale;
+    }
   }
   backend_.for_each(
       U, detail::ApplyRows<Storage, Rounding>{

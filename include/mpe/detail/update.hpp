@@ -36,21 +36,10 @@ MPE_HOST_DEVICE inline bool all_finite(const float* x, std::int64_t m) {
 }
 
 /// Records in *bad the position of the first non-finite value of x[0, m), offset by `base`
-/// (atomic_min: the smallest such position over all callers). A branch-free test of the
-/// whole run first (a finite run is the common case), then the position.
-MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad) {
-  if (all_finite(x, m)) return;
-  for (std::int32_t d = 0; d < m; ++d) {
-    if (!num::is_finite(x[d])) {
-      atomic_min(bad, base + d);
-      return;
-    }
-  }
-}
-
-/// check_finite_run that also raises `largest` to the largest magnitude of x[0, m) as a bit
-/// pattern, bits(|x|) (ordered as |x| for non-negative floats; a NaN is above +inf), in the
-/// same branch-free pass.
+/// (atomic_min: the smallest such position over all callers), and raises `largest` to the
+/// largest magnitude of x[0, m) as a bit pattern, bits(|x|) (ordered as |x| for
+/// non-negative floats; a NaN is above +inf). A branch-free test of the whole run first (a
+/// finite run is the common case; all_finite's test), then the position.
 MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad,
                                              std::uint32_t& largest) {
   std::uint32_t acc = 0, hi = largest;
@@ -67,6 +56,12 @@ MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, ind
       return;
     }
   }
+}
+
+/// check_finite_run without the largest magnitude (the unused maximum compiles away).
+MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad) {
+  std::uint32_t unused = 0;
+  check_finite_run(x, m, base, bad, unused);
 }
 
 /// True when no value of x[0, m) is NaN (|bits| > 0x7f800000, i.e. (bits & 0x7fffffff) +
@@ -107,7 +102,7 @@ MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int
   return sub_update_within_limit<false>(w, 0.0f, up, D, limit);
 }
 
-/// sub_within_limit with the update computed on the way, as Sgd's rule computes it:
+/// sub_within_limit with the update computed on the way, as a ScalesGradient rule (Sgd) does:
 /// w[d] = sanitize(w[d] - lr * g[d], limit), the product one correctly rounded num::mul (the
 /// same values as OptimizerRule<Sgd>::step followed by sub_within_limit). The product and
 /// the difference are one expression here (two passes before): a build with FMA enabled
@@ -118,7 +113,8 @@ MPE_HOST_DEVICE inline bool sub_scaled_within_limit(float* w, float lr, const fl
   return sub_update_within_limit<true>(w, lr, g, D, limit);
 }
 
-/// Whether no row sum of ScatterRowGradients (its `magnitude` output) can overflow, so that
+/// Whether no row sum of ScatterRowGradients can overflow, given its `magnitude` output ((2):
+/// bits(max |grad_output|), bits(max |coefficient|)) and n occurrences, so that
 /// AccumulateRows' overflow check would find nothing: each added term c * g is at most
 /// 2^100 (1 + 2^-24) in magnitude when max|c| * max|g| <= 2^100, and a sum of k <= n < 2^24
 /// terms, each partial sum rounded up by at most a factor 1 + 2^-24, stays below
@@ -299,7 +295,7 @@ struct ScatterRowGradients {
   CallRecord* rec;        // rec->pos[kGrad]
   const index_t* gate;    // ok flag of the batch, or null
   // (2) out, or null: bits(max |grad_output|) and bits(max |coef|) (bits(1) without coef),
-  // as check_finite_run orders magnitudes; what SumBound tests.
+  // as check_finite_run orders magnitudes; what sums_cannot_overflow tests.
   std::uint32_t* magnitude = nullptr;
   static constexpr index_t kScatterAhead = 8;      // bags: sum rows prefetched
   static constexpr index_t kScatterAheadRows = 4;  // first occurrences of that bag prefetched
@@ -322,14 +318,7 @@ struct ScatterRowGradients {
     index_t* bad = &rec->pos[kGrad];
     const auto row_bytes = static_cast<std::size_t>(D) * sizeof(float);
     const index_t end_go = B * T * D;
-    std::uint32_t go_max = 0, coef_max = 0x3f800000u;  // bits(0), bits(1)
-    if (coef) {
-      coef_max = 0;
-      for (index_t i = offsets[0]; i < offsets[B * T]; ++i) {
-        const std::uint32_t a = num::float_bits(coef[i]) & 0x7fffffffu;
-        coef_max = coef_max > a ? coef_max : a;
-      }
-    }
+    std::uint32_t go_max = 0, coef_max = coef ? 0u : 0x3f800000u;  // bits(0); bits(1): no coefficients
     // The bag kScatterAhead bags ahead in (b, t) order: sample ab, table at.
     index_t ab = kScatterAhead / T, at = kScatterAhead % T;
     for (index_t b = 0; b < B; ++b) {
@@ -352,7 +341,10 @@ struct ScatterRowGradients {
         check_finite_run(go, D, at_go, bad, go_max);
         for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
           const index_t u = occ_to_unique[i];
-          add_occurrence(grad + u * D, go, D, coef, coef ? coef[i] : 1.0f, started[u] == 0);
+          const float c = coef ? coef[i] : 1.0f;
+          const std::uint32_t ca = num::float_bits(c) & 0x7fffffffu;
+          coef_max = coef_max > ca ? coef_max : ca;
+          add_occurrence(grad + u * D, go, D, coef, c, started[u] == 0);
           started[u] = 1;
         }
       }
@@ -447,9 +439,10 @@ struct ApplyRows {
   const index_t* count;       // (1) U; items u >= U do nothing
   const index_t* gate;        // apply flag of the batch, or null
   StateRef state{};           // compact state precision (opt_state is then null)
-  // (1) or null. Set: `update` holds the summed gradients of an Sgd step whose
-  // AccumulateRows was skipped (sums_cannot_overflow), and the update of element d is
-  // num::mul(*lr, g[d]), Sgd's rule, computed here (the same bits).
+  // (1) or null. Set: `update` holds the summed gradients of a step whose optimizer scales
+  // the gradient (ScalesGradient, e.g. Sgd) and whose AccumulateRows was skipped
+  // (sums_cannot_overflow); the update of element d is num::mul(*lr, g[d]), the rule's own
+  // product, computed here (the same bits).
   const float* lr = nullptr;
   /// Host only: prefetches what unique row v will read and write (its cache row, or its
   /// store row, and its FP32 optimizer state), so the random row accesses of the rows

@@ -19,6 +19,12 @@
 /// `state_ok(state, D)` | whether one row's state is in the optimizer's domain (load() checks it) | |
 /// `state_domain` | that domain in words, for load()'s messages |
 ///
+/// Optional: `gradient_scale(o)` (a float) for a rule with no state whose `step` replaces each
+/// gradient element g by num::mul(gradient_scale(o), g) and nothing else (Sgd: the learning
+/// rate). Such a rule satisfies `ScalesGradient`, and backward() may then apply the
+/// product in its row writes instead of a separate pass (detail/embedding_train.inl: on the
+/// host's one-thread path, when no row sum can overflow); the bits are step's.
+///
 /// `step` is `MPE_HOST_DEVICE` single-source code that follows the numerics contract
 /// (num::add/mul/div/sqrt, reductions across D through num::pairwise_sum), so host and GPU
 /// give the same bits. `step` must allow `state_in == state_out` (in place: every value read
@@ -63,6 +69,13 @@ concept Optimizer = requires(const Opt& o, const float* state_in, float* state_o
   OptimizerRule<Opt>::step(o, state_in, state_out, g, dim, t);
   { OptimizerRule<Opt>::check(o) } -> std::same_as<std::string>;
   { OptimizerRule<Opt>::state_ok(state_in, dim) } -> std::same_as<bool>;
+};
+
+/// An optimizer whose rule declares `gradient_scale(o)`: its update is that factor times the
+/// summed gradient, element by element, with no state (see the file comment).
+template <class Opt>
+concept ScalesGradient = Optimizer<Opt> && requires(const Opt& o) {
+  { OptimizerRule<Opt>::gradient_scale(o) } -> std::same_as<float>;
 };
 
 /// A list of optimizer types, visited by name (checkpoints name an optimizer by

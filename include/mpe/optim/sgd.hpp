@@ -28,8 +28,11 @@ struct OptimizerRule<Sgd> {
   /// the batch step.
   MPE_HOST_DEVICE static void step(const Sgd& o, const float* /*state_in*/, float* /*state_out*/, float* g,
                                    std::int32_t dim, std::uint64_t /*t*/) {
-    for (std::int32_t d = 0; d < dim; ++d) g[d] = num::mul(o.learning_rate, g[d]);
+    for (std::int32_t d = 0; d < dim; ++d) g[d] = num::mul(gradient_scale(o), g[d]);
   }
+  /// The factor step multiplies each gradient element by: the learning rate (makes Sgd a
+  /// ScalesGradient optimizer).
+  MPE_HOST_DEVICE static float gradient_scale(const Sgd& o) { return o.learning_rate; }
   /// Empty when learning_rate is finite, else "Sgd.learning_rate = <value> is not finite".
   static std::string check(const Sgd& o) {
     return num::is_finite(o.learning_rate)
