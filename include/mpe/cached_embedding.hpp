@@ -291,11 +291,14 @@ class CachedEmbedding {
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
         slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
+    // Laned gradient sums (sum_stages): a stage's plan and two stages' scans, (U + 1) each.
+    IBuf sum_plan, sum_base[2];
     detail::Buffer<std::uint64_t, Backend> keys;
     detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
     detail::Buffer<std::uint32_t, Backend> estimates;
     detail::Buffer<std::uint8_t, Backend> outcome;
     detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
+    detail::Buffer<float, Backend> sum_part[2];         // sum_stages' partial sums of odd / even stages
     void set_backend(const Backend& b);
     std::size_t bytes() const;
   };
@@ -313,6 +316,10 @@ class CachedEmbedding {
   bool prepare_backward(std::span<const float> grad_output, const Opt& optimizer);
   template <Optimizer Opt>
   void apply_backward(const Opt& optimizer);
+  // Laned backends: every unique row's gradient sum into b.grad in gradient_sum.hpp's
+  // order, as stages of laned kernels (SumStage); with check_sums each sum is tested as
+  // AccumulateRows would for a ScalesGradient optimizer.
+  void sum_stages(Batch& b, const float* grad_output, bool check_sums);
   void check_output_size(const char* fn, std::size_t size, index_t B) const;
   void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
   void queue_checks(detail::CallRecord* rec, std::span<const std::int64_t> indices,

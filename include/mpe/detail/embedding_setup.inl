@@ -23,9 +23,12 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::set_backend(
     const Backend& b) {
   for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy}) {
+                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
+                  &sum_base[0], &sum_base[1]}) {
     p->set_backend(b);
   }
+  sum_part[0].set_backend(b);
+  sum_part[1].set_backend(b);
   keys.set_backend(b);
   row_bits.set_backend(b);
   estimates.set_backend(b);
@@ -41,11 +44,12 @@ std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::
   std::size_t s = 0;
   for (const IBuf* p :
        {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-        &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy}) {
+        &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
+        &sum_base[0], &sum_base[1]}) {
     s += p->bytes();
   }
   return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +
-         grad.bytes() + update.bytes();
+         grad.bytes() + update.bytes() + sum_part[0].bytes() + sum_part[1].bytes();
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

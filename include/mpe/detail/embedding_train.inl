@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "mpe/detail/kernels.hpp"
 
@@ -55,49 +56,48 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
   b.update.reserve_discard(static_cast<std::size_t>(U * S));
   b.outcome.reserve_discard(static_cast<std::size_t>(U));
-  // The gradient sums, with grad_output's finiteness check (the smallest non-finite
-  // position on every path). SumRowGradients runs laned (a warp per row on a GPU: coalesced
-  // reads of grad_output); AccumulateRows then steps each row. Same bits on every path.
-  const auto gather = [&] {
-    backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),
-                                                       b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr,
-                                                       grad_output.data(), b.B, T, config_.dim, b.grad.data(),
-                                                       rec, count, b.flags.data() + detail::kFlagOk, b.n});
-  };
+  // The gradient sums in gradient_sum.hpp's order, with grad_output's finiteness check (the
+  // smallest non-finite position on every path). Same bits on every path.
   const index_t* ok = b.flags.data() + detail::kFlagOk;
-  std::uint32_t magnitude[2] = {0xffffffffu, 0};  // ScatterRowGradients' largest |grad_output|, |coef|
+  b.unscaled_sums = false;
   if constexpr (host_paths) {
+    std::uint32_t magnitude[2] = {0xffffffffu, 0};  // ScatterRowGradients' largest |grad_output|, |coef|
     if (b.scatter) {
       // One thread (chosen by the forward, which kept its offsets): grad_output read once in
-      // memory order, checked as it is read. `outcome` serves as the started flags
+      // memory order, checked as it is read. `outcome` serves as the rows' group positions
       // (ApplyRows writes every outcome afterwards).
+      std::unordered_map<index_t, detail::GradientTree> hot;
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
-      backend_.for_each(
-          1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
-                                         b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
-                                         config_.dim, b.grad.data(), b.outcome.data(), rec, ok, magnitude});
+      backend_.for_each(1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
+                                                       b.has_coef ? b.coef.data() : nullptr, grad_output.data(),
+                                                       b.B, T, config_.dim, b.grad.data(), b.outcome.data(), rec,
+                                                       ok, magnitude, &hot});
     } else {
       // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
       backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
                                                             config_.dim, &rec->pos[detail::kGrad], ok});
-      gather();
+      backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),
+                                                         b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr,
+                                                         grad_output.data(), b.B, T, config_.dim, b.grad.data(),
+                                                         rec, count, ok, b.n});
+    }
+    // A ScalesGradient optimizer (Sgd) on the scatter path: when no row sum can overflow (a
+    // bound from the largest |grad_output| and |coefficient| the scatter read), AccumulateRows
+    // would record nothing and only multiply by the rule's gradient_scale; ApplyRows does that
+    // multiply instead (the same num::mul), saving a pass over the (U, D) sums.
+    // sums_cannot_overflow is false for a non-finite grad_output, so that error still goes
+    // through AccumulateRows and SealBackward as before.
+    if constexpr (ScalesGradient<Opt>) {
+      b.unscaled_sums = S == 0 && b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
     }
   } else {
-    // Other backends (a GPU: CheckEmptyBagGrads would walk a run of empty bags in one
-    // thread): one coalesced pass over all of grad_output.
+    // Other backends (a GPU): one coalesced pass over all of grad_output, then the laned
+    // stages. For a ScalesGradient optimizer the stages test every sum as AccumulateRows
+    // would (SumStage::check_sums), and the apply pass multiplies by gradient_scale.
     backend_.for_each(static_cast<index_t>(grad_output.size()),
                       detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
-    gather();
-  }
-  // A ScalesGradient optimizer (Sgd) on the scatter path: when no row sum can overflow (a
-  // bound from the largest |grad_output| and |coefficient| the scatter read), AccumulateRows
-  // would record nothing and only multiply by the rule's gradient_scale; ApplyRows does that
-  // multiply instead (the same num::mul), saving a pass over the (U, D) sums.
-  // sums_cannot_overflow is false for a non-finite grad_output, so that error still goes
-  // through AccumulateRows and SealBackward as before.
-  b.unscaled_sums = false;
-  if constexpr (host_paths && ScalesGradient<Opt>) {
-    b.unscaled_sums = S == 0 && b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
+    sum_stages(b, grad_output.data(), ScalesGradient<Opt> && S == 0);
+    b.unscaled_sums = ScalesGradient<Opt> && S == 0;
   }
   if (!b.unscaled_sums) {
     backend_.for_each(U,
@@ -157,6 +157,22 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       lr = &scale;
     }
   }
+  if constexpr (!host_paths && ScalesGradient<Opt>) {
+    if (b.unscaled_sums && !state_ref().active()) {
+      // Laned (a warp per row on a GPU): the cached rows and the store rows' new values,
+      // then the store rows quantized, each lane on its element groups.
+      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
+      const detail::ApplyScaledLanes<Storage> part{
+          b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(), stride_,
+          config_.dim, b.grad.data(), Rule::gradient_scale(optimizer), b.outcome.data(), count, gate};
+      backend_.for_each_lanes(U, part);
+      backend_.for_each_lanes(
+          U, detail::StoreScaledLanes<Storage, Rounding>{part, store_.data(), config_.seed, step_ptr()});
+      backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+      backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
+      return;
+    }
+  }
   backend_.for_each(
       U, detail::ApplyRows<Storage, Rounding>{
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
@@ -166,6 +182,48 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
              state_ref(), lr});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_stages(Batch& b,
+                                                                                    const float* grad_output,
+                                                                                    bool check_sums) {
+  const index_t Ub = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const auto rows = static_cast<std::size_t>(Ub) + 1;
+  b.sum_plan.reserve_discard(rows);
+  for (int stage = 1;; ++stage) {
+    index_t items = 0, partials = 0;
+    detail::sum_stage_bounds(b.n, Ub, stage, items, partials);
+    if (items == 0) break;
+    const int cur = stage & 1, prev = cur ^ 1;
+    IBuf& base = b.sum_base[cur];
+    base.reserve_discard(rows);
+    auto& part = b.sum_part[cur];
+    if (stage > 1 || partials > 1) part.reserve_discard(static_cast<std::size_t>(partials) * config_.dim);
+    backend_.for_each(Ub + 1, detail::PlanSumStage{b.seg_start.data(), count, stage, b.sum_plan.data()});
+    backend_.exclusive_scan(b.sum_plan.data(), base.data(), Ub + 1);
+    backend_.for_each_lanes(
+        items, detail::SumStage{stage,
+                                Ub,
+                                base.data(),
+                                stage > 1 ? b.sum_base[prev].data() : nullptr,
+                                b.seg_start.data(),
+                                b.sorted_pos.data(),
+                                b.bag_of.data(),
+                                b.has_coef ? b.coef.data() : nullptr,
+                                grad_output,
+                                b.B,
+                                num_tables(),
+                                config_.dim,
+                                stage > 1 ? b.sum_part[prev].data() : nullptr,
+                                part.data(),
+                                b.grad.data(),
+                                record_.data(),
+                                b.flags.data() + detail::kFlagOk,
+                                check_sums});
+  }
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

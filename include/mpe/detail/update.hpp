@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/detail/atomics.hpp"
+#include "mpe/detail/gradient_sum.hpp"
 #include "mpe/detail/pool_simd.hpp"
 #include "mpe/detail/row_accumulate.hpp"
 #include "mpe/detail/state_ref.hpp"
@@ -145,21 +147,19 @@ MPE_HOST_DEVICE inline void add_occurrence(float* g, const float* go, std::int32
   }
 }
 
-/// Backward, first pass, part 1, for unique row u: its gradient g = the sum over its
-/// occurrences, in position order, of coef * grad_output[bag] (coefficient 1 for plain sum
-/// pooling) into `grad`. Launched laned: with one lane (the host) the row in one loop; with
-/// more (CudaBackend: a warp per row) each lane sums its element chunks in registers,
-/// loading kLaneGroup occurrences before adding them in order, so every element gets the
-/// same operations. Writes only `grad` and, with one lane, the check of grad_output below.
+/// Backward, first pass, part 1, on the host (one lane), for unique row u: its gradient g
+/// = the sum over its occurrences of coef * grad_output[bag] (coefficient 1 for plain sum
+/// pooling) into `grad`, in the order of gradient_sum.hpp: left to right in position order
+/// for a row of at most kSumGroup occurrences, by GradientTree for a hotter row. Writes
+/// only `grad` and the check of grad_output below. (Other backends run the same order as
+/// laned stages: PlanSumStage / SumStage.)
 ///
-/// With one lane (HostBackend) grad_output's finiteness check is fused here: every value an
-/// occurrence reads is tested and the smallest non-finite position goes to rec->pos[kGrad]
-/// (atomic_min); the rows of bags without occurrences are tested by CheckEmptyBagGrads.
-/// Together they test every value of grad_output at least once (each belongs to one bag),
-/// as one pass over it would. Laned launches (other backends) leave the check to one
-/// CheckFinite pass over all of grad_output (CachedEmbedding::prepare_backward). On the
-/// host, the grad_output row of the occurrence kPoolPrefetchAhead places ahead (in sorted
-/// order) is prefetched. Does nothing when the batch failed validation.
+/// grad_output's finiteness check is fused here: every value an occurrence reads is tested
+/// and the smallest non-finite position goes to rec->pos[kGrad] (atomic_min); the rows of
+/// bags without occurrences are tested by CheckEmptyBagGrads. Together they test every
+/// value of grad_output at least once (each belongs to one bag), as one pass over it
+/// would. The grad_output row of the occurrence kPoolPrefetchAhead places ahead (in
+/// sorted order) is prefetched. Does nothing when the batch failed validation.
 struct SumRowGradients {
   const index_t* seg_start;   // (U + 1)
   const index_t* sorted_pos;  // (n)
@@ -169,73 +169,47 @@ struct SumRowGradients {
   index_t B, T;
   std::int32_t D;
   float* grad;           // (U, D) workspace: the summed gradient
-  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output (one lane)
+  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output
   const index_t* count;  // (1) U; items u >= U do nothing
   const index_t* gate;   // ok flag of the batch, or null
-  index_t n = 0;         // occurrences (host prefetch bound; 0: no prefetch)
+  index_t n = 0;         // occurrences (prefetch bound; 0: no prefetch)
   /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
-  MPE_HOST_DEVICE index_t occurrence(index_t k, float& cf) const {
+  index_t occurrence(index_t k, float& cf) const {
     const index_t i = sorted_pos[k];
     index_t t, b;
     split_bag(bag_of[i], B, t, b);
     cf = coef ? coef[i] : 1.0f;
     return (b * T + t) * D;
   }
-  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+  /// Occurrences [k0, k1) summed left to right into g (D), grad_output checked.
+  void sum_run(index_t k0, index_t k1, float* g) const {
+    index_t* bad = &rec->pos[kGrad];
+    for (index_t k = k0; k < k1; ++k) {
+      if (k + kPoolPrefetchAhead < n) {
+        float unused;
+        prefetch_lines(grad_output + occurrence(k + kPoolPrefetchAhead, unused),
+                       static_cast<std::size_t>(D) * sizeof(float));
+      }
+      float c;
+      const index_t at = occurrence(k, c);
+      add_occurrence(g, grad_output + at, D, coef, c, k == k0);
+      check_finite_run(grad_output + at, D, at, bad);
+    }
+  }
+  void operator()(index_t u, std::int32_t /*lane*/, std::int32_t /*lanes*/) const {
     if (u >= *count || !open(gate)) return;
     float* g = grad + u * D;
     const index_t first = seg_start[u], last = seg_start[u + 1];
-    if (lanes == 1) {
-      index_t* bad = &rec->pos[kGrad];
-      for (index_t k = first; k < last; ++k) {
-#ifndef __CUDA_ARCH__
-        if (k + kPoolPrefetchAhead < n) {
-          float unused;
-          prefetch_lines(grad_output + occurrence(k + kPoolPrefetchAhead, unused),
-                         static_cast<std::size_t>(D) * sizeof(float));
-        }
-#endif
-        float c;
-        const index_t at = occurrence(k, c);
-        add_occurrence(g, grad_output + at, D, coef, c, k == first);
-        check_finite_run(grad_output + at, D, at, bad);
-      }
+    if (last - first <= kSumGroup) {
+      sum_run(first, last, g);
       return;
     }
-    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
-      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-      float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      // Occurrences in groups of kLaneGroup: every load of a group is issued before its
-      // adds (a hot row's occurrences are a long chain otherwise); the adds stay in
-      // position order.
-      for (index_t k0 = first; k0 < last; k0 += kLaneGroup) {
-        index_t at[kLaneGroup];
-        float cf[kLaneGroup];
-        float x[kLaneGroup][kLaneChunk];
-        MPE_UNROLL
-        for (std::int32_t q = 0; q < kLaneGroup; ++q)
-          at[q] = occurrence(k0 + q < last ? k0 + q : last - 1, cf[q]) + c;
-        MPE_UNROLL
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          MPE_UNROLL
-          for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? grad_output[at[q] + e] : 0.0f;
-        }
-        MPE_UNROLL
-        for (std::int32_t q = 0; q < kLaneGroup; ++q) {
-          if (k0 + q >= last) break;
-          const bool head = k0 + q == first;
-          MPE_UNROLL
-          for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-            if (coef) {
-              acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
-            } else {
-              acc[e] = head ? x[q][e] : num::add(acc[e], x[q][e]);
-            }
-          }
-        }
-      }
-      for (std::int32_t e = 0; e < m; ++e) g[c + e] = acc[e];
+    GradientTree tree(D);  // a hot row: groups of kSumGroup, then the levels above
+    for (index_t k0 = first; k0 < last; k0 += kSumGroup) {
+      sum_run(k0, k0 + kSumGroup < last ? k0 + kSumGroup : last, g);
+      tree.push(1, g);
     }
+    tree.finish(g);
   }
 };
 
@@ -271,18 +245,19 @@ struct CheckEmptyBagGrads {
 /// sorted order, adding each occurrence's row into its unique row's sum (`grad`, (U, D)).
 /// The same sums, bit for bit: a unique row belongs to one table, whose bags this order
 /// visits in increasing b, i.e. in increasing position, so every row's occurrences are
-/// added in position order as the gather does; the first one sets the sum (started[u]).
+/// added in position order as the gather does; the first occurrence of each group of
+/// kSumGroup sets the sum (started[u] counts the row's position in its group), and a
+/// completed group of a hot row goes up its GradientTree (gradient_sum.hpp's order).
 /// Every value of grad_output is tested once, the first non-finite one (the smallest
 /// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
 /// the batch failed validation. The sum rows of the first occurrences of the bag
 /// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each), and the
-/// grad_output row kGradAhead bags ahead in memory order (8 KiB ahead at D = 64: most of
-/// this loop's samples were on the first read of each grad_output row; on the Zen 5 host of
-/// bench/RESULTS.md's fourteenth round the 26-table FP32 step took 0.965 - 0.99 of its time
-/// with 32 bags instead of 8, 64 and more no better; on the Zen 4 host of the ninth round
-/// 32 bags for both prefetches had been 5 % slower than 8). With `magnitude` set, the
-/// largest |grad_output| and |coefficient| are written for sums_cannot_overflow. With
-/// AVX2 the loops are compiled for it (the same element-wise adds and multiplies).
+/// grad_output row kGradAhead bags ahead in memory order (8 KiB ahead at D = 64: the
+/// first read of each grad_output row is where this loop waits, and 32 bags ahead covers
+/// that latency on current x86-64 hosts without evicting the rows still in use). With
+/// `magnitude` set, the largest |grad_output| and |coefficient| are written for
+/// sums_cannot_overflow. With AVX2 the loops are compiled for it (the same element-wise
+/// adds and multiplies).
 struct ScatterRowGradients {
   const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
   const index_t* occ_to_unique;  // (n)
@@ -291,12 +266,17 @@ struct ScatterRowGradients {
   index_t B, T;
   std::int32_t D;
   float* grad;            // (U, D) workspace: the summed gradient
-  std::uint8_t* started;  // (U) zeros on entry: unique row has a first occurrence added
+  // (U) zeros on entry: each row's occurrences added so far modulo kSumGroup (0: the next
+  // one starts a group of the order of gradient_sum.hpp)
+  std::uint8_t* started;
   CallRecord* rec;        // rec->pos[kGrad]
   const index_t* gate;    // ok flag of the batch, or null
   // (2) out, or null: bits(max |grad_output|) and bits(max |coef|) (bits(1) without coef),
   // as check_finite_run orders magnitudes; what sums_cannot_overflow tests.
   std::uint32_t* magnitude = nullptr;
+  // Rows with more than kSumGroup occurrences (GradientTree per row), empty on entry and exit.
+  std::unordered_map<index_t, GradientTree>* hot = nullptr;
+  static_assert(kSumGroup == 256, "started counts a row's position in its group in one byte");
   static constexpr index_t kScatterAhead = 8;      // bags: sum rows prefetched
   static constexpr index_t kScatterAheadRows = 4;  // first occurrences of that bag prefetched
   static constexpr index_t kGradAhead = 32;        // bags: grad_output rows prefetched (memory order)
@@ -345,7 +325,7 @@ struct ScatterRowGradients {
           const std::uint32_t ca = num::float_bits(c) & 0x7fffffffu;
           coef_max = coef_max > ca ? coef_max : ca;
           add_occurrence(grad + u * D, go, D, coef, c, started[u] == 0);
-          started[u] = 1;
+          if (++started[u] == 0) hot_group(u);  // the row's kSumGroup-th occurrence
         }
       }
     }
@@ -353,6 +333,24 @@ struct ScatterRowGradients {
       magnitude[0] = go_max;
       magnitude[1] = coef_max;
     }
+    finish_hot_rows();
+  }
+  /// Row u's sum completed a group of kSumGroup occurrences (its position counter wrapped
+  /// to 0): the group goes up its GradientTree, and the row's next occurrence starts a new
+  /// group in `grad`.
+  void hot_group(index_t u) const {
+    auto it = hot->find(u);
+    if (it == hot->end()) it = hot->emplace(u, GradientTree(D)).first;
+    it->second.push(1, grad + u * D);
+  }
+  /// Each hot row's sum: its last, incomplete group (if any) pushed, then its tree's sum
+  /// into `grad`.
+  void finish_hot_rows() const {
+    for (auto& [u, tree] : *hot) {
+      if (started[u] != 0) tree.push(1, grad + u * D);
+      tree.finish(grad + u * D);
+    }
+    hot->clear();
   }
 };
 
@@ -499,6 +497,82 @@ struct ApplyRows {
       const bool sat = Storage::template store<Rounding>(up, D, row, rng);
       outcome[u] = sat || state_sat ? kSaturated : 0;
     }
+  }
+};
+
+/// Backward, second pass, on laned backends (a warp per row on a GPU), for a step whose
+/// `update` holds the summed gradients of a ScalesGradient optimizer (no state; SumStage
+/// checked the sums, AccumulateRows left out), part 1 for unique row u: a cached row
+/// (marked dirty) gets w = sanitize(w - lr * g) on each lane's chunks, as ApplyRows with
+/// `lr` does; a store row's new values rd[d] - lr * g[d] are written over its `update`
+/// row for StoreScaledLanes. Lanes write disjoint elements; any lane that saturates sets
+/// outcome[u] = kSaturated (outcome is zeroed before the launch). Gated on the batch's
+/// apply flag.
+template <class Storage>
+struct ApplyScaledLanes {
+  const index_t* uniq;            // (U)
+  const index_t* slot_of_unique;  // (U) or null
+  CacheRef cache;
+  const std::uint8_t* store;
+  std::size_t stride;
+  std::int32_t D;
+  float* update;          // (U, D) summed gradients in; a store row's new values out
+  float lr;               // the rule's gradient_scale
+  std::uint8_t* outcome;  // (U) zeros on entry
+  const index_t* count;   // (1) U
+  const index_t* gate;    // apply flag of the batch
+  /// Row u's slot now (as ApplyRows: a row uncached at forward may have been filled since).
+  MPE_HOST_DEVICE index_t slot(index_t u, index_t r) const {
+    index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+    return s;
+  }
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *count || !open(gate)) return;
+    const index_t r = uniq[u];
+    const index_t s = slot(u, r);
+    float* up = update + u * D;
+    const float l = lr;
+    if (s >= 0) {
+      float* w = cache.row(s);
+      bool sat = false;
+      for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+        const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+        sat = sub_scaled_within_limit(w + c, l, up + c, m, Storage::limit) || sat;
+      }
+      if (lane == 0) cache.dirty[s] = 1;
+      if (sat) outcome[u] = kSaturated;
+      return;
+    }
+    const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+      for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], num::mul(l, up[c + e]));
+    }
+  }
+};
+
+/// Part 2 of ApplyScaledLanes (launched after it), for a unique row u without a cache slot:
+/// its new values (the `update` row) quantized into the store with Rounding at site
+/// StoreUpdate, each lane writing its element groups (detail::store_lanes; every lane reads
+/// the whole row for the row's parameters). The same bytes as ApplyRows. Gated on the
+/// batch's apply flag.
+template <class Storage, class Rounding>
+struct StoreScaledLanes {
+  ApplyScaledLanes<Storage> apply;  // the same rows and slots
+  std::uint8_t* store;
+  std::uint64_t seed;
+  const std::uint64_t* step;  // (1) completed backward() calls
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *apply.count || !open(apply.gate)) return;
+    const index_t r = apply.uniq[u];
+    if (apply.slot(u, r) >= 0) return;
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
+                          num::RoundingSite::StoreUpdate};
+    const bool sat = store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
+                                                    store + static_cast<std::size_t>(r) * apply.stride, rng,
+                                                    lane, lanes);
+    if (sat) apply.outcome[u] = kSaturated;
   }
 };
 

@@ -93,19 +93,29 @@ MPE_HOST_DEVICE inline std::uint32_t word(const Uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 
-/// Calls f(d, word) for each of `dim` elements with its random word (R stochastic) or 0
-/// (otherwise), drawing one block per group of four elements: element d uses word d mod 4
-/// of rng.draw(d / 4). The one element-to-word mapping of every rounded row write (store
-/// formats and optimizer state).
+/// Calls f(d, word) for the elements of lane `lane` of `lanes` (element groups g = lane,
+/// lane + lanes, lane + 2 * lanes, ... of four elements each, in increasing order) with
+/// its random word (R stochastic) or 0 (otherwise): element d uses word d mod 4 of
+/// rng.draw(d / 4). With one lane every element in order: the one element-to-word mapping
+/// of every rounded row write (store formats and optimizer state), whatever the lane count.
 template <class R, class F>
-MPE_HOST_DEVICE inline void for_each_element(std::int64_t dim, const RowRng& rng, F&& f) {
-  for (std::int64_t g = 0; 4 * g < dim; ++g) {
+MPE_HOST_DEVICE inline void for_each_element_lanes(std::int64_t dim, const RowRng& rng, std::int32_t lane,
+                                                   std::int32_t lanes, F&& f) {
+  for (std::int64_t g = lane; 4 * g < dim; g += lanes) {
     Uint4 r{0, 0, 0, 0};
     if constexpr (R::stochastic) r = rng.draw(static_cast<std::uint32_t>(g));
     const std::int64_t end = 4 * g + 4 < dim ? 4 * g + 4 : dim;
     for (std::int64_t d = 4 * g; d < end; ++d)
       f(static_cast<std::int32_t>(d), word(r, static_cast<int>(d - 4 * g)));
   }
+}
+
+/// Calls f(d, word) for each of `dim` elements in order with its random word (R
+/// stochastic) or 0 (otherwise), drawing one block per group of four elements: element d
+/// uses word d mod 4 of rng.draw(d / 4) (for_each_element_lanes with one lane).
+template <class R, class F>
+MPE_HOST_DEVICE inline void for_each_element(std::int64_t dim, const RowRng& rng, F&& f) {
+  for_each_element_lanes<R>(dim, rng, 0, 1, static_cast<F&&>(f));
 }
 
 }  // namespace mpe::num

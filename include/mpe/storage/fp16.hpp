@@ -49,8 +49,16 @@ struct Fp16 {
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
+    return store_lanes<R>(src, dim, row, rng, 0, 1);
+  }
+  /// The part of store() that lane `lane` of `lanes` writes: the elements of its element
+  /// groups (num::for_each_element_lanes); returns whether one of them saturated (store()'s
+  /// flag is the OR over the lanes).
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
-    detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+    num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
       const num::NarrowResult h = num::float_to_half<R>(src[d], w);
       sat = sat || h.saturated;
       num::store_u16(row + 2 * d, h.bits);
@@ -105,8 +113,16 @@ struct Bf16 {
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
+    return store_lanes<R>(src, dim, row, rng, 0, 1);
+  }
+  /// The part of store() that lane `lane` of `lanes` writes: the elements of its element
+  /// groups (num::for_each_element_lanes); returns whether one of them saturated (store()'s
+  /// flag is the OR over the lanes).
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
-    detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+    num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
       const num::NarrowResult h = num::float_to_bf16<R>(src[d], w);
       sat = sat || h.saturated;
       num::store_u16(row + 2 * d, h.bits);

@@ -46,6 +46,32 @@ struct Fp32 {
     return sat;
   }
 
+  /// The part of store() that lane `lane` of `lanes` writes: the elements of its groups of
+  /// four (num::for_each_element_lanes' groups), the same values as store(); returns
+  /// whether one of them had to be sanitized (store()'s flag is the OR over the lanes). A
+  /// lane's part is copied and tested in one branch-free pass, and sanitized in a second
+  /// only when it holds such a value.
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& /*rng*/, std::int32_t lane, std::int32_t lanes) {
+    std::uint32_t acc = 0;
+    for (std::int32_t g = 4 * lane; g < dim; g += 4 * lanes) {
+      const std::int32_t end = g + 4 < dim ? g + 4 : dim;
+      for (std::int32_t d = g; d < end; ++d) {
+        const float x = src[d];
+        num::store_f32(row + 4 * d, x);
+        acc |= (num::float_bits(x) & 0x7fffffffu) + (0x7fffffffu - num::float_bits(limit));
+      }
+    }
+    if ((acc >> 31) == 0) return false;
+    bool sat = false;
+    for (std::int32_t g = 4 * lane; g < dim; g += 4 * lanes) {
+      const std::int32_t end = g + 4 < dim ? g + 4 : dim;
+      for (std::int32_t d = g; d < end; ++d) num::store_f32(row + 4 * d, detail::sanitize(src[d], limit, sat));
+    }
+    return sat;
+  }
+
   /// First element of `src` (dim floats) that Fp32 cannot hold, i.e. the first NaN or
   /// +-Inf, or -1 when every element is finite.
   MPE_HOST_DEVICE static std::int32_t find_unrepresentable(const float* src, std::int32_t dim) {

@@ -188,6 +188,16 @@ struct Fp8Rowwise {
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
+    return store_lanes<R>(src, dim, row, rng, 0, 1);
+  }
+
+  /// The part of store() that lane `lane` of `lanes` writes: the codes of its element
+  /// groups (num::for_each_element_lanes) and, lane 0, the scale. Every lane reads the
+  /// whole of `src` for the row's largest magnitude, so the lanes together write exactly
+  /// store()'s bytes; returns store()'s flag (the same in every lane).
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
     float amax = 0.0f;
     for (std::int32_t d = 0; d < dim; ++d) {
@@ -204,16 +214,17 @@ struct Fp8Rowwise {
       if (!(num::mul(scale, F::max) <= limit)) scale = num::bits_float(num::float_bits(scale) - 1u);
     }
     if (scale == 0.0f) {
-      for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
+      num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
+                                                   [&](std::int32_t d, std::uint32_t) { row[d] = 0; });
     } else {
       bool ignored = false;
-      detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+      num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
         // a clamp here is x / scale exceeding F::max by f32 rounding only (see above)
         row[d] = num::float_to_fp8<F, R>(num::div(x, scale), w).bits;
       });
     }
-    num::store_f32(row + dim, scale);
+    if (lane == 0) num::store_f32(row + dim, scale);
     return sat;
   }
 

@@ -82,14 +82,25 @@ struct Int4Rowwise {
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
+    return store_lanes<R>(src, dim, row, rng, 0, 1);
+  }
+
+  /// The part of store() that lane `lane` of `lanes` writes: the code bytes of its element
+  /// groups (num::for_each_element_lanes: four elements, two bytes, per group) and, lane 0,
+  /// the scale and bias. Every lane reads the whole of `src` for the row's min and max, so
+  /// the lanes together write exactly store()'s bytes; returns store()'s flag.
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
     float mn, mx;
     detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
     const std::int32_t nb = (dim + 1) / 2;
-    for (std::int32_t i = 0; i < nb; ++i) row[i] = 0;
     std::uint16_t scale_h = 0, bias_h;
     if (mx == mn) {
       bias_h = num::float_to_half<NearestRounding>(mn).bits;
+      num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
+                                                   [&](std::int32_t d, std::uint32_t) { row[d >> 1] = 0; });
     } else {
       bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
       const float bias = num::half_to_float(bias_h);
@@ -102,16 +113,20 @@ struct Int4Rowwise {
       if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), 15.0f), bias) > limit) --scale_h;
       const float inv = num::div(1.0f, num::half_to_float(scale_h));
       bool ignored = false;
-      detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+      // Elements come in increasing order within a group: an even element sets its byte (low
+      // nibble), the odd one after it adds the high nibble.
+      num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
         float q = R::round(num::mul(num::sub(x, bias), inv), w);
         q = q < 0.0f ? 0.0f : (q > 15.0f ? 15.0f : q);
         const std::uint8_t c = static_cast<std::uint8_t>(q);
-        row[d >> 1] = static_cast<std::uint8_t>(row[d >> 1] | ((d & 1) ? (c << 4) : c));
+        row[d >> 1] = (d & 1) ? static_cast<std::uint8_t>(row[d >> 1] | (c << 4)) : c;
       });
     }
-    num::store_u16(row + nb, scale_h);
-    num::store_u16(row + nb + 2, bias_h);
+    if (lane == 0) {
+      num::store_u16(row + nb, scale_h);
+      num::store_u16(row + nb + 2, bias_h);
+    }
     return sat;
   }
 

@@ -63,6 +63,17 @@ struct Int8Rowwise {
   template <class R>
   MPE_HOST_DEVICE static bool store(const float* src, std::int32_t dim, std::uint8_t* row,
                                     const num::RowRng& rng) {
+    return store_lanes<R>(src, dim, row, rng, 0, 1);
+  }
+
+  /// The part of store() that lane `lane` of `lanes` writes: the codes of its element
+  /// groups (num::for_each_element_lanes: four elements per group, groups lane,
+  /// lane + lanes, ...) and, lane 0, the scale and bias. Every lane reads the whole of `src`
+  /// for the row's min and max (sequentially, as store() does), so the lanes together
+  /// write exactly store()'s bytes; returns store()'s flag (the same in every lane).
+  template <class R>
+  MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                          const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
     float mn, mx;
     detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
@@ -70,7 +81,8 @@ struct Int8Rowwise {
     float scale = num::div(range, 255.0f);
     if (!(scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0
       scale = 0.0f;
-      for (std::int32_t d = 0; d < dim; ++d) row[d] = 0;
+      num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
+                                                   [&](std::int32_t d, std::uint32_t) { row[d] = 0; });
     } else {
       // A range below ~2^-120 makes 255/range overflow (every code would become 255, and
       // x == min would give 0 * inf = NaN): then scale both sides by an exact 2^64 first.
@@ -82,15 +94,17 @@ struct Int8Rowwise {
         inv = num::div(255.0f, num::mul(range, pre));
       }
       bool ignored = false;
-      detail::for_each_element<R>(dim, rng, [&](std::int32_t d, std::uint32_t w) {
+      num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
         float q = R::round(num::mul(num::mul(num::sub(x, mn), pre), inv), w);
         q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
         row[d] = static_cast<std::uint8_t>(q);
       });
     }
-    num::store_f32(row + dim, scale);
-    num::store_f32(row + dim + 4, mn);
+    if (lane == 0) {
+      num::store_f32(row + dim, scale);
+      num::store_f32(row + dim + 4, mn);
+    }
     return sat;
   }
 

@@ -9,6 +9,11 @@
 ///   - `store<Rounding>(src, dim, row, rng)`: quantize an FP32 row (returns true when a
 ///     value had to be saturated into the format's range),
 ///   - `find_unrepresentable(src, dim)`: first element the format cannot hold, or -1.
+///   - optional, `store_lanes<Rounding>(src, dim, row, rng, lane, lanes)`: the part of
+///     store() that lane `lane` of `lanes` writes (its element groups of four,
+///     num::for_each_element_lanes, and lane 0 any row header); the lanes together write
+///     store()'s bytes, and OR-ing their flags gives store()'s. Laned kernels (a warp per
+///     row on a GPU) use it; without it lane 0 stores the whole row (detail::store_lanes).
 /// All members are static and `MPE_HOST_DEVICE` (single-source host/device code).
 #pragma once
 
@@ -38,6 +43,13 @@ concept StoragePolicy = requires(const std::uint8_t* row, std::uint8_t* out, con
   };
   { S::template store<NearestRounding>(src, dim, out, rng) } -> std::same_as<bool>;
   { S::find_unrepresentable(src, dim) } -> std::same_as<std::int32_t>;
+};
+
+/// A storage policy with the optional `store_lanes` member (see the file comment).
+template <class S>
+concept LanedStore = StoragePolicy<S> && requires(const float* src, std::int32_t dim, std::uint8_t* out,
+                                                  const num::RowRng& rng, std::int32_t lane) {
+  { S::template store_lanes<NearestRounding>(src, dim, out, rng, lane, lane) } -> std::same_as<bool>;
 };
 
 /// Bytes of one stored row: the format's data bytes rounded up to `alignment`
@@ -90,6 +102,19 @@ MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim
 
 /// Calls f(d, word) for each element with its random word (num::for_each_element).
 using num::for_each_element;
+
+/// Lane `lane` of `lanes` of S::store<R>(src, dim, row, rng): S::store_lanes where S has
+/// it, else the whole row in lane 0 (the other lanes write nothing and return false). The
+/// OR of the lanes' results is store()'s flag.
+template <class S, class R>
+MPE_HOST_DEVICE inline bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                        const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
+  if constexpr (LanedStore<S>) {
+    return S::template store_lanes<R>(src, dim, row, rng, lane, lanes);
+  } else {
+    return lane == 0 ? S::template store<R>(src, dim, row, rng) : false;
+  }
+}
 }  // namespace detail
 
 }  // namespace mpe
