@@ -303,6 +303,79 @@ void reg_gpu_store_only(std::int64_t dist) {
   reg_one<S, mpe::Lru<32>, kBackward, kDev>("gpu/", gpu_args(dist, 0));
 }
 
+/// The laned store-only pooling kernel alone (detail::PoolBags<S, G>, G rows in flight per
+/// lane), launched directly on a store of `rows` rows filled with one byte pattern: the
+/// GPU-point forward without validation, dedup or statistics, for choosing
+/// detail::kPoolLaneGroup (CachedEmbedding's forward uses PoolBags<S>, G = kPoolLaneGroup).
+template <class S, int G>
+void bm_pool_group(benchmark::State& st) {
+  const Params p = Params::from(st);
+  const auto D = static_cast<std::int32_t>(p.D);
+  const std::size_t stride = mpe::row_bytes<S>(D, 4);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::uint8_t* store = nullptr;
+  const std::size_t store_bytes = stride * static_cast<std::size_t>(p.rows);
+  cuda_ok(cudaMalloc(&store, store_bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(store, 0x3c, store_bytes), "cudaMemset");  // codes and scale/bias 0x3c3c3c3c
+  std::vector<std::unique_ptr<DeviceBatch>> batches;
+  for (const Batch& b : batches_for(p)) {
+    batches.push_back(std::make_unique<DeviceBatch>(b));
+    if (batches.size() == 4) break;
+  }
+  DeviceArray<float> out(std::vector<float>(static_cast<std::size_t>(p.B * p.D)));
+  mpe::CudaBackend be;
+  be.stream = stream;
+  cudaEvent_t ev[2];
+  for (auto& x : ev) cuda_ok(cudaEventCreate(&x), "cudaEventCreate");
+  double seconds = 0, bytes = 0, indices = 0;
+  std::size_t k = 0;
+  for (auto _ : st) {
+    DeviceBatch& b = *batches[k++ % batches.size()];
+    const mpe::detail::PoolBags<S, G> pool{b.offsets.p, b.indices.p, nullptr, nullptr, mpe::CacheRef{}, false,
+                                           store, stride, p.B, 1, D, false, out.p, nullptr};
+    cuda_ok(cudaEventRecord(ev[0], stream), "cudaEventRecord");
+    be.for_each_lanes(p.B, pool);
+    cuda_ok(cudaEventRecord(ev[1], stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(ev[1]), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, ev[0], ev[1]), "cudaEventElapsedTime");
+    const double n = static_cast<double>(b.indices.n);
+    bytes += n * static_cast<double>(stride) + static_cast<double>(p.B * p.D) * 4.0;
+    indices += n;
+    seconds += ms * 1e-3;
+    st.SetIterationTime(ms * 1e-3);
+  }
+  for (auto& x : ev) cudaEventDestroy(x);
+  cudaFree(store);
+  cudaStreamDestroy(stream);
+  st.counters["bytes_per_second"] = benchmark::Counter(bytes / seconds);
+  st.counters["indices_per_second"] = benchmark::Counter(indices / seconds);
+  if (g_hbm_bytes_per_s > 0 && seconds > 0) {
+    st.counters["fraction_of_hbm"] = benchmark::Counter(bytes / seconds / g_hbm_bytes_per_s);
+  }
+}
+
+template <class S, int G>
+void reg_pool_group(std::int64_t D) {
+  const std::string name = std::string("gpu/pool_group/") + S::name + "/G" + std::to_string(G);
+  benchmark::RegisterBenchmark(name.c_str(), bm_pool_group<S, G>)
+      ->ArgNames(arg_names())
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Args({65536, 32, D, 10000000, kUniform, 0});
+}
+
+template <class S>
+void reg_pool_groups() {
+  for (const std::int64_t D : {128, 64}) {
+    reg_pool_group<S, 1>(D);
+    reg_pool_group<S, 2>(D);
+    reg_pool_group<S, 4>(D);
+    reg_pool_group<S, 8>(D);
+  }
+}
+
 /// Best of 10 timed copies of `bytes` from `src` to `dst` (kind as for cudaMemcpyAsync):
 /// bytes per second, counting `count_factor` x bytes (2 for device-to-device: read + write).
 double copy_bandwidth(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
@@ -378,6 +451,9 @@ int main(int argc, char** argv) {
     reg_gpu_cached<mpe::Int8Rowwise>(dist);
     reg_gpu_cached<mpe::Int4Rowwise>(dist);
   }
+  reg_pool_groups<mpe::Int8Rowwise>();
+  reg_pool_groups<mpe::Int4Rowwise>();
+  reg_pool_groups<mpe::Fp32>();
   reg_gpu_store_only<mpe::Fp16>(kUniform);
   reg_gpu_store_only<mpe::Fp32>(kUniform);
   reg_one<mpe::Int8Rowwise, mpe::Lru<32>, kForward, static_cast<int>(Placement::HostMapped)>(

@@ -293,6 +293,7 @@ class CachedEmbedding {
         slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
     // Laned gradient sums (sum_stages): a stage's plan and two stages' scans, (U + 1) each.
     IBuf sum_plan, sum_base[2];
+    IBuf evicted;  // (U) laned populate: each dirty victim's row (AdmitSet::evicted)
     detail::Buffer<std::uint64_t, Backend> keys;
     detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
     detail::Buffer<std::uint32_t, Backend> estimates;

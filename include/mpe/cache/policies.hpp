@@ -41,6 +41,8 @@ struct Lru : PolicyBase, ScoredPolicy<Lru<Ways>> {
   static constexpr bool score_is_last_use = true;
   /// on_hit and choose touch only their own set's slots (see CachePolicy: set_local).
   static constexpr bool set_local = true;
+  /// on_hit writes nothing: a set's hits may run concurrently (see CachePolicy: hits_commute).
+  static constexpr bool hits_commute = true;
   /// Score: the populate counter of the slot's last batch.
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];
@@ -68,6 +70,8 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
   static constexpr bool victims_by_score = true;
   /// on_hit and choose write nothing and read the sketch, which admission never writes.
   static constexpr bool set_local = true;
+  /// on_hit writes nothing: a set's hits may run concurrently (see CachePolicy: hits_commute).
+  static constexpr bool hits_commute = true;
   /// The metadata is the sketch (backend memory).
   using View = SketchRef;
   /// Sketch width for `slots` slots.
@@ -127,6 +131,8 @@ struct DirectMapped : PolicyBase, ScoredPolicy<DirectMapped> {
   static constexpr bool score_is_last_use = true;
   /// on_hit and choose touch only their own set's slot (see CachePolicy: set_local).
   static constexpr bool set_local = true;
+  /// on_hit writes nothing: a set's hits may run concurrently (see CachePolicy: hits_commute).
+  static constexpr bool hits_commute = true;
   /// Score: the populate counter of the slot's last batch (as Lru<1>).
   MPE_HOST_DEVICE static std::uint64_t score(View, const CacheRef& c, std::int64_t slot) {
     return c.last_use[slot];

@@ -35,7 +35,11 @@
 ///    metadata of their own set's slots and read no metadata that another set's admission
 ///    writes (every built-in policy). Then one host thread runs each set's hits only a few
 ///    sets before its misses (one pass: the lookups overlap the fills' memory reads), which
-///    gives the same result.
+///    gives the same result. A policy that declares `static constexpr bool hits_commute =
+///    true` (Lru, Lfu, DirectMapped) promises that `on_hit` writes only the hit slot's own
+///    metadata, so a set's hits may run in any order: a GPU then looks every item up in
+///    parallel (a warp per item, lanes across the ways) and moves the rows of the misses'
+///    write-backs and fills in parallel after the decisions, with the same result.
 /// 4. The decay clock advances by the number of unique rows; each time it passes
 ///    `decay_period(slots)` (when not 0), `decay(view, i, times)` runs for every i in
 ///    [0, decay_items(slots)).

@@ -172,6 +172,29 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
       fused = true;
     }
   }
+  if constexpr (!host_paths && detail::hits_commute<Cache>) {
+    // Laned backends (a GPU): every item's lookup in parallel, lanes across the ways; then
+    // one thread per set decides its misses (slots and metadata only); then the dirty
+    // victims' write-backs and the fills, a warp per row. The same slots and bits as the
+    // one-thread-per-set phases below (a victim is never a row of this batch, so no fill
+    // reads a row that a write-back writes).
+    b.evicted.reserve_discard(sz);
+    backend_.fill_bytes(b.slot_of_unique.data(), 0xff, sz * sizeof(index_t));  // -1
+    backend_.fill_bytes(b.outcome.data(), 0, sz);
+    backend_.for_each_lanes(U, detail::AdmitHitsLanes<Cache>{b.keys.data(), b.order.data(), b.admit_rows.data(),
+                                                             count, gate, cache_ref(), view, b.id,
+                                                             b.slot_of_unique.data(), b.outcome.data()});
+    MPE_PHASE_MARK("hits");
+    admit.phase = detail::AdmitPhase::Misses;
+    admit.evicted = b.evicted.data();
+    backend_.for_each(U, admit);
+    backend_.for_each_lanes(U, detail::WriteBackLanes<Storage, Rounding>{
+                                   b.slot_of_unique.data(), b.evicted.data(), b.outcome.data(), cache_ref(),
+                                   store_.data(), stride_, config_.seed, step_ptr(), state, count, gate});
+    backend_.for_each_lanes(U, detail::FillLanes<Storage>{b.uniq.data(), b.slot_of_unique.data(), b.outcome.data(),
+                                                          cache_ref(), store_.data(), stride_, state, count, gate});
+    fused = true;
+  }
   if (!fused) {
     backend_.for_each(U, admit);  // every set's hits, then every set's misses
     MPE_PHASE_MARK("hits");

@@ -24,7 +24,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::
     const Backend& b) {
   for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
                   &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
-                  &sum_base[0], &sum_base[1]}) {
+                  &sum_base[0], &sum_base[1], &evicted}) {
     p->set_backend(b);
   }
   sum_part[0].set_backend(b);
@@ -45,7 +45,7 @@ std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::
   for (const IBuf* p :
        {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
         &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
-        &sum_base[0], &sum_base[1]}) {
+        &sum_base[0], &sum_base[1], &evicted}) {
     s += p->bytes();
   }
   return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +

@@ -45,9 +45,11 @@ namespace mpe::detail {
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
-/// every output element gets the same operations as with one lane.
-template <class Storage>
+/// every output element gets the same operations as with one lane; `Group` rows are loaded
+/// and decoded before their adds, so that many row reads are in flight per lane.
+template <class Storage, int Group = kPoolLaneGroup>
 struct PoolBags {
+  static_assert(Group >= 1 && Group <= 16, "PoolBags: Group rows in flight per lane, 1 .. 16");
   const index_t* offsets;
   const index_t* global_rows;  // (n)
   const index_t* slot_of_occ;  // (n) or null
@@ -269,20 +271,47 @@ struct PoolBags {
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (index_t i = begin; i < end; ++i) {
-        const index_t r = global_rows[i];
-        const index_t s = slot_of(i, r);
-        const float w = weights ? weights[i] : 1.0f;
-        if (s >= 0) {
-          accumulate_f32(cache.row(s) + c, m, w, acc, weights != nullptr);
-        } else if (weights) {
-          accumulate_chunk<Storage, true>(store + static_cast<std::size_t>(r) * stride, D, c, m, w, acc);
-        } else {
-          accumulate_chunk<Storage, false>(store + static_cast<std::size_t>(r) * stride, D, c, m, w, acc);
+      index_t i = begin;
+      // Group rows at a time: every row's chunk is loaded and decoded before the adds,
+      // which stay in row order (the same operations as one row at a time).
+      if constexpr (Group > 1) {
+        for (; i + Group <= end; i += Group) {
+          float x[Group][kLaneChunk];
+          float w[Group];
+          MPE_UNROLL
+          for (std::int32_t q = 0; q < Group; ++q) w[q] = load_chunk(i + q, c, m, x[q]);
+          MPE_UNROLL
+          for (std::int32_t q = 0; q < Group; ++q) add_chunk(x[q], w[q], acc);
         }
+      }
+      for (; i < end; ++i) {
+        float x[kLaneChunk];
+        const float w = load_chunk(i, c, m, x);
+        add_chunk(x, w, acc);
       }
       for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
     }
+  }
+  /// Laned: elements [c, c + m) of occurrence i's row (its cache row or its store row,
+  /// decoded by the Reader) into x[0, m) (0 beyond); returns its weight (1 without weights).
+  MPE_HOST_DEVICE float load_chunk(index_t i, std::int32_t c, std::int32_t m, float* x) const {
+    const index_t r = global_rows[i];
+    const index_t s = slot_of(i, r);
+    if (s >= 0) {
+      const float* p = cache.row(s) + c;
+      MPE_UNROLL
+      for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = e < m ? p[e] : 0.0f;
+    } else {
+      decode_chunk<Storage>(store + static_cast<std::size_t>(r) * stride, D, c, m, x);
+    }
+    return weights ? weights[i] : 1.0f;
+  }
+  /// acc[e] = acc[e] + w * x[e] (weighted) or acc[e] + x[e], e < kLaneChunk (the lanes of a
+  /// partial chunk add zeros into accumulators they never store).
+  MPE_HOST_DEVICE void add_chunk(const float* x, float w, float* acc) const {
+    MPE_UNROLL
+    for (std::int32_t e = 0; e < kLaneChunk; ++e)
+      acc[e] = weights ? num::add(acc[e], num::mul(w, x[e])) : num::add(acc[e], x[e]);
   }
   /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {

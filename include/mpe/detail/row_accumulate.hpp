@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/half.hpp"
@@ -122,15 +123,36 @@ struct RowAccumulate<Int4Rowwise> {
 /// elements are 4 bytes of an INT8 row, 16 of an FP32 row: a warp reads 128 or 512
 /// contiguous bytes of a D = 128 row at once.
 inline constexpr std::int32_t kLaneChunk = 4;
-/// Gradient occurrences whose loads SumRowGradients issues together before adding them in
-/// position order: the adds of one element form a chain, the loads need not. (Grouping the
-/// rows of PoolBags the same way was measured slower on an H200 and is not done:
-/// bench/RESULTS.md, "GPU".)
+/// Gradient occurrences whose loads SumStage issues together before adding them in
+/// position order: the adds of one element form a chain, the loads need not.
 inline constexpr std::int32_t kLaneGroup = 8;
 /// First element of lane `lane`'s first chunk.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return kLaneChunk * lane; }
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
+
+/// Rows a lane of the laned pooling (PoolBags) loads and decodes before adding them: the
+/// rows in flight per warp on a GPU, where one row at a time leaves the pooling bound by
+/// memory latency.
+inline constexpr int kPoolLaneGroup = 4;
+
+/// x[k] = element d0 + k of a stored row of format Storage (the Reader's value) for k < n
+/// (n <= kLaneChunk), 0 for n <= k < kLaneChunk. An Int8Rowwise chunk of four 4-byte-aligned
+/// codes is read as one 32-bit word (the same codes).
+template <class Storage>
+MPE_HOST_DEVICE void decode_chunk(const std::uint8_t* row, std::int32_t D, std::int32_t d0, std::int32_t n,
+                                  float* x) {
+  const typename Storage::Reader rd(row, D);
+  if constexpr (std::is_same_v<Storage, Int8Rowwise> && kLaneChunk == 4) {
+    if (n == 4 && (reinterpret_cast<std::uintptr_t>(row + d0) & 3u) == 0) {
+      const std::uint32_t q = *reinterpret_cast<const std::uint32_t*>(row + d0);
+      for (std::int32_t k = 0; k < 4; ++k)
+        x[k] = num::add(num::mul(rd.scale, static_cast<float>((q >> (8 * k)) & 0xffu)), rd.bias);
+      return;
+    }
+  }
+  for (std::int32_t k = 0; k < kLaneChunk; ++k) x[k] = k < n ? rd[d0 + k] : 0.0f;
+}
 
 /// acc[k] += x[d0 + k] for k < n (n <= kLaneChunk), x a stored row read through
 /// Storage::Reader: the elements RowAccumulate computes, with the same operations.

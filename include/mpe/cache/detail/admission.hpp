@@ -156,8 +156,8 @@ inline constexpr bool score_is_last_use = requires {
 /// score does not change when another slot of its set is filled (what victims_by_score states),
 /// so the sequence is: the empty ways in way order, then the unlocked occupied ways by
 /// ascending (score, way), each taken by the next admitted miss. Built at the set's first
-/// miss (after its hits). Host only: on a GPU its arrays would sit in every thread's local
-/// memory, so the device asks choose miss by miss (the same slots).
+/// miss (after its hits). On a GPU its arrays sit in the deciding thread's local memory
+/// (cached in L1), read once per miss instead of the set's tags and scores.
 ///
 /// The unlocked occupied ways are listed in way order, so (score, position in the list) is
 /// (score, way) order. Where every score is below 2^54 and positions fit 8 bits (`packed`),
@@ -302,6 +302,10 @@ struct AdmitSet {
   /// row is not read for ownership before it is overwritten; populate sets it for run_fused,
   /// which fences.
   bool stream_fills = false;
+  /// (U) or null. Set (laned backends, after AdmitHitsLanes): the Misses phase only decides
+  /// (slots, tags, last uses, dirty flags, outcome codes without kSaturated) and records each
+  /// dirty victim's row here; WriteBackLanes and FillLanes then move the rows.
+  index_t* evicted = nullptr;
   /// Items (admission order) by which run_fused's hits run ahead of its misses: the reach of
   /// the store-row prefetch into L2 that the hits issue for each miss they find.
   static constexpr index_t kFusedAhead = 4 * kPoolPrefetchAhead;
@@ -358,11 +362,7 @@ struct AdmitSet {
     if (first_miss == end) return;
     const std::int32_t D = cache.dim;
     const std::uint64_t floor = *lock_floor;
-#ifdef __CUDA_ARCH__
-    constexpr bool by_list = false;
-#else
     constexpr bool by_list = uses_scored_choose<P>;
-#endif
     // Default-initialized: the arrays are written before they are read (`count` = -1 says
     // nothing is built), so the 32 bytes per way are not zeroed at every set.
     [[maybe_unused]] std::conditional_t<by_list, SetVictims<P>, NoVictims> victims;
@@ -418,22 +418,28 @@ struct AdmitSet {
         code |= kEvicted;
         if (cache.dirty[victim]) {
           const index_t old = cache.tags[victim];
-          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
-                                num::RoundingSite::WriteBack};
-          if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
-                                                rng)) {
-            code |= kSaturated;
-          }
-          if (state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),
-                                                  num::RoundingSite::StateWriteBack)) {
-            code |= kSaturated;
+          if (evicted) {  // deferred to WriteBackLanes
+            evicted[u] = old;
+          } else {
+            const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
+                                  num::RoundingSite::WriteBack};
+            if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
+                                                  rng)) {
+              code |= kSaturated;
+            }
+            if (state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),
+                                                    num::RoundingSite::StateWriteBack)) {
+              code |= kSaturated;
+            }
           }
           code |= kWroteBack;
         }
       }
       const index_t row = rows[q];
-      fill_row<Storage>(store + static_cast<std::size_t>(row) * stride, D, crow, simd, stream_fills);
-      state.fill(victim, row);
+      if (!evicted) {  // else deferred to FillLanes
+        fill_row<Storage>(store + static_cast<std::size_t>(row) * stride, D, crow, simd, stream_fills);
+        state.fill(victim, row);
+      }
       cache.tags[victim] = row;
       cache.last_use[victim] = batch_id;
       cache.dirty[victim] = 0;
@@ -497,6 +503,113 @@ struct AdmitSet {
 #if MPE_HOST_SIMD
     if (stream_fills) _mm_sfence();
 #endif
+  }
+};
+
+/// True when P declares `hits_commute = true` (Lru, Lfu, DirectMapped): its on_hit writes
+/// only the hit slot's own metadata, so a set's hits may run in any order, concurrently
+/// (AdmitHitsLanes). Other policies' hits run in admission order, one thread per set.
+template <class P>
+inline constexpr bool hits_commute = [] {
+  if constexpr (requires { P::hits_commute; }) {
+    return static_cast<bool>(P::hits_commute);
+  } else {
+    return false;
+  }
+}();
+
+/// Laned backends, a hits_commute policy: AdmitPhase::Hits for item q (admission order),
+/// the set's ways split over the lanes. The lane holding the row's tag (a row is in at most
+/// one way) records the hit: slot, outcome kHit, last use = the batch number, on_hit.
+/// slot_of_unique (-1) and outcome (0) are filled before the launch, so a miss writes
+/// nothing. Does nothing when the batch failed validation.
+template <class P>
+struct AdmitHitsLanes {
+  const std::uint64_t* keys;  // (U) sorted admission keys (set << 32 | ...)
+  const index_t* order;       // (U) unique index of each item
+  const index_t* rows;        // (U) row of each item
+  const index_t* count;       // (1) U
+  const index_t* gate;        // batch ok flag, or null
+  CacheRef cache;
+  typename P::View view;
+  std::uint64_t batch_id;
+  index_t* slot_of_unique;  // (U) -1 on entry
+  std::uint8_t* outcome;    // (U) 0 on entry
+  MPE_HOST_DEVICE void operator()(index_t q, std::int32_t lane, std::int32_t lanes) const {
+    if (q >= *count || !open(gate)) return;
+    const index_t base = static_cast<index_t>(keys[q] >> 32) * cache.ways;
+    const index_t row = rows[q];
+    for (std::int32_t w = lane; w < cache.ways; w += lanes) {
+      if (cache.tags[base + w] != row) continue;
+      const index_t s = base + w;
+      const index_t u = order[q];
+      slot_of_unique[u] = s;
+      outcome[u] = kHit;
+      cache.last_use[s] = batch_id;
+      P::on_hit(view, cache, s);
+    }
+  }
+};
+
+/// Laned backends, after AdmitSet's deciding Misses phase (AdmitSet::evicted): the dirty
+/// victim of unique row u (outcome kWroteBack) written back to its store row with Rounding
+/// at site WriteBack, each lane storing its element groups (detail::store_lanes; the same
+/// bytes as Storage::store), and lane 0 its compact optimizer state. A lane that saturates
+/// adds kSaturated to outcome[u] (every such write stores the same value).
+template <class Storage, class Rounding>
+struct WriteBackLanes {
+  const index_t* slot_of_unique;  // (U)
+  const index_t* evicted;         // (U) the victim's row, where kWroteBack
+  std::uint8_t* outcome;          // (U)
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  std::uint64_t seed;
+  const std::uint64_t* step;  // (1) completed backward() calls
+  StateRef state;
+  const index_t* count;  // (1) U
+  const index_t* gate;   // batch ok flag, or null
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *count || !open(gate) || !(outcome[u] & kWroteBack)) return;
+    const index_t s = slot_of_unique[u], old = evicted[u];
+    const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
+                          num::RoundingSite::WriteBack};
+    bool sat = store_lanes<Storage, Rounding>(cache.row(s), cache.dim, store + static_cast<std::size_t>(old) * stride,
+                                              rng, lane, lanes);
+    if (lane == 0) {
+      sat = state.template write_back<Rounding>(s, old, static_cast<std::uint32_t>(*step),
+                                                num::RoundingSite::StateWriteBack) ||
+            sat;
+    }
+    if (sat) outcome[u] = static_cast<std::uint8_t>(outcome[u] | kSaturated);
+  }
+};
+
+/// Laned backends, after WriteBackLanes: unique row u's fill (outcome kFilled), its store
+/// row decoded into its slot by lanes on element chunks (the Reader's values, as fill_row),
+/// and lane 0 its compact optimizer state (StateRef::fill).
+template <class Storage>
+struct FillLanes {
+  const index_t* uniq;            // (U)
+  const index_t* slot_of_unique;  // (U)
+  const std::uint8_t* outcome;    // (U)
+  CacheRef cache;
+  const std::uint8_t* store;
+  std::size_t stride;
+  StateRef state;
+  const index_t* count;  // (1) U
+  const index_t* gate;   // batch ok flag, or null
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *count || !open(gate) || !(outcome[u] & kFilled)) return;
+    const index_t s = slot_of_unique[u], row = uniq[u];
+    const std::int32_t D = cache.dim;
+    const typename Storage::Reader rd(store + static_cast<std::size_t>(row) * stride, D);
+    float* crow = cache.row(s);
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+      for (std::int32_t e = 0; e < m; ++e) crow[c + e] = rd[c + e];
+    }
+    if (lane == 0) state.fill(s, row);
   }
 };
 
