@@ -10,7 +10,8 @@
 # Tests run side by side (they need no quiet GPU); compute-sanitizer's memcheck runs on
 # test_cuda_core beside them when the machine has it. The benchmarks run last, alone.
 # Everything is written under $OUT (or ./gpu-out): env.txt, tests.log, sanitizer.log,
-# bench_gpu.{txt,json} and bench_base.{txt,json}; the summary is printed last.
+# bench_gpu.{txt,json}, bench_base.{txt,json} and h200.json (the headline cases, see
+# summarize.py; MPE_COMMIT names the commit); the summary is printed last.
 set -u
 STAGE=${1:-gpu-stage}
 OUT=${OUT:-$PWD/gpu-out}
@@ -78,4 +79,5 @@ grep -E 'ERROR SUMMARY|exit ' "$OUT/sanitizer.log" | tail -2
 reports=("$OUT/bench_gpu.txt")
 [ -f "$OUT/bench_base.txt" ] && reports+=("$OUT/bench_base.txt")
 grep -E '^device|exit ' "${reports[@]}"
-python3 "$(dirname "$0")/summarize.py" "${reports[@]}" | cut -c1-200
+python3 "$(dirname "$0")/summarize.py" --json "$OUT/h200.json" --commit "${MPE_COMMIT:-unknown}" "${reports[@]}" |
+  cut -c1-200

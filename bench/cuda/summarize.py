@@ -7,8 +7,16 @@ cut off by its timeout still parses up to its last line) and prints one row per 
 time per call, GB/s, the fraction of the device copy bandwidth measured in the same
 process, the cache hit rate, or steps per second for the pipelined steps.
 
-    python3 bench/cuda/summarize.py bench/cuda/results/h200_run2/bench_gpu.txt
+    python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt
+    python3 bench/cuda/summarize.py --json bench/cuda/h200.json --commit SHA gpu-out/bench_gpu.txt
+
+With --json FILE, the headline cases of the GPU point (CASES below) are also written to FILE
+as one JSON object: the device, the copy bandwidth measured in the same process, the date,
+the commit, and per case the ms per call (per step for the pipelined step), GB/s and the
+fractions of the datasheet's 4.8 TB/s and of the measured copy bandwidth.
 """
+import datetime
+import json
 import re
 import sys
 
@@ -53,7 +61,57 @@ def short(name):
     return name
 
 
+DATASHEET_BPS = 4.8e12  # H200 HBM3e, bytes per second (vendor datasheet)
+GPU_POINT = "B:65536/L:32/D:128/rows:10000000"
+CASES = {  # case -> (benchmark name prefix, dist, cache per mille)
+    "forward_int8_store_only_uniform": ("gpu/cuda/forward/int8_rowwise/lru32/device", 0, 0),
+    "forward_int4_store_only_uniform": ("gpu/cuda/forward/int4_rowwise/lru32/device", 0, 0),
+    "forward_int8_cache5_zipf1.05": ("gpu/cuda/forward/int8_rowwise/lru32/device", 1, 50),
+    "backward_int8_store_only_uniform": ("gpu/cuda/backward/int8_rowwise/lru32/device", 0, 0),
+    "backward_int8_cache5_zipf1.05": ("gpu/cuda/backward/int8_rowwise/lru32/device", 1, 50),
+    "populate_int8_cache5_uniform": ("gpu/cuda/populate/int8_rowwise/lru32/device", 0, 50),
+    "populate_int8_cache5_zipf1.05": ("gpu/cuda/populate/int8_rowwise/lru32/device", 1, 50),
+    "step_int8_cache5_zipf1.05": ("gpu/sync/cuda/step/int8_rowwise/lru32/device", 1, 50),
+}
+
+
+def write_json(out, commit, reports):
+    context, rows = {}, []
+    for path in reports:
+        c, r = parse(path)
+        context.update(c)
+        rows += r
+    copy_bps = float(context.get("mpe_hbm_copy_GBps", "nan")) * 1e9
+    doc = {"device": context.get("mpe_cuda_device", "unknown"), "copy_GBps": copy_bps / 1e9,
+           "datasheet_GBps": DATASHEET_BPS / 1e9, "date": datetime.date.today().isoformat(),
+           "commit": commit, "cases": {}}
+    for case, (prefix, dist, pm) in CASES.items():
+        name = f"{prefix}/{GPU_POINT}/dist:{dist}/cache_pm:{pm}/manual_time"
+        for n, v in rows:
+            if n != name:
+                continue
+            sps = v.get("steps_per_second")
+            ms = v["time_ms"] / 16 if sps else v["time_ms"]
+            gbs = v.get("bytes_per_second")
+            entry = {"benchmark": n, "ms": round(ms, 4)}
+            if gbs:
+                entry["GBps"] = round(gbs / 1e9, 1)
+                entry["fraction_of_datasheet"] = round(gbs / DATASHEET_BPS, 4)
+                entry["fraction_of_copy"] = round(gbs / copy_bps, 4)
+            if sps:
+                entry["steps_per_second"] = round(sps, 1)
+            doc["cases"][case] = entry
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 def main(paths):
+    if paths and paths[0] == "--json":
+        out, commit, paths = paths[1], "unknown", paths[2:]
+        if paths and paths[0] == "--commit":
+            commit, paths = paths[1], paths[2:]
+        write_json(out, commit, paths)
     for path in paths:
         context, rows = parse(path)
         print(f"\n{path}: " + ", ".join(f"{k} {v}" for k, v in context.items()

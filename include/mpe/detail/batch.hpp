@@ -47,6 +47,7 @@ struct ExpandBags {
     // large unsigned values) reads the table's first row and is reported below.
     bool bad = false;
     for (index_t i = begin; i < end; ++i) {
+      MPE_TRIP();
       const index_t idx = indices[i];
       const bool ok = static_cast<std::uint64_t>(idx) < rows;
       global_rows[i] = first + (ok ? idx : 0);

@@ -162,6 +162,7 @@ struct SumStage {
     // The row u with stage_items(base[u]) <= w < stage_items(base[u + 1]).
     index_t lo = 0, hi = Ub;  // invariant: items(base[lo]) <= w < items(base[hi])
     while (hi - lo > 1) {
+      MPE_TRIP();
       const index_t mid = lo + (hi - lo) / 2;
       if (stage_items(base[mid]) <= w) {
         lo = mid;
@@ -185,6 +186,7 @@ struct SumStage {
       } else {
         const float* in = part_in + (stage_outs(prev[u]) + first) * D + c;
         for (index_t q = first; q < last; ++q, in += D) {
+          MPE_TRIP();
           MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) {
             if (e < m) acc[e] = q == first ? in[e] : num::add(acc[e], in[e]);
@@ -209,7 +211,10 @@ struct SumStage {
       float cf[kLaneGroup];
       float x[kLaneGroup][kLaneChunk];
       MPE_UNROLL
-      for (std::int32_t q = 0; q < kLaneGroup; ++q) at[q] = occurrence(g + q < k1 ? g + q : k1 - 1, cf[q]) + c;
+      for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+        MPE_TRIP();
+        at[q] = occurrence(g + q < k1 ? g + q : k1 - 1, cf[q]) + c;
+      }
       MPE_UNROLL
       for (std::int32_t q = 0; q < kLaneGroup; ++q) {
         MPE_UNROLL

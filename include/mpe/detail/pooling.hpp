@@ -279,12 +279,16 @@ struct PoolBags {
           float x[Group][kLaneChunk];
           float w[Group];
           MPE_UNROLL
-          for (std::int32_t q = 0; q < Group; ++q) w[q] = load_chunk(i + q, c, m, x[q]);
+          for (std::int32_t q = 0; q < Group; ++q) {
+            MPE_TRIP();
+            w[q] = load_chunk(i + q, c, m, x[q]);
+          }
           MPE_UNROLL
           for (std::int32_t q = 0; q < Group; ++q) add_chunk(x[q], w[q], acc);
         }
       }
       for (; i < end; ++i) {
+        MPE_TRIP();
         float x[kLaneChunk];
         const float w = load_chunk(i, c, m, x);
         add_chunk(x, w, acc);

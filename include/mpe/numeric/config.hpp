@@ -47,4 +47,22 @@ namespace mpe {
 /// (or caches past 2^31 floats) never overflow.
 using index_t = std::int64_t;
 
+#if defined(MPE_LAUNCH_SHAPE) && !defined(__CUDA_ARCH__)
+namespace detail {
+/// Host builds with MPE_LAUNCH_SHAPE defined (the launch-shape test): iterations of the
+/// counted loops run by the calling thread since the backend last reset it.
+inline thread_local std::int64_t launch_trips = 0;
+}  // namespace detail
+#endif
+
 }  // namespace mpe
+
+#if defined(MPE_LAUNCH_SHAPE) && !defined(__CUDA_ARCH__)
+/// Counts one iteration of a per-item loop whose trip count depends on the batch (a bag's
+/// rows, a row's occurrences, a set's items or ways), for the launch-shape test
+/// (tests/test_launch_shape.cpp); nothing unless MPE_LAUNCH_SHAPE is defined.
+#define MPE_TRIP() (++::mpe::detail::launch_trips)
+#else
+/// Counts one iteration of a per-item loop for the launch-shape test; nothing here.
+#define MPE_TRIP() ((void)0)
+#endif

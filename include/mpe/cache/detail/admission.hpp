@@ -184,6 +184,8 @@ struct SetVictims {
   std::int32_t left = 0;         // entries in slot not handed out
   std::int32_t lowest = -1;      // position of the lowest entry not handed out; -1: not found yet
   bool packed = P::ways <= 256;  // keys order the entries (see the struct comment)
+  bool sorted = false;           // key[] sorted ascending (no SIMD minimum): take key[next]
+  std::int32_t next = 0;         // sorted: the next key to hand out
 
   /// Lists the set at `base` (see the struct comment).
   MPE_HOST_DEVICE void build(typename P::View v, const CacheRef& c, index_t base, std::uint64_t floor) {
@@ -198,6 +200,7 @@ struct SetVictims {
     if (count < 0) {
       count = 0;
       for (std::int32_t w = 0; w < c.ways; ++w) {
+        MPE_TRIP();
         const index_t s = base + w;
         if (c.tags[s] < 0) {
           empty[empties++] = s;
@@ -216,6 +219,25 @@ struct SetVictims {
       for (std::int32_t k = 0; k < count; ++k) key[k] = 0;  // only kTaken is read
     }
     left = count;
+#if MPE_HOST_SIMD
+    const bool simd = host_simd_enabled();
+#else
+    const bool simd = false;
+#endif
+    if (packed && !simd) {
+      // Without a SIMD minimum (a GPU thread): the keys sorted once (insertion sort of at
+      // most P::ways entries), so each take is the next key instead of a scan of them all.
+      for (std::int32_t k = 1; k < count; ++k) {
+        const std::uint64_t x = key[k];
+        std::int32_t j = k;
+        for (; j > 0 && key[j - 1] > x; --j) {
+          MPE_TRIP();
+          key[j] = key[j - 1];
+        }
+        key[j] = x;
+      }
+      sorted = true;
+    }
   }
 
   /// Position of the lowest (score, way) among the entries not handed out (left > 0).
@@ -228,7 +250,10 @@ struct SetVictims {
       if (host_simd_enabled()) return static_cast<std::int32_t>(simd::min_key(key, count) & 0xff);
 #endif
       std::uint64_t m = kTaken;
-      for (std::int32_t k = 0; k < count; ++k) m = key[k] < m ? key[k] : m;
+      for (std::int32_t k = 0; k < count; ++k) {
+        MPE_TRIP();
+        m = key[k] < m ? key[k] : m;
+      }
       return static_cast<std::int32_t>(m & 0xff);
     }
     std::int32_t m = -1;
@@ -245,6 +270,13 @@ struct SetVictims {
     if (count < 0) build(v, c, base, floor);
     if (next_empty < empties) return {empty[next_empty++], false};
     if (left == 0) return {-1, false};  // every way locked: a conflict miss
+    if (sorted) {  // key[next] is the lowest not handed out; its low byte, its position
+      const auto at = static_cast<std::int32_t>(key[next] & 0xff);
+      if (!P::admits(v, priority, score[at])) return {-1, true};
+      ++next;
+      --left;
+      return {slot[at], false};
+    }
     if (lowest < 0) lowest = find_lowest();
     if (!P::admits(v, priority, score[lowest])) return {-1, true};
     const std::int64_t s = slot[lowest];
@@ -314,7 +346,10 @@ struct AdmitSet {
   MPE_HOST_DEVICE index_t set_end(index_t p, index_t U) const {
     const std::uint64_t set = keys[p] >> 32;
     index_t end = p + 1;
-    while (end < U && (keys[end] >> 32) == set) ++end;
+    while (end < U && (keys[end] >> 32) == set) {
+      MPE_TRIP();
+      ++end;
+    }
     return end;
   }
 
@@ -338,6 +373,7 @@ struct AdmitSet {
   MPE_HOST_DEVICE void hits(index_t p, index_t end, index_t base, bool simd,
                             bool prefetch_missed = false) const {
     for (index_t q = p; q < end; ++q) {
+      MPE_TRIP();
       const index_t u = order[q];
       const index_t s = find_in_set(cache, base, rows[q], simd);
       slot_of_unique[u] = s;
@@ -358,7 +394,10 @@ struct AdmitSet {
   /// admission order: choose (SetVictims on the host), write back, fill.
   MPE_HOST_DEVICE void misses(index_t p, index_t end, index_t base, bool simd) const {
     index_t first_miss = p;
-    while (first_miss < end && (outcome[order[first_miss]] & kHit)) ++first_miss;
+    while (first_miss < end && (outcome[order[first_miss]] & kHit)) {
+      MPE_TRIP();
+      ++first_miss;
+    }
     if (first_miss == end) return;
     const std::int32_t D = cache.dim;
     const std::uint64_t floor = *lock_floor;
@@ -373,6 +412,7 @@ struct AdmitSet {
       // only dirty ones', to be read by their write-back) and dirty victims' store rows
       // are prefetched, so their fills overlap.
       for (index_t q = first_miss; q < end; ++q) {
+        MPE_TRIP();
         const index_t u = order[q];
         if (outcome[u] & kHit) continue;
         const CacheChoice choice = victims.take(view, cache, base, floor, priorities[u]);
@@ -398,6 +438,7 @@ struct AdmitSet {
       }
     }
     for (index_t q = first_miss; q < end; ++q) {
+      MPE_TRIP();
       const index_t u = order[q];
       if (outcome[u] & kHit) continue;
       CacheChoice choice;
@@ -540,6 +581,7 @@ struct AdmitHitsLanes {
     const index_t base = static_cast<index_t>(keys[q] >> 32) * cache.ways;
     const index_t row = rows[q];
     for (std::int32_t w = lane; w < cache.ways; w += lanes) {
+      MPE_TRIP();
       if (cache.tags[base + w] != row) continue;
       const index_t s = base + w;
       const index_t u = order[q];
