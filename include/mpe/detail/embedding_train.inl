@@ -204,8 +204,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_sta
     if (stage > 1 || partials > 1) part.reserve_discard(static_cast<std::size_t>(partials) * config_.dim);
     backend_.for_each(Ub + 1, detail::PlanSumStage{b.seg_start.data(), count, stage, b.sum_plan.data()});
     backend_.exclusive_scan(b.sum_plan.data(), base.data(), Ub + 1);
-    backend_.for_each_lanes(
-        items, detail::SumStage{stage,
+    const detail::SumStage sum{stage,
                                 Ub,
                                 base.data(),
                                 stage > 1 ? b.sum_base[prev].data() : nullptr,
@@ -222,7 +221,16 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_sta
                                 b.grad.data(),
                                 record_.data(),
                                 b.flags.data() + detail::kFlagOk,
-                                check_sums});
+                                check_sums,
+                                false,
+                                count};
+    if (stage == 1) {  // every row's first group, item u = row u (no search)
+      detail::SumStage first = sum;
+      first.first_groups = true;
+      backend_.for_each_lanes(Ub, first);
+      if (b.n <= detail::kSumGroup) break;  // no row has a second group
+    }
+    backend_.for_each_lanes(items, sum);
   }
 }
 

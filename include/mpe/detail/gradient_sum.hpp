@@ -26,6 +26,11 @@
 
 namespace mpe::detail {
 
+/// Occurrences whose loads a lane of SumStage issues together before adding them in
+/// position order (the adds of one element form a chain, the loads need not); more take
+/// registers that cost resident warps.
+inline constexpr std::int32_t kSumLaneGroup = 4;
+
 /// Values per group of a row's gradient sum at every level (see the file comment). 256:
 /// the host's one-thread scatter counts a row's position in its group in one byte.
 inline constexpr index_t kSumGroup = 256;
@@ -97,8 +102,10 @@ MPE_HOST_DEVICE inline index_t stage_outs(index_t packed) { return packed >> 32;
 /// row u in [0, Ub]: plan[u] = pack_stage(items, outs): a row still open at this stage
 /// (stage 1: every row; later: rows with more than one level-(stage-1) value) sums
 /// sum_values_at(k, stage) groups, and writes them as partials when there is more than
-/// one, else its sum into the (U, D) sums. plan[u] = 0 for u >= U (u = Ub makes the
-/// exclusive scan's last entry the totals).
+/// one, else its sum into the (U, D) sums. At stage 1 `items` counts only the groups after
+/// the first (the first group of every row is item u of a launch of its own, found without
+/// a search). plan[u] = 0 for u >= U (u = Ub makes the exclusive scan's last entry the
+/// totals).
 struct PlanSumStage {
   const index_t* seg_start;  // (U + 1)
   const index_t* count;      // (1) U
@@ -112,13 +119,14 @@ struct PlanSumStage {
     const index_t k = seg_start[u + 1] - seg_start[u];
     const bool open = stage == 1 || sum_values_at(k, stage - 1) > 1;
     const index_t items = open ? sum_values_at(k, stage) : 0;
-    plan[u] = pack_stage(items, items > 1 ? items : 0);
+    plan[u] = pack_stage(stage == 1 ? items - 1 : items, items > 1 ? items : 0);
   }
 };
 
 /// Stage `stage` of the gradient sums, one laned item per group (lanes across D in
-/// kLaneChunk chunks; a warp per group on a GPU): item w is group j of row u (from the
-/// stage's scanned plan, `base`, by binary search). Stage 1 sums the group's occurrences
+/// kLaneChunk chunks; a warp per group on a GPU): item w is group j of row u, from the
+/// stage's scanned plan (`base`) by binary search, except in stage 1's launch of first
+/// groups (`first_groups`: item u is group 0 of row u). Stage 1 sums the group's occurrences
 /// (grad_output rows gathered in sorted position order, times their coefficients); later
 /// stages sum the group's partials of the stage before (`part_in`, the row's partials from
 /// stage_outs(prev_base[u])). The group's sum goes to the row's sums (its last stage) or to
@@ -147,6 +155,8 @@ struct SumStage {
   CallRecord* rec;
   const index_t* gate;  // ok flag of the batch, or null
   bool check_sums = false;
+  bool first_groups = false;      // stage 1: item u = group 0 of row u
+  const index_t* count = nullptr;  // (1) U (first_groups)
 
   /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
   MPE_HOST_DEVICE index_t occurrence(index_t k, float& cf) const {
@@ -158,19 +168,26 @@ struct SumStage {
   }
 
   MPE_HOST_DEVICE void operator()(index_t w, std::int32_t lane, std::int32_t lanes) const {
-    if (!open(gate) || w >= stage_items(base[Ub])) return;
-    // The row u with stage_items(base[u]) <= w < stage_items(base[u + 1]).
-    index_t lo = 0, hi = Ub;  // invariant: items(base[lo]) <= w < items(base[hi])
-    while (hi - lo > 1) {
-      MPE_TRIP();
-      const index_t mid = lo + (hi - lo) / 2;
-      if (stage_items(base[mid]) <= w) {
-        lo = mid;
-      } else {
-        hi = mid;
+    if (!open(gate)) return;
+    index_t u = w, j = 0;
+    if (first_groups) {
+      if (u >= *count) return;
+    } else {
+      if (w >= stage_items(base[Ub])) return;
+      // The row u with stage_items(base[u]) <= w < stage_items(base[u + 1]).
+      index_t lo = 0, hi = Ub;  // invariant: items(base[lo]) <= w < items(base[hi])
+      while (hi - lo > 1) {
+        MPE_TRIP();
+        const index_t mid = lo + (hi - lo) / 2;
+        if (stage_items(base[mid]) <= w) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
       }
+      u = lo;
+      j = w - stage_items(base[u]) + (stage == 1 ? 1 : 0);  // stage 1: groups after the first
     }
-    const index_t u = lo, j = w - stage_items(base[u]);
     const index_t k = seg_start[u + 1] - seg_start[u];
     const index_t values = sum_values_at(k, stage - 1);  // inputs of the row at this stage
     const index_t first = j * kSumGroup;
@@ -202,26 +219,28 @@ struct SumStage {
   }
 
   /// acc[e] = the left-to-right sum of occurrences [k0, k1) (sorted order) of element c + e,
-  /// e < m: every load of kLaneGroup occurrences is issued before their adds, which stay
+  /// e < m: every load of kSumLaneGroup occurrences is issued before their adds, which stay
   /// in position order.
   MPE_HOST_DEVICE void sum_occurrences(index_t k0, index_t k1, std::int32_t c, std::int32_t m,
                                        float* acc) const {
-    for (index_t g = k0; g < k1; g += kLaneGroup) {
-      index_t at[kLaneGroup];
-      float cf[kLaneGroup];
-      float x[kLaneGroup][kLaneChunk];
+    for (index_t g = k0; g < k1; g += kSumLaneGroup) {
+      index_t at[kSumLaneGroup];
+      float cf[kSumLaneGroup];
+      float x[kSumLaneGroup][kLaneChunk];
       MPE_UNROLL
-      for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+      for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
         MPE_TRIP();
-        at[q] = occurrence(g + q < k1 ? g + q : k1 - 1, cf[q]) + c;
+        at[q] = 0;
+        cf[q] = 0.0f;
+        if (g + q < k1) at[q] = occurrence(g + q, cf[q]) + c;
       }
       MPE_UNROLL
-      for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+      for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
         MPE_UNROLL
-        for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m ? grad_output[at[q] + e] : 0.0f;
+        for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m && g + q < k1 ? grad_output[at[q] + e] : 0.0f;
       }
       MPE_UNROLL
-      for (std::int32_t q = 0; q < kLaneGroup; ++q) {
+      for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
         if (g + q >= k1) break;
         const bool head = g + q == k0;
         MPE_UNROLL
@@ -237,11 +256,12 @@ struct SumStage {
   }
 };
 
-/// Items and partial rows to reserve for stage `stage` of a batch of n occurrences and at
-/// most Ub unique rows: stage 1 sums at most Ub + n / kSumGroup groups, and a later stage
-/// only rows with more than kSumGroup^(stage-1) occurrences, at most
-/// n / kSumGroup^(stage-1) of them; each stage writes at most 2 n / kSumGroup^stage + 1
-/// partials. 0 items when no row can reach the stage (n <= kSumGroup^(stage-1)).
+/// Searched items and partial rows to reserve for stage `stage` of a batch of n occurrences
+/// and at most Ub unique rows: stage 1 sums at most n / kSumGroup groups after the rows'
+/// first groups (which have a launch of their own: Ub items), and a later stage only rows
+/// with more than kSumGroup^(stage-1) occurrences, at most n / kSumGroup^(stage-1) of them;
+/// each stage writes at most 2 n / kSumGroup^stage + 1 partials. 0 items when no row can
+/// reach the stage (n <= kSumGroup^(stage-1)).
 inline void sum_stage_bounds(index_t n, index_t Ub, int stage, index_t& items, index_t& partials) {
   index_t g = 1;  // kSumGroup^(stage-1)
   for (int s = 1; s < stage; ++s) g = g > n ? g : g * kSumGroup;
@@ -250,7 +270,8 @@ inline void sum_stage_bounds(index_t n, index_t Ub, int stage, index_t& items, i
     return;
   }
   const index_t gs = g * kSumGroup;
-  items = stage == 1 ? Ub + n / kSumGroup + 1 : n / gs + n / g + 2;
+  (void)Ub;
+  items = stage == 1 ? n / kSumGroup + 1 : n / gs + n / g + 2;
   partials = 2 * (n / gs) + 1;
 }
 

@@ -123,18 +123,16 @@ struct RowAccumulate<Int4Rowwise> {
 /// elements are 4 bytes of an INT8 row, 16 of an FP32 row: a warp reads 128 or 512
 /// contiguous bytes of a D = 128 row at once.
 inline constexpr std::int32_t kLaneChunk = 4;
-/// Gradient occurrences whose loads SumStage issues together before adding them in
-/// position order: the adds of one element form a chain, the loads need not.
-inline constexpr std::int32_t kLaneGroup = 8;
 /// First element of lane `lane`'s first chunk.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return kLaneChunk * lane; }
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
 
-/// Rows a lane of the laned pooling (PoolBags) loads and decodes before adding them: the
-/// rows in flight per warp on a GPU, where one row at a time leaves the pooling bound by
-/// memory latency.
-inline constexpr int kPoolLaneGroup = 4;
+/// Rows a lane of the laned pooling (PoolBags) loads and decodes before adding them. One:
+/// on an H200 (INT8, INT4 and FP32 rows, D = 128, random rows of a 10M-row table) two, four
+/// and eight rows per lane were slower, the registers they take costing more resident warps
+/// than the rows in flight gain (the gpu/pool_group benchmark of bench_embedding_cuda).
+inline constexpr int kPoolLaneGroup = 1;
 
 /// x[k] = element d0 + k of a stored row of format Storage (the Reader's value) for k < n
 /// (n <= kLaneChunk), 0 for n <= k < kLaneChunk. An Int8Rowwise chunk of four 4-byte-aligned

@@ -121,23 +121,48 @@ MPE_HOST_DEVICE inline float rint_even(float a) {
 }
 
 /// Load a float from possibly unaligned bytes (row formats put scale/bias after the data).
+/// In device code an aligned address is read with one 4-byte load (a byte copy otherwise).
 MPE_HOST_DEVICE inline float load_f32(const std::uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  if ((reinterpret_cast<std::uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const float*>(p);
+#endif
   float x;
   std::memcpy(&x, p, sizeof x);
   return x;
 }
 
-/// Store a float to possibly unaligned bytes.
-MPE_HOST_DEVICE inline void store_f32(std::uint8_t* p, float x) { std::memcpy(p, &x, sizeof x); }
+/// Store a float to possibly unaligned bytes (in device code one 4-byte store where aligned).
+MPE_HOST_DEVICE inline void store_f32(std::uint8_t* p, float x) {
+#ifdef __CUDA_ARCH__
+  if ((reinterpret_cast<std::uintptr_t>(p) & 3u) == 0) {
+    *reinterpret_cast<float*>(p) = x;
+    return;
+  }
+#endif
+  std::memcpy(p, &x, sizeof x);
+}
 
-/// Load a 16-bit value from possibly unaligned bytes (little-endian host and device).
+/// Load a 16-bit value from possibly unaligned bytes (little-endian host and device; in
+/// device code one 2-byte load where aligned).
 MPE_HOST_DEVICE inline std::uint16_t load_u16(const std::uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  if ((reinterpret_cast<std::uintptr_t>(p) & 1u) == 0) return *reinterpret_cast<const std::uint16_t*>(p);
+#endif
   std::uint16_t x;
   std::memcpy(&x, p, sizeof x);
   return x;
 }
 
-/// Store a 16-bit value to possibly unaligned bytes.
-MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) { std::memcpy(p, &x, sizeof x); }
+/// Store a 16-bit value to possibly unaligned bytes (in device code one 2-byte store where
+/// aligned).
+MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) {
+#ifdef __CUDA_ARCH__
+  if ((reinterpret_cast<std::uintptr_t>(p) & 1u) == 0) {
+    *reinterpret_cast<std::uint16_t*>(p) = x;
+    return;
+  }
+#endif
+  std::memcpy(p, &x, sizeof x);
+}
 
 }  // namespace mpe::num

@@ -645,11 +645,13 @@ struct FillLanes {
     if (u >= *count || !open(gate) || !(outcome[u] & kFilled)) return;
     const index_t s = slot_of_unique[u], row = uniq[u];
     const std::int32_t D = cache.dim;
-    const typename Storage::Reader rd(store + static_cast<std::size_t>(row) * stride, D);
+    const std::uint8_t* src = store + static_cast<std::size_t>(row) * stride;
     float* crow = cache.row(s);
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-      for (std::int32_t e = 0; e < m; ++e) crow[c + e] = rd[c + e];
+      float x[kLaneChunk];
+      decode_chunk<Storage>(src, D, c, m, x);
+      for (std::int32_t e = 0; e < m; ++e) crow[c + e] = x[e];
     }
     if (lane == 0) state.fill(s, row);
   }
