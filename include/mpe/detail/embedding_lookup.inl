@@ -129,11 +129,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   }
   backend_.for_each(U, detail::AdmissionKeys<Cache>{b.uniq.data(), view, num_sets_, b.estimates.data(),
                                                     b.keys.data(), b.order.data(), count});
-  // Keys are set << 32 | ~priority; an asynchronous backend's items past U carry ~0.
+  // Keys are set << 32 | ~priority; an asynchronous backend's items past U carry ~0, whose
+  // low 32 + bit_width(num_sets) bits (a set field of all ones, above every set) still sort
+  // them after every real item, so no more bits are sorted.
   backend_.stable_sort_by_key(
       b.keys.data(), b.order.data(), U,
       Backend::asynchronous
-          ? 64
+          ? 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_)))
           : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
   backend_.for_each(U, detail::AdmitRows{b.uniq.data(), b.order.data(), count, b.admit_rows.data()});
   MPE_PHASE_MARK("sort");

@@ -295,6 +295,16 @@ struct ScatterRowGradients {
   __attribute__((target("avx2,f16c"))) void run_avx2() const { run(); }
 #endif
   [[gnu::always_inline]] inline void run() const {
+    // Members in locals: the loop's byte stores (started) may alias any memory, so the
+    // compiler would reload members through `this` after each one.
+    const index_t* const offsets = this->offsets;
+    const index_t* const occ_to_unique = this->occ_to_unique;
+    const float* const coef = this->coef;
+    const float* const grad_output = this->grad_output;
+    float* const grad = this->grad;
+    std::uint8_t* const started = this->started;
+    const index_t B = this->B, T = this->T;
+    const std::int32_t D = this->D;
     index_t* bad = &rec->pos[kGrad];
     const auto row_bytes = static_cast<std::size_t>(D) * sizeof(float);
     const index_t end_go = B * T * D;
