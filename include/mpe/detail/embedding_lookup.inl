@@ -149,7 +149,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
                                                    stride_,
                                                    b.id,
                                                    &counters->lock_floor,
-                                                   config_.seed,
+                                                   row_stream(),
                                                    step_ptr(),
                                                    b.slot_of_unique.data(),
                                                    b.outcome.data(),

@@ -162,7 +162,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
              stride_, config_.dim, S,
              S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
-             b.grad.data(), b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate,
+             b.grad.data(), b.update.data(), row_stream(), step_ptr(), b.outcome.data(), count, gate,
              state_ref(), lr});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
@@ -176,7 +176,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush()
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
   backend_.for_each(slots,
-                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
+                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, row_stream(),
                                                           step_ptr(), flush_outcome_.data(), state});
   backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
   const auto row_bytes =

@@ -24,7 +24,7 @@ struct StateRef {
   float* cache = nullptr;         ///< (slots, S) FP32 state of cached rows, or null (no cache)
   std::int64_t S = 0;             ///< state values per row
   StateFormat format = StateFormat::Fp32;
-  std::uint64_t seed = 0;  ///< the table's rounding seed
+  num::RowStream stream{};  ///< the table's rounding streams (seed, row keys)
 
   MPE_HOST_DEVICE bool active() const { return store != nullptr; }
   MPE_HOST_DEVICE std::size_t value_bytes() const { return format == StateFormat::Fp32 ? 4 : 2; }
@@ -41,7 +41,7 @@ struct StateRef {
   /// True when a value saturated to the format's largest finite value.
   template <class R>
   MPE_HOST_DEVICE bool encode(index_t r, const float* in, std::uint32_t t, num::RoundingSite site) const {
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), t, site};
+    const num::RowRng rng = stream.at(r, t, site);
     return num::encode_state<R>(format, in, S, row(r), rng);
   }
   /// Row r's current state into out (S floats): from cache slot s (>= 0, holding r) or the store.

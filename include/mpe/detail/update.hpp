@@ -433,7 +433,7 @@ struct ApplyRows {
   float* opt_state;           // (rows, S) or null when S = 0
   float* update;              // (U, D) the updates (the store path reuses it as scratch)
   const float* new_state;     // (U, S)
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   std::uint8_t* outcome;      // (U)
   const index_t* count;       // (1) U; items u >= U do nothing
@@ -494,8 +494,7 @@ struct ApplyRows {
       } else {
         for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       }
-      const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
-                            num::RoundingSite::StoreUpdate};
+      const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
       const bool sat = Storage::template store<Rounding>(up, D, row, rng);
       outcome[u] = sat || state_sat ? kSaturated : 0;
     }

@@ -87,9 +87,12 @@ struct CommStats {
 ///   (each column shard keeps its own accumulator G over its own columns: TorchRec's
 ///   rule for column-wise sharding), so it equals single-process training only for D
 ///   owned by one rank.
-/// - stochastic rounding draws from the local table's row id, which differs from the
-///   global row id for pieces not at global row 0: quantized stores with
-///   StochasticRounding train with the same statistics but other bits.
+/// - stochastic rounding draws from the global row (each local table's
+///   EmbeddingConfig::row_keys), so with no cache (cache_rows = 0) table- and row-wise
+///   plans give one process's bits for every store and rounding (outputs within the
+///   row-wise bound above, weights, optimizer state, statistics summed over the ranks). A
+///   column piece rounds its columns with the words of its own element groups, and a cache
+///   changes when a row is rounded: neither matches the single process's stochastic bits.
 ///
 /// Errors: every rank validates its own input, then all ranks agree (one MPI_Allreduce
 /// and, on failure, one broadcast) before anything changes or moves: an invalid index,
@@ -134,6 +137,9 @@ class ShardedEmbedding {
                                     " but the communicator has " + std::to_string(comm.size()) + " ranks");
       if (plan_.table_rows != config.table_rows || plan_.dim != config.dim)
         throw std::invalid_argument("the plan's tables/dim do not match config.table_rows/config.dim");
+      if (!config.row_keys.empty() && config.row_keys.size() != config.table_rows.size())
+        throw std::invalid_argument("config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
+                                    "; must be 0 or T = " + std::to_string(config.table_rows.size()));
       if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
         throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
     } catch (const std::exception& e) {
@@ -157,7 +163,13 @@ class ShardedEmbedding {
       EmbeddingConfig c = config_;
       c.dim = g.dim;
       c.table_rows.clear();
-      for (const Piece& p : g.pieces) c.table_rows.push_back(p.rows());
+      c.row_keys.clear();
+      for (const Piece& p : g.pieces) {
+        c.table_rows.push_back(p.rows());
+        // Rounding streams keyed by the global row: one process's bits (table- and row-wise).
+        const auto t = static_cast<std::size_t>(p.table);
+        c.row_keys.push_back((config_.row_keys.empty() ? table_off_[t] : config_.row_keys[t]) + p.row_begin);
+      }
       c.cache_rows = 0;
       if (config_.cache_rows > 0) {
         const double share = static_cast<double>(config_.cache_rows) *

@@ -292,7 +292,7 @@ struct AdmitSet {
   std::size_t stride;
   std::uint64_t batch_id;
   const std::uint64_t* lock_floor;  // (1) slots used by batches numbered >= this are locked
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   index_t* slot_of_unique;    // (U)
   std::uint8_t* outcome;      // (U)
@@ -418,8 +418,8 @@ struct AdmitSet {
         code |= kEvicted;
         if (cache.dirty[victim]) {
           const index_t old = cache.tags[victim];
-          const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
-                                num::RoundingSite::WriteBack};
+          const num::RowRng rng =
+              stream.at(old, static_cast<std::uint32_t>(*step), num::RoundingSite::WriteBack);
           if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
                                                 rng)) {
             code |= kSaturated;
