@@ -18,7 +18,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::write_r
                                                                                     index_t count,
                                                                                     num::RoundingSite site) {
   if (const detail::StateRef state = state_ref(); state.active() && num_sets_ > 0) {
-    backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr()});
+    backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr(),
+                                                               &counters_.data()->stats.saturated_rows});
   }
   backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first,
                                                                 src, row_stream(), step_ptr(), site});

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
+#include "mpe/detail/atomics.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/optim/state_precision.hpp"
 #include "mpe/types.hpp"
@@ -79,20 +80,22 @@ struct StateRef {
 
 /// Before WriteRows drops the lines of global rows [first, first + count): the state of
 /// each such row that is cached and dirty is written back (site StateDrop), so that
-/// replacing a row's weights keeps its optimizer state.
+/// replacing a row's weights keeps its optimizer state; a row whose state saturated counts
+/// in stats().saturated_rows (an integer atomic: the same total in any order).
 template <class Rounding>
 struct KeepStateOfRows {
   CacheRef cache;
   StateRef state;
   index_t first;
   const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint64_t* saturated;   // (1) Counters::stats.saturated_rows
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
     const index_t s = cache.find(r);
-    if (s >= 0 && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
-                                          num::RoundingSite::StateDrop);
-    }
+    if (s >= 0 && cache.dirty[s] &&
+        state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                            num::RoundingSite::StateDrop))
+      atomic_add(saturated, std::uint64_t{1});
   }
 };
 
@@ -104,12 +107,13 @@ struct KeepStateOfSlots {
   StateRef state;
   index_t first, count;
   const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint64_t* saturated;   // (1) Counters::stats.saturated_rows: + 1 per row whose state saturated
   MPE_HOST_DEVICE void operator()(index_t s) const {
     const index_t r = cache.tags[s];
-    if (r >= first && r < first + count && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
-                                          num::RoundingSite::StateDrop);
-    }
+    if (r >= first && r < first + count && cache.dirty[s] &&
+        state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                            num::RoundingSite::StateDrop))
+      atomic_add(saturated, std::uint64_t{1});
   }
 };
 

@@ -798,8 +798,9 @@ struct CheckpointAccess {
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
     if (const StateRef state = e.state_ref(); state.active()) {  // keep the state of dirty rows
-      e.backend_.for_each(slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first,
-                                                                             count, e.step_ptr()});
+      e.backend_.for_each(
+          slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first, count, e.step_ptr(),
+                                                             &e.counters_.data()->stats.saturated_rows});
     }
     e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
   }
