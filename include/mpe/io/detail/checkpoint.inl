@@ -473,6 +473,12 @@ struct CheckpointAccess {
     }
     const auto seed = c.get<std::uint64_t>("seed");
     const auto step = c.get<std::uint64_t>("step");
+    // The next backward() counts step + 1 (Adam's bias correction is 1-based): a step
+    // with no successor cannot be continued from.
+    if (step == ~std::uint64_t{0}) {
+      c.fail("step = " + std::to_string(step) +
+             " cannot be continued (the next backward() would wrap the step to 0)");
+    }
     const auto populate_counter = c.get<std::uint64_t>("populate_counter");
     const auto decay_clock = c.get<std::uint64_t>(version >= 3 ? "decay_clock" : "sketch_increments");
     // Version 2 names the optimizer; version 1 numbered it (1 sgd, 2 rowwise_adagrad).
