@@ -614,7 +614,9 @@ struct CheckpointAccess {
     }
     if (slots > 0) {
       std::vector<std::uint32_t> words(static_cast<std::size_t>(policy_words));
-      std::memcpy(words.data(), payload[fmt::kPolicySection], words.size() * 4);
+      if (!words.empty()) {  // Lru and DirectMapped keep no words: words.data() may be null
+        std::memcpy(words.data(), payload[fmt::kPolicySection], words.size() * 4);
+      }
       std::vector<std::int64_t> tags(static_cast<std::size_t>(slots));
       std::memcpy(tags.data(), payload[2], tags.size() * 8);
       if (const std::string why = C::check_meta(words.data(), tags.data(), slots); !why.empty()) {
@@ -766,7 +768,8 @@ struct CheckpointAccess {
     }
     indices.resize(static_cast<std::size_t>(n));
     offsets.resize(static_cast<std::size_t>(words) - indices.size());
-    std::memcpy(indices.data(), p + 16, indices.size() * 8);
+    if (!indices.empty())
+      std::memcpy(indices.data(), p + 16, indices.size() * 8);  // n = 0: data() may be null
     std::memcpy(offsets.data(), p + 16 + indices.size() * 8, offsets.size() * 8);
     if (offsets.front() != 0) c.fail(sec + "offsets[0] = " + std::to_string(offsets.front()) + "; must be 0");
     if (offsets.back() != n) {
