@@ -471,3 +471,42 @@ TEST_CASE_TEMPLATE_DEFINE("every optimizer's state round-trips through a checkpo
 }
 // Every optimizer of the one test list (tests/policy_lists.hpp).
 TEST_CASE_TEMPLATE_APPLY(opt_round_trip, mpe_test::product_t<OptCase, mpe_test::Optimizers>);
+
+TEST_CASE("#40 item 7: load refuses step = 2^64 - 1 (the next step would wrap); 2^64 - 2 continues") {
+  using E = mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding>;
+  mpe::EmbeddingConfig c;
+  c.table_rows = {10};
+  c.dim = 4;
+  c.cache_rows = 4;
+  c.seed = 2;
+  E src(c);
+  src.init_uniform(-1.0f, 1.0f);
+  const std::vector<std::int64_t> idx = {1, 2, 7}, off = {0, 2, 3};
+  std::vector<float> out(8), grad(8, 0.25f);
+  src.forward(idx, off, out);
+  src.backward(grad, mpe::Adam{0.01f});
+  const std::vector<std::uint8_t> good = mpe::io::save_to_bytes(src);
+  const std::size_t step_at = optimizer_field(good) - 3 * 8;  // step, populate_counter, decay_clock
+  std::uint64_t step;
+  std::memcpy(&step, good.data() + step_at, 8);
+  REQUIRE(step == 1u);
+  auto with_step = [&](std::uint64_t s) {
+    auto b = good;
+    std::memcpy(b.data() + step_at, &s, 8);
+    resign(b);
+    return b;
+  };
+  E dst(c);
+  dst.init_uniform(-2.0f, 2.0f);
+  expect_refused(dst, with_step(~std::uint64_t{0}), {"step = 18446744073709551615", "cannot be continued"});
+  CHECK(dst.step() == 0u);
+  CHECK(load_error(dst, with_step(~std::uint64_t{0} - 1)).empty());
+  CHECK(dst.step() == ~std::uint64_t{0} - 1);
+  dst.forward(idx, off, out);
+  dst.backward(grad, mpe::Adam{0.01f});  // t = 2^64 - 1: bias corrections 1, finite
+  std::vector<float> w(40);
+  dst.get_weights(w);
+  bool finite = true;
+  for (float x : w) finite = finite && std::isfinite(x);
+  CHECK(finite);
+}

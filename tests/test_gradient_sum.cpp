@@ -51,8 +51,8 @@ std::vector<float> tree_sum(std::vector<std::vector<float>> level) {
 ref::Batch hot_batch(std::mt19937_64& rng, const std::vector<std::int64_t>& counts, std::int64_t B,
                      bool weighted) {
   std::vector<std::int64_t> idx;
-  for (std::size_t r = 0; r < counts.size(); ++r) idx.insert(idx.end(), static_cast<std::size_t>(counts[r]),
-                                                             static_cast<std::int64_t>(r));
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    idx.insert(idx.end(), static_cast<std::size_t>(counts[r]), static_cast<std::int64_t>(r));
   std::shuffle(idx.begin(), idx.end(), rng);
   ref::Batch b;
   b.B = B;
@@ -120,7 +120,8 @@ TEST_CASE("hot rows: the gradient sum is the documented tree of groups of 256 on
       const std::vector<float> s = tree_sum(values[r]);
       std::vector<float> seq = values[r][0];
       for (std::size_t i = 1; i < values[r].size(); ++i)
-        for (int d = 0; d < D; ++d) seq[static_cast<std::size_t>(d)] += values[r][i][static_cast<std::size_t>(d)];
+        for (int d = 0; d < D; ++d)
+          seq[static_cast<std::size_t>(d)] += values[r][i][static_cast<std::size_t>(d)];
       for (int d = 0; d < D; ++d) {
         const auto at = r * D + static_cast<std::size_t>(d);
         // w - 0.5 * s: the product is exact (a power of two), one rounding in the difference.
@@ -145,7 +146,8 @@ TEST_CASE("GradientTree and the stage bounds follow the level-by-level definitio
     for (std::int64_t g = 0; g < k; g += kGroup) {
       std::vector<float> acc = v[static_cast<std::size_t>(g)];
       for (std::int64_t i = g + 1; i < std::min(k, g + kGroup); ++i)
-        for (int d = 0; d < 2; ++d) acc[static_cast<std::size_t>(d)] += v[static_cast<std::size_t>(i)][static_cast<std::size_t>(d)];
+        for (int d = 0; d < 2; ++d)
+          acc[static_cast<std::size_t>(d)] += v[static_cast<std::size_t>(i)][static_cast<std::size_t>(d)];
       tree.push(1, acc.data());
     }
     std::vector<float> got(2);
@@ -204,8 +206,8 @@ SgdRun train_sgd(Backend backend, int D, std::int64_t cache_rows) {
     const ref::Batch b = ref::random_batch(rng, tables, B, 9, k % 3 == 2);
     std::vector<float> out(static_cast<std::size_t>(B) * tables.size() * D);
     if (k % 3 == 1) e.prefetch(b.indices, b.offsets);
-    e.forward(b.indices, b.offsets, out, k % 4 == 1 && b.weights.empty() ? mpe::Pooling::Mean : mpe::Pooling::Sum,
-              b.weights);
+    e.forward(b.indices, b.offsets, out,
+              k % 4 == 1 && b.weights.empty() ? mpe::Pooling::Mean : mpe::Pooling::Sum, b.weights);
     const float lr = (k == 4 || k == 9) ? 1e38f : 0.2f;
     e.backward(ref::random_floats(rng, out.size(), -1, 1), mpe::Sgd{lr});
     r.outputs.insert(r.outputs.end(), out.begin(), out.end());
@@ -234,8 +236,8 @@ TEST_CASE_TEMPLATE("laned Sgd (sums checked in the stages, rows applied by lanes
       CAPTURE(cache_rows);
       const SgdRun base = train_sgd<P>(mpe::HostBackend{1}, D, cache_rows);
       CHECK(base.stats.saturated_rows > 0);  // the lr = 1e38 steps saturate rows
-      for (const SgdRun& other :
-           {train_sgd<P>(mpe::HostBackend{2}, D, cache_rows), train_sgd<P>(ref::AsyncHostBackend{}, D, cache_rows)}) {
+      for (const SgdRun& other : {train_sgd<P>(mpe::HostBackend{2}, D, cache_rows),
+                                  train_sgd<P>(ref::AsyncHostBackend{}, D, cache_rows)}) {
         CHECK(ref::first_diff(base.outputs, other.outputs) == -1);
         CHECK(ref::first_diff(base.weights, other.weights) == -1);
         ref::check_stats_equal(base.stats, other.stats);
@@ -250,8 +252,8 @@ TEST_CASE("laned Sgd refuses a row sum that overflows as the host does, and chan
     cfg.table_rows = {6};
     cfg.dim = 3;
     cfg.cache_rows = 2;
-    mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<2>, mpe::StochasticRounding, decltype(backend)> e(cfg,
-                                                                                                    backend);
+    mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<2>, mpe::StochasticRounding, decltype(backend)> e(
+        cfg, backend);
     e.init_uniform(-1.0f, 1.0f);
     std::vector<float> before(18), after(18);
     e.get_weights(before);
@@ -298,16 +300,17 @@ TEST_CASE_TEMPLATE("store_lanes over any lane count writes store()'s bytes and f
         const mpe::num::RowRng rng_row{99, 1234567, 5, mpe::num::RoundingSite::StoreUpdate};
         const std::size_t bytes = S::data_bytes(D);
         std::vector<std::uint8_t> whole(bytes, 0xab);
-        const bool sat = stochastic ? S::template store<mpe::StochasticRounding>(src.data(), D, whole.data(), rng_row)
-                                    : S::template store<mpe::NearestRounding>(src.data(), D, whole.data(), rng_row);
+        const bool sat =
+            stochastic ? S::template store<mpe::StochasticRounding>(src.data(), D, whole.data(), rng_row)
+                       : S::template store<mpe::NearestRounding>(src.data(), D, whole.data(), rng_row);
         CHECK(sat == (kind == 1));
         for (const int lanes : {1, 2, 3, 7, 32}) {
           CAPTURE(lanes);
           std::vector<std::uint8_t> parts(bytes, 0xcd);  // a different fill: every byte must be written
           bool any = false;
           for (int lane = lanes - 1; lane >= 0; --lane) {  // any order
-            any = (stochastic ? mpe::detail::store_lanes<S, mpe::StochasticRounding>(src.data(), D, parts.data(),
-                                                                                     rng_row, lane, lanes)
+            any = (stochastic ? mpe::detail::store_lanes<S, mpe::StochasticRounding>(
+                                    src.data(), D, parts.data(), rng_row, lane, lanes)
                               : mpe::detail::store_lanes<S, mpe::NearestRounding>(src.data(), D, parts.data(),
                                                                                   rng_row, lane, lanes)) ||
                   any;

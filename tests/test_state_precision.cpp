@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mpe/io/fbgemm.hpp>
 #include <mpe/mpe.hpp>
 #include <random>
 #include <stdexcept>
@@ -629,6 +630,41 @@ TEST_CASE("state precision: a compact state rounding that saturates counts its r
     emb.backward(std::vector<float>(2 * D, 1.0f), mpe::RowwiseAdagrad{0.01f});
     CHECK(emb.stats().saturated_rows == (cache_rows == 0 ? 4u : 0u));
     emb.flush();  // cached: the 4 hot rows' states are rounded into the store now
+    CHECK(emb.stats().saturated_rows == 4u);
+  }
+}
+
+TEST_CASE(
+    "#40 item 4: a dropped dirty row whose state saturates counts in saturated_rows (set_weights, init, "
+    "import)") {
+  // As above: G = 90000 is beyond FP16, held in the cache's FP32 slots until the row is
+  // written back. set_weights, init_uniform and import_table drop the 4 hot dirty rows'
+  // lines and round their state into the store (site StateDrop): 4 saturated rows, as a
+  // flush counts them.
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<32>, mpe::NearestRounding, mpe::HostBackend,
+                                 mpe::StateFp16>;
+  const std::vector<std::int64_t> idx{0, 1, 2, 3, 3}, off{0, 3, 5};
+  constexpr std::int32_t D = 4;
+  for (int op = 0; op < 4; ++op) {
+    CAPTURE(op);
+    mpe::EmbeddingConfig cfg;
+    cfg.table_rows = {20};
+    cfg.dim = D;
+    cfg.cache_rows = 32;
+    cfg.seed = 5;
+    E emb(cfg);
+    emb.init_uniform(-0.5f, 0.5f);
+    const std::vector<std::uint8_t> exported = mpe::io::export_table(emb, 0, mpe::interop::FbgemmFused{});
+    std::vector<float> out(2 * D);
+    emb.forward(idx, off, out);
+    emb.backward(std::vector<float>(2 * D, 300.0f), mpe::RowwiseAdagrad{0.01f});
+    REQUIRE(emb.stats().saturated_rows == 0u);  // held in FP32 slots
+    if (op == 0) emb.set_weights(std::vector<float>(20 * D, 0.25f));
+    if (op == 1) emb.set_weights(std::vector<float>(2 * D, 0.25f), 2);  // rows 2, 3 only
+    if (op == 2) emb.init_uniform(-0.1f, 0.1f);
+    if (op == 3) CHECK(mpe::io::import_table(emb, 0, mpe::interop::FbgemmFused{}, exported) == 0);
+    CHECK(emb.stats().saturated_rows == (op == 1 ? 2u : 4u));
+    emb.flush();  // nothing dirty is left to count again
     CHECK(emb.stats().saturated_rows == 4u);
   }
 }

@@ -332,8 +332,9 @@ void bm_pool_group(benchmark::State& st) {
   std::size_t k = 0;
   for (auto _ : st) {
     DeviceBatch& b = *batches[k++ % batches.size()];
-    const mpe::detail::PoolBags<S, G> pool{b.offsets.p, b.indices.p, nullptr, nullptr, mpe::CacheRef{}, false,
-                                           store, stride, p.B, 1, D, false, out.p, nullptr};
+    const mpe::detail::PoolBags<S, G> pool{b.offsets.p, b.indices.p, nullptr, nullptr, mpe::CacheRef{},
+                                           false,       store,       stride,  p.B,     1,
+                                           D,           false,       out.p,   nullptr};
     cuda_ok(cudaEventRecord(ev[0], stream), "cudaEventRecord");
     be.for_each_lanes(p.B, pool);
     cuda_ok(cudaEventRecord(ev[1], stream), "cudaEventRecord");

@@ -359,6 +359,11 @@ class CachedEmbedding {
   detail::Counters read_counters() const;
   const std::uint64_t* step_ptr() const { return &counters_.data()->step; }
   bool deferred() const { return config_.validation == Validation::Deferred; }
+  // The rounding streams: the seed, and config.row_keys when given.
+  num::RowStream row_stream() const {
+    if (row_keys_.size() == 0) return num::RowStream{config_.seed};
+    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.data(), num_tables()};
+  }
   bool skip_non_finite() const { return config_.non_finite == NonFinite::Skip; }
 
   EmbeddingConfig config_;
@@ -367,6 +372,7 @@ class CachedEmbedding {
   std::size_t stride_ = 0;
   std::vector<index_t> table_offsets_host_;
   IBuf table_offsets_;                           // (T + 1)
+  IBuf row_keys_;                                // (T) config.row_keys, or empty
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
   detail::Buffer<float, Backend> cache_rows_;        // (slots, D)

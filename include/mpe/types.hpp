@@ -43,6 +43,12 @@ struct EmbeddingConfig {
   std::int32_t row_alignment = 4;                   ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;          ///< non-finite gradient / per-sample weight handling
   Validation validation = Validation::Synchronous;  ///< when invalid input is reported
+  /// The row each table's row 0 counts as in the stochastic-rounding counter (>= 0, one per
+  /// table); empty (the default): table_offset(t), the row itself. For an object that holds
+  /// pieces of a larger table set (ShardedEmbedding's local tables): the pieces' first rows
+  /// there, so that a piece rounds with the bits the whole set would (docs/numerics.md).
+  /// Configuration, not state: checkpoints do not hold it.
+  std::vector<std::int64_t> row_keys;
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its

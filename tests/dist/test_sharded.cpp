@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mpe/dist/mpi_comm.hpp>
 #include <mpe/dist/sharded_embedding.hpp>
 #include <mpe/mpe.hpp>
@@ -204,6 +205,15 @@ void check_equivalence(const ShardingPlan& plan, const Opt& opt, std::int64_t ca
     REQUIRE_MESSAGE(same_bits(wref.data(), wsh.data(), wref.size()), "weights differ after step " << k);
   }
   CHECK(sh.step() == static_cast<std::uint64_t>(kSteps));
+  bool column = false;  // a column-wise row is looked up once per column shard
+  for (const auto& t : plan.tables) column = column || (t.kind == ShardKind::Column && N > 1);
+  if (cache_rows == 0 && !column) {  // without a cache every counter adds up to the single process's
+    const CacheStats a = sh.stats_reduced(), b = ref.stats();
+    CHECK(a.lookups == b.lookups);
+    CHECK(a.unique_rows == b.unique_rows);
+    CHECK(a.saturated_rows == b.saturated_rows);
+    CHECK(a.writebacks == b.writebacks);
+  }
   MESSAGE("rank " << me << ": row-wise outputs differing by reassociation: " << inexact
                   << " elements; single-owner row-wise bags exact: " << exact_single_owner);
 }
@@ -631,5 +641,212 @@ TEST_CASE("a rank with an empty local batch (B_local = 0) takes part in the step
     ref.get_weights(a);
     sh.get_weights(b);
     CHECK(same_bits(a.data(), b.data(), a.size()));
+  }
+}
+
+namespace {
+
+// A directory name every rank agrees on (rank 0's temp path, broadcast).
+std::filesystem::path shared_dir(const std::string& tag) {
+  std::vector<char> name(256, '\0');
+  if (world().rank() == 0) {
+    const std::string s =
+        (std::filesystem::temp_directory_path() / ("mpe_dist_" + tag + "_" + std::to_string(getpid())))
+            .string();
+    std::copy(s.begin(), s.end(), name.begin());
+  }
+  world().broadcast(std::span<char>(name), 0);
+  return std::filesystem::path(name.data());
+}
+
+void remove_shared(const std::filesystem::path& dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Steps k0..k1-1 of the global schedule on a sharded object; appends this rank's outputs.
+template <class E, class Opt>
+void sharded_steps(E& e, int k0, int k1, const Opt& opt, std::vector<float>* outputs = nullptr) {
+  const int N = world().size(), me = world().rank();
+  const std::size_t TD = kRows.size() * kD;
+  for (int k = k0; k < k1; ++k) {
+    std::vector<std::int64_t> first;
+    const Batch g = global_batch(N, k, false, &first);
+    const Batch l = local_batch(me, k, false);
+    std::vector<float> o(static_cast<std::size_t>(l.B) * TD);
+    e.forward(l.idx, l.off, o);
+    if (outputs) outputs->insert(outputs->end(), o.begin(), o.end());
+    const std::vector<float> gg = global_grad(g.B, k);
+    e.backward(
+        std::span<const float>(gg.data() + static_cast<std::size_t>(first[static_cast<std::size_t>(me)]) * TD,
+                               static_cast<std::size_t>(l.B) * TD),
+        opt);
+  }
+}
+
+// Every rank's value of x agrees (min == max over the ranks).
+bool all_ranks_agree(std::int64_t x) {
+  std::int64_t v[2] = {x, -x};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return v[0] == -v[1];
+}
+
+}  // namespace
+
+TEST_CASE("#40 item 2: after load() the optimizer guard follows the checkpoint on every rank") {
+  MpiComm& comm = world();
+  const int N = comm.size();
+  const std::filesystem::path dir = shared_dir("opt_guard");
+  // Rank 0 owns every table: ranks 1..N-1 own none (their guard cannot ask a local table).
+  ShardingPlan p = table_wise_plan(kRows, kD, N);
+  for (auto& t : p.tables) t.owner = 0;
+  p.validate();
+  using E = ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm>;
+  E a(config(0), p, comm);
+  a.init_uniform(-0.1f, 0.1f);
+  sharded_steps(a, 0, 2, RowwiseAdagrad{0.2f});
+  a.save(dir);
+  std::vector<float> wa(static_cast<std::size_t>(a.total_rows()) * kD), wb(wa.size());
+  std::vector<float> oa, ob;
+  sharded_steps(a, 2, 4, RowwiseAdagrad{0.2f}, &oa);
+  a.get_weights(wa);
+  // An object that trained with Sgd continues the loaded RowwiseAdagrad checkpoint exactly.
+  E b(config(0), p, comm);
+  b.init_uniform(-0.1f, 0.1f);
+  sharded_steps(b, 0, 1, Sgd{0.1f});
+  b.load(dir);
+  CHECK(b.step() == 2);
+  std::string what;
+  try {
+    sharded_steps(b, 2, 4, RowwiseAdagrad{0.2f}, &ob);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CHECK_MESSAGE(what.empty(), what);
+  b.get_weights(wb);
+  CHECK(same_bits(wa.data(), wb.data(), wa.size()));
+  CHECK((oa.size() == ob.size() && same_bits(oa.data(), ob.data(), oa.size())));
+  // A fresh object that loaded it refuses Sgd on every rank, tables or not; no rank steps.
+  E c(config(0), p, comm);
+  c.load(dir);
+  int logic = 0;
+  try {
+    sharded_steps(c, 2, 3, Sgd{0.1f});
+  } catch (const std::logic_error& e) {
+    logic = std::string(e.what()).find("optimizer changed from rowwise_adagrad to sgd") != std::string::npos;
+  }
+  CHECK(logic == 1);
+  CHECK(c.step() == 2);
+  CHECK(all_ranks_agree(static_cast<std::int64_t>(c.step())));
+  remove_shared(dir);
+}
+
+TEST_CASE("#40 item 3: a failed save at the committed step leaves that checkpoint loadable as it was") {
+  MpiComm& comm = world();
+  const int N = comm.size(), me = comm.rank(), bad = N - 1;
+  const std::filesystem::path dir = shared_dir("save_fail");
+  const ShardingPlan p = mixed_plan(N);  // table 0 lives on the last rank
+  using E = ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm>;
+  E a(config(40), p, comm);
+  a.init_uniform(-0.1f, 0.1f);
+  sharded_steps(a, 0, 3, Sgd{0.3f});
+  a.save(dir);
+  std::vector<float> committed(static_cast<std::size_t>(a.total_rows()) * kD), w(committed.size());
+  a.get_weights(committed);
+  const std::vector<float> w1 = initial_weights();  // other weights, same step
+  a.set_weights(w1);
+  auto load_weights = [&] {
+    E r(config(40), p, comm);
+    r.load(dir);
+    CHECK(r.step() == 3);
+    r.get_weights(w);
+  };
+  // (a) The last rank cannot create the directory (a path below a regular file stands in
+  // for its file system failing); the other ranks must not have written anything.
+  const std::filesystem::path blocker =
+      std::filesystem::temp_directory_path() /
+      ("mpe_dist_blocker_" + std::to_string(getpid()) + "_" + std::to_string(me));
+  std::ofstream(blocker) << "x";
+  int failed = 0;
+  try {
+    a.save(me == bad ? blocker / "sub" : dir);
+  } catch (const std::runtime_error&) {
+    failed = 1;
+  }
+  CHECK(failed == 1);
+  std::filesystem::remove(blocker);
+  load_weights();
+  CHECK(same_bits(w.data(), committed.data(), w.size()));
+  // (b) The last rank sees the directory but cannot write its shard: it names `dir` by a
+  // path of 4,080 characters (`dir/./././...`), so the shard's path passes PATH_MAX (4,096)
+  // while the directory's does not. The other ranks' shards of this attempt are written, but
+  // must not replace any file of the committed checkpoint.
+  std::string longer = dir.string();
+  while (longer.size() < 4078) longer += "/.";
+  const std::filesystem::path long_dir(longer);  // 4,078 or 4,079 characters
+  failed = 0;
+  try {
+    a.save(me == bad ? long_dir : dir);
+  } catch (const std::runtime_error&) {
+    failed = 1;
+  }
+  CHECK(failed == 1);
+  load_weights();
+  CHECK(same_bits(w.data(), committed.data(), w.size()));
+  // A later save at the same step commits the new weights (a name no attempt used).
+  a.save(dir);
+  std::vector<float> now(w.size());
+  a.get_weights(now);
+  load_weights();
+  CHECK(same_bits(w.data(), now.data(), w.size()));
+  remove_shared(dir);
+}
+
+TEST_CASE(
+    "#40 item 1: FP16/BF16 communication with stochastic rounding resumes bit for bit; precision checked") {
+  MpiComm& comm = world();
+  const int N = comm.size();
+  using E = ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm>;
+  for (const ShardingPlan& p : {table_wise_plan(kRows, kD, N), row_wise_plan(kRows, kD, N)})
+    for (CommPrecision prec : {CommPrecision::Fp32, CommPrecision::Fp16, CommPrecision::Bf16}) {
+      const std::filesystem::path dir = shared_dir("comm_resume");
+      E a(config(0), p, comm, {prec});
+      a.init_uniform(-0.1f, 0.1f);
+      sharded_steps(a, 0, 3, Sgd{0.5f});
+      a.save(dir);
+      std::vector<float> oa, ob, wa(static_cast<std::size_t>(a.total_rows()) * kD), wb(wa.size());
+      sharded_steps(a, 3, 6, Sgd{0.5f}, &oa);
+      a.get_weights(wa);
+      E b(config(0), p, comm, {prec});
+      b.load(dir);
+      sharded_steps(b, 3, 6, Sgd{0.5f}, &ob);
+      b.get_weights(wb);
+      CHECK(same_bits(wa.data(), wb.data(), wa.size()));
+      CHECK((oa.size() == ob.size() && same_bits(oa.data(), ob.data(), oa.size())));
+      // Another comm precision than the checkpoint's: refused on every rank, nothing changed.
+      const CommPrecision other = prec == CommPrecision::Fp32 ? CommPrecision::Fp16 : CommPrecision::Fp32;
+      E c(config(0), p, comm, {other});
+      std::string what;
+      try {
+        c.load(dir);
+      } catch (const checkpoint_error& e) {
+        what = e.what();
+      }
+      CHECK_MESSAGE(what.find("comm_precision") != std::string::npos, what);
+      CHECK(c.step() == 0);
+      remove_shared(dir);
+    }
+}
+
+TEST_CASE(
+    "#40 item 5: stochastic rounding keyed by the global row: table/row-wise Int8, Int4, FP8 = one process") {
+  const int N = world().size();
+  for (const ShardingPlan& p : {table_wise_plan(kRows, kD, N), row_wise_plan(kRows, kD, N)}) {
+    check_equivalence<Int8Rowwise, Lru<4>, StochasticRounding>(p, Sgd{0.5f}, 0, Pooling::Sum, false);
+    check_equivalence<Int4Rowwise, Lru<4>, StochasticRounding>(p, RowwiseAdagrad{0.3f}, 0, Pooling::Mean,
+                                                               false);
+    check_equivalence<Fp8E4M3Rowwise, Lru<4>, StochasticRounding>(p, Sgd{0.5f}, 0, Pooling::Sum, true);
+    check_equivalence<Int8Rowwise, Lru<4>, StochasticRounding>(p, Adam{0.01f}, 0, Pooling::Sum, false);
   }
 }

@@ -4,8 +4,8 @@
 ///
 /// A backend owns a memory space and runs mpe's per-item functors (`MPE_HOST_DEVICE`
 /// structs with `operator()(index_t) const`, one item = one bag, set or unique row) over
-/// that memory. Two ship with mpe: HostBackend (host memory, Thrust's explicit OpenMP
-/// policy, synchronous) and CudaBackend (device memory, kernels and CUB on one stream,
+/// that memory. Two ship with mpe: HostBackend (host memory, OpenMP loops,
+/// synchronous) and CudaBackend (device memory, kernels and CUB on one stream,
 /// asynchronous). A new backend (another accelerator, a pinned-host/UVM variant, a thread
 /// pool) provides the members below and nothing else; no library file needs an edit.
 ///

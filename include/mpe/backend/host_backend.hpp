@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file host_backend.hpp
-/// @brief `HostBackend`: runs mpe's per-item code on the CPU through Thrust's explicit
-/// OpenMP policy (`thrust::omp::par`), with memory from the C++ heap.
+/// @brief `HostBackend`: runs mpe's per-item code on the CPU with OpenMP (`omp parallel
+/// for`, static schedule), with memory from the C++ heap.
 ///
 /// Every primitive here gives the same result whatever the thread count: per-item work
 /// writes disjoint outputs, sorts are stable, and the only reductions are over
@@ -9,15 +9,6 @@
 #pragma once
 
 #include <omp.h>
-#include <thrust/execution_policy.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/reduce.h>
-#include <thrust/scan.h>
-#include <thrust/sort.h>
-#include <thrust/system/cpp/execution_policy.h>
-#include <thrust/system/omp/execution_policy.h>
-#include <thrust/transform_reduce.h>
 
 #include <atomic>
 #include <cstddef>
@@ -59,16 +50,15 @@ inline constexpr index_t kHostRangeItems = 256;
 /// The host execution backend (the default `Backend` of CachedEmbedding).
 ///
 /// `num_threads` = 0 uses OpenMP's default; n > 0 runs each parallel primitive on n
-/// threads (the caller's OpenMP setting is restored afterwards). One thread (1, or 0 while
-/// OpenMP's default is 1) runs sequentially through `thrust::cpp::par`, sorts with
-/// detail::radix_sort_pairs, and lets CachedEmbedding's backward read grad_output in
-/// memory order (detail::ScatterRowGradients); results are the same bits for any thread
-/// count. Memory space: host; big store, cache and optimizer allocations ask for huge
-/// pages (huge_pages). Spans passed to a CachedEmbedding with this backend are ordinary
-/// host memory. All calls are synchronous.
+/// threads (a num_threads clause: the caller's OpenMP setting is untouched). One thread
+/// (1, or 0 while OpenMP's default is 1) runs every primitive as a plain loop, and lets CachedEmbedding's
+/// backward read grad_output in memory order (detail::ScatterRowGradients); results are the same bits for any
+/// thread count. Memory space: host; big store, cache and optimizer allocations ask for huge pages
+/// (huge_pages). Spans passed to a CachedEmbedding with this backend are ordinary host memory. All calls are
+/// synchronous.
 struct HostBackend {
-  /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential
-  /// (`thrust::cpp::par`), n > 1 = n OpenMP threads for that call only.
+  /// Threads of each parallel primitive: 0 = OpenMP's default, 1 = sequential (plain
+  /// loops), n > 1 = n OpenMP threads for that call only.
   int num_threads = 0;
 
   /// Threads a primitive runs on now: num_threads, or OpenMP's current default
@@ -158,7 +148,13 @@ struct HostBackend {
       f(index_t{0});
       return;
     }
-    run([&](auto&& policy) { thrust::for_each_n(policy, thrust::counting_iterator<index_t>(0), n, f); });
+    const int t = threads();
+    if (t == 1) {
+      for (index_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+#pragma omp parallel for num_threads(t) schedule(static)
+    for (index_t i = 0; i < n; ++i) f(i);
   }
 
   /// One lane per item on the host: a core works through a row's elements in order.
@@ -192,25 +188,27 @@ struct HostBackend {
   /// Stable sort of `values` by `keys` (both n long, backend memory): equal keys keep
   /// their order, so the result does not depend on the thread count. Every key must lie in
   /// [0, 2^key_bits) (integral keys; the bound the Backend concept passes, used by the GPU's
-  /// radix sort; the host finds the bits in use from the keys). One thread:
-  /// detail::radix_sort_pairs over the bits in which the keys differ; more:
-  /// thrust::stable_sort_by_key. The same result either way (a stable sort's is unique).
+  /// radix sort; the host finds the bits in use from the keys): detail::radix_sort_pairs
+  /// over the bits in which the keys differ, on the calling thread for any thread count
+  /// (no Thrust: its sorts bind references to null system pointers, which
+  /// -fsanitize=undefined reports). A stable sort's result is unique.
   template <class K, class V>
   void stable_sort_by_key(K* keys, V* values, index_t n,
                           [[maybe_unused]] int key_bits = 8 * sizeof(K)) const {
     if (n <= 1) return;
-    if (threads() == 1) {
-      detail::radix_sort_pairs(keys, values, static_cast<std::size_t>(n));
-      return;
-    }
-    run([&](auto&& policy) { thrust::stable_sort_by_key(policy, keys, keys + n, values); });
+    detail::radix_sort_pairs(keys, values, static_cast<std::size_t>(n));
   }
 
   /// out[i] = in[0] + ... + in[i-1] (integers, so exact in any order); out[0] = 0.
   template <class T>
   void exclusive_scan(const T* in, T* out, index_t n) const {
     if (n <= 0) return;
-    run([&](auto&& policy) { thrust::exclusive_scan(policy, in, in + n, out, T{0}); });
+    T sum{0};
+    for (index_t i = 0; i < n; ++i) {  // in may alias out
+      const T v = in[i];
+      out[i] = sum;
+      sum += v;
+    }
   }
 
   /// *out = the sum of f(i) over [0, n) (T{} for n <= 0), written to backend memory, for
@@ -219,35 +217,22 @@ struct HostBackend {
   template <class T, class F>
   void reduce_to(index_t n, F f, T* out) const {
     T result{};
-    if (n > 0) {
-      run([&](auto&& policy) {
-        result = thrust::transform_reduce(policy, thrust::counting_iterator<index_t>(0),
-                                          thrust::counting_iterator<index_t>(n), f, T{}, thrust::plus<T>());
-      });
+    const int t = n > 1 ? threads() : 1;
+    if (t == 1) {
+      for (index_t i = 0; i < n; ++i) result = result + f(i);
+    } else {
+      T* partial = new T[static_cast<std::size_t>(t)]();  // one per thread, summed in thread order
+#pragma omp parallel num_threads(t)
+      {
+        const int k = omp_get_thread_num(), m = omp_get_num_threads();
+        T acc{};
+        for (index_t i = n * k / m; i < n * (k + 1) / m; ++i) acc = acc + f(i);
+        partial[k] = acc;
+      }
+      for (int k = 0; k < t; ++k) result = result + partial[k];
+      delete[] partial;
     }
     *out = result;
-  }
-
- private:
-  template <class Body>
-  void run(Body&& body) const {
-    if (threads() == 1) {
-      body(thrust::cpp::par);
-      return;
-    }
-    if (num_threads <= 0) {
-      body(thrust::omp::par);
-      return;
-    }
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(num_threads);
-    try {
-      body(thrust::omp::par);
-    } catch (...) {
-      omp_set_num_threads(saved);
-      throw;
-    }
-    omp_set_num_threads(saved);
   }
 };
 

@@ -151,7 +151,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
                                                    stride_,
                                                    b.id,
                                                    &counters->lock_floor,
-                                                   config_.seed,
+                                                   row_stream(),
                                                    step_ptr(),
                                                    b.slot_of_unique.data(),
                                                    b.outcome.data(),
@@ -183,18 +183,19 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
     b.evicted.reserve_discard(sz);
     backend_.fill_bytes(b.slot_of_unique.data(), 0xff, sz * sizeof(index_t));  // -1
     backend_.fill_bytes(b.outcome.data(), 0, sz);
-    backend_.for_each_lanes(U, detail::AdmitHitsLanes<Cache>{b.keys.data(), b.order.data(), b.admit_rows.data(),
-                                                             count, gate, cache_ref(), view, b.id,
-                                                             b.slot_of_unique.data(), b.outcome.data()});
+    backend_.for_each_lanes(
+        U, detail::AdmitHitsLanes<Cache>{b.keys.data(), b.order.data(), b.admit_rows.data(), count, gate,
+                                         cache_ref(), view, b.id, b.slot_of_unique.data(), b.outcome.data()});
     MPE_PHASE_MARK("hits");
     admit.phase = detail::AdmitPhase::Misses;
     admit.evicted = b.evicted.data();
     backend_.for_each(U, admit);
     backend_.for_each_lanes(U, detail::WriteBackLanes<Storage, Rounding>{
                                    b.slot_of_unique.data(), b.evicted.data(), b.outcome.data(), cache_ref(),
-                                   store_.data(), stride_, config_.seed, step_ptr(), state, count, gate});
-    backend_.for_each_lanes(U, detail::FillLanes<Storage>{b.uniq.data(), b.slot_of_unique.data(), b.outcome.data(),
-                                                          cache_ref(), store_.data(), stride_, state, count, gate});
+                                   store_.data(), stride_, row_stream(), step_ptr(), state, count, gate});
+    backend_.for_each_lanes(
+        U, detail::FillLanes<Storage>{b.uniq.data(), b.slot_of_unique.data(), b.outcome.data(), cache_ref(),
+                                      store_.data(), stride_, state, count, gate});
     fused = true;
   }
   if (!fused) {

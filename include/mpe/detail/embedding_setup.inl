@@ -23,8 +23,8 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::set_backend(
     const Backend& b) {
   for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
-                  &sum_base[0], &sum_base[1], &evicted}) {
+                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy,
+                  &sum_plan, &sum_base[0], &sum_base[1], &evicted}) {
     p->set_backend(b);
   }
   sum_part[0].set_backend(b);
@@ -42,10 +42,9 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::bytes() const {
   std::size_t s = 0;
-  for (const IBuf* p :
-       {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
-        &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy, &sum_plan,
-        &sum_base[0], &sum_base[1], &evicted}) {
+  for (const IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq,
+                        &seg_start, &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy,
+                        &offsets_copy, &sum_plan, &sum_base[0], &sum_base[1], &evicted}) {
     s += p->bytes();
   }
   return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +
@@ -92,6 +91,20 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     table_offsets_host_.push_back(table_offsets_host_.back() + r);
   }
   total_rows_ = table_offsets_host_.back();
+  if (!config.row_keys.empty()) {
+    if (config.row_keys.size() != config.table_rows.size()) {
+      detail::invalid(fn, "config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
+                              "; must be 0 or T = " + std::to_string(config.table_rows.size()));
+    }
+    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
+      if (config.row_keys[t] < 0 || config.row_keys[t] > INT64_MAX - config.table_rows[t]) {
+        detail::invalid(fn, "config.row_keys[" + std::to_string(t) +
+                                "] = " + std::to_string(config.row_keys[t]) +
+                                "; must be >= 0 and leave room for the table's " +
+                                std::to_string(config.table_rows[t]) + " rows");
+      }
+    }
+  }
   stride_ = row_bytes<Storage>(config.dim, a);
   if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_)
     detail::invalid(fn, "store size overflows size_t");
@@ -101,6 +114,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     b->flags.reset(detail::kNumFlags);
   }
   table_offsets_.set_backend(backend_);
+  row_keys_.set_backend(backend_);
   store_.set_backend(backend_);
   cache_rows_.set_backend(backend_);
   tags_.set_backend(backend_);
@@ -117,6 +131,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   // Placement hints for the backend (CudaBackend may put the store in managed or
   // host-mapped memory) and users' memory pools.
   table_offsets_.set_purpose(MemoryPurpose::Metadata);
+  row_keys_.set_purpose(MemoryPurpose::Metadata);
   counters_.set_purpose(MemoryPurpose::Metadata);
   store_.set_purpose(MemoryPurpose::Store);
   cache_rows_.set_purpose(MemoryPurpose::Cache);
@@ -129,6 +144,10 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
 
   table_offsets_.reset(table_offsets_host_.size());
   backend_.copy_from_host(table_offsets_.data(), table_offsets_host_.data(), table_offsets_.bytes());
+  if (!config.row_keys.empty()) {
+    row_keys_.reset(config.row_keys.size());
+    backend_.copy_from_host(row_keys_.data(), config.row_keys.data(), row_keys_.bytes());
+  }
   store_.reset(static_cast<std::size_t>(total_rows_) * stride_);
   // All-zero bytes decode to 0.0 in every format (Int8/Int4: scale 0, bias 0).
   backend_.fill_bytes(store_.data(), 0, store_.bytes());
@@ -192,7 +211,7 @@ detail::StateRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecisi
     if (opt_state_.size() == 0) return {};
     return detail::StateRef{const_cast<std::uint8_t*>(opt_state_.data()),
                             num_sets_ > 0 ? const_cast<float*>(cache_state_.data()) : nullptr, state_floats(),
-                            StatePrecision::format, config_.seed};
+                            StatePrecision::format, row_stream()};
   }
 }
 
@@ -226,7 +245,7 @@ MemoryFootprint CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecisio
   m.store_bytes = store_.bytes();
   m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
   m.optimizer_bytes = opt_state_.bytes() + cache_state_.bytes();
-  m.metadata_bytes = table_offsets_.bytes() + counters_.bytes();
+  m.metadata_bytes = table_offsets_.bytes() + row_keys_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +
                       flush_outcome_.bytes() + record_.bytes() + deferred_.bytes();
   return m;

@@ -69,17 +69,17 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
       std::unordered_map<index_t, detail::GradientTree> hot;
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
       backend_.for_each(1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
-                                                       b.has_coef ? b.coef.data() : nullptr, grad_output.data(),
-                                                       b.B, T, config_.dim, b.grad.data(), b.outcome.data(), rec,
-                                                       ok, magnitude, &hot});
+                                                       b.has_coef ? b.coef.data() : nullptr,
+                                                       grad_output.data(), b.B, T, config_.dim, b.grad.data(),
+                                                       b.outcome.data(), rec, ok, magnitude, &hot});
     } else {
       // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
       backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
                                                             config_.dim, &rec->pos[detail::kGrad], ok});
-      backend_.for_each_lanes(U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(),
-                                                         b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr,
-                                                         grad_output.data(), b.B, T, config_.dim, b.grad.data(),
-                                                         rec, count, ok, b.n});
+      backend_.for_each_lanes(
+          U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+                                     b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
+                                     config_.dim, b.grad.data(), rec, count, ok, b.n});
     }
     // A ScalesGradient optimizer (Sgd) on the scatter path: when no row sum can overflow (a
     // bound from the largest |grad_output| and |coefficient| the scatter read), AccumulateRows
@@ -162,12 +162,20 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       // Laned (a warp per row on a GPU): the cached rows and the store rows' new values,
       // then the store rows quantized, each lane on its element groups.
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
-      const detail::ApplyScaledLanes<Storage> part{
-          b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(), stride_,
-          config_.dim, b.grad.data(), Rule::gradient_scale(optimizer), b.outcome.data(), count, gate};
+      const detail::ApplyScaledLanes<Storage> part{b.uniq.data(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr,
+                                                   cache_ref(),
+                                                   store_.data(),
+                                                   stride_,
+                                                   config_.dim,
+                                                   b.grad.data(),
+                                                   Rule::gradient_scale(optimizer),
+                                                   b.outcome.data(),
+                                                   count,
+                                                   gate};
       backend_.for_each_lanes(U, part);
       backend_.for_each_lanes(
-          U, detail::StoreScaledLanes<Storage, Rounding>{part, store_.data(), config_.seed, step_ptr()});
+          U, detail::StoreScaledLanes<Storage, Rounding>{part, store_.data(), row_stream(), step_ptr()});
       backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
       backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
       return;
@@ -178,7 +186,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
              b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
              stride_, config_.dim, S,
              S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
-             b.grad.data(), b.update.data(), config_.seed, step_ptr(), b.outcome.data(), count, gate,
+             b.grad.data(), b.update.data(), row_stream(), step_ptr(), b.outcome.data(), count, gate,
              state_ref(), lr});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
@@ -205,25 +213,25 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_sta
     backend_.for_each(Ub + 1, detail::PlanSumStage{b.seg_start.data(), count, stage, b.sum_plan.data()});
     backend_.exclusive_scan(b.sum_plan.data(), base.data(), Ub + 1);
     const detail::SumStage sum{stage,
-                                Ub,
-                                base.data(),
-                                stage > 1 ? b.sum_base[prev].data() : nullptr,
-                                b.seg_start.data(),
-                                b.sorted_pos.data(),
-                                b.bag_of.data(),
-                                b.has_coef ? b.coef.data() : nullptr,
-                                grad_output,
-                                b.B,
-                                num_tables(),
-                                config_.dim,
-                                stage > 1 ? b.sum_part[prev].data() : nullptr,
-                                part.data(),
-                                b.grad.data(),
-                                record_.data(),
-                                b.flags.data() + detail::kFlagOk,
-                                check_sums,
-                                false,
-                                count};
+                               Ub,
+                               base.data(),
+                               stage > 1 ? b.sum_base[prev].data() : nullptr,
+                               b.seg_start.data(),
+                               b.sorted_pos.data(),
+                               b.bag_of.data(),
+                               b.has_coef ? b.coef.data() : nullptr,
+                               grad_output,
+                               b.B,
+                               num_tables(),
+                               config_.dim,
+                               stage > 1 ? b.sum_part[prev].data() : nullptr,
+                               part.data(),
+                               b.grad.data(),
+                               record_.data(),
+                               b.flags.data() + detail::kFlagOk,
+                               check_sums,
+                               false,
+                               count};
     if (stage == 1) {  // every row's first group, item u = row u (no search)
       detail::SumStage first = sum;
       first.first_groups = true;
@@ -242,7 +250,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush()
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
   backend_.for_each(slots,
-                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, config_.seed,
+                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, row_stream(),
                                                           step_ptr(), flush_outcome_.data(), state});
   backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
   const auto row_bytes =

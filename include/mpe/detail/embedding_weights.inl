@@ -18,10 +18,11 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::write_r
                                                                                     index_t count,
                                                                                     num::RoundingSite site) {
   if (const detail::StateRef state = state_ref(); state.active() && num_sets_ > 0) {
-    backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr()});
+    backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr(),
+                                                               &counters_.data()->stats.saturated_rows});
   }
   backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first,
-                                                                src, config_.seed, step_ptr(), site});
+                                                                src, row_stream(), step_ptr(), site});
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -81,7 +82,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_un
   detail::Buffer<float, Backend> buf(backend_, static_cast<std::size_t>(chunk) * config_.dim);
   for (index_t first = 0; first < total_rows_; first += chunk) {
     const index_t count = std::min(chunk, total_rows_ - first);
-    backend_.for_each(count, detail::UniformRows{config_.seed, first, config_.dim, low, high, buf.data()});
+    backend_.for_each(count, detail::UniformRows{row_stream(), first, config_.dim, low, high, buf.data()});
     write_rows(buf.data(), first, count, num::RoundingSite::Init);
   }
 }

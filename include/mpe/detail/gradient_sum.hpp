@@ -139,9 +139,9 @@ struct PlanSumStage {
 /// nothing when the batch failed validation.
 struct SumStage {
   int stage;
-  index_t Ub;             // rows planned (base has Ub + 1 entries)
-  const index_t* base;    // (Ub + 1) exclusive scan of PlanSumStage's plan for this stage
-  const index_t* prev;    // (Ub + 1) the previous stage's scan (stage >= 2), else null
+  index_t Ub;                 // rows planned (base has Ub + 1 entries)
+  const index_t* base;        // (Ub + 1) exclusive scan of PlanSumStage's plan for this stage
+  const index_t* prev;        // (Ub + 1) the previous stage's scan (stage >= 2), else null
   const index_t* seg_start;   // (U + 1)
   const index_t* sorted_pos;  // (n)
   const index_t* bag_of;      // (n)
@@ -155,7 +155,7 @@ struct SumStage {
   CallRecord* rec;
   const index_t* gate;  // ok flag of the batch, or null
   bool check_sums = false;
-  bool first_groups = false;      // stage 1: item u = group 0 of row u
+  bool first_groups = false;       // stage 1: item u = group 0 of row u
   const index_t* count = nullptr;  // (1) U (first_groups)
 
   /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
@@ -215,7 +215,8 @@ struct SumStage {
         finite = finite && num::is_finite(acc[e]);
       }
     }
-    if (check_sums && final_sum && !finite && rec->pos[kGrad] == kNoError) atomic_min(&rec->pos[kOverflow], u);
+    if (check_sums && final_sum && !finite && rec->pos[kGrad] == kNoError)
+      atomic_min(&rec->pos[kOverflow], u);
   }
 
   /// acc[e] = the left-to-right sum of occurrences [k0, k1) (sorted order) of element c + e,
@@ -237,7 +238,8 @@ struct SumStage {
       MPE_UNROLL
       for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
         MPE_UNROLL
-        for (std::int32_t e = 0; e < kLaneChunk; ++e) x[q][e] = e < m && g + q < k1 ? grad_output[at[q] + e] : 0.0f;
+        for (std::int32_t e = 0; e < kLaneChunk; ++e)
+          x[q][e] = e < m && g + q < k1 ? grad_output[at[q] + e] : 0.0f;
       }
       MPE_UNROLL
       for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file radix_sort.hpp
 /// @brief Host-only stable LSD radix sort of key/value pairs over the keys' low bits (not
-/// public): HostBackend::stable_sort_by_key on one thread.
+/// public): HostBackend::stable_sort_by_key (any thread count).
 ///
 /// mpe's sort keys are small: global rows (below the total row count, 22 bits for 3M rows)
 /// and admission keys (set << 32 | priority). thrust::stable_sort_by_key sorts all 64 bits

@@ -54,12 +54,12 @@ struct WriteRows {
   std::size_t stride;
   index_t first;
   const float* src;  // (count, D)
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   num::RoundingSite site;
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step), site};
+    const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), site);
     Storage::template store<Rounding>(src + i * cache.dim, cache.dim,
                                       store + static_cast<std::size_t>(r) * stride, rng);
     if (const index_t s = cache.find(r); s >= 0) cache.drop(s);
@@ -80,13 +80,13 @@ struct DropRows {
 /// Fills rows with uniform values in [low, high) from Philox (counter: the row, step 0,
 /// site Init, one block per 4 elements), written to `out` (count, D) in FP32.
 struct UniformRows {
-  std::uint64_t seed;
+  num::RowStream stream;
   index_t first;
   std::int32_t D;
   float low, high;
   float* out;
   MPE_HOST_DEVICE void operator()(index_t i) const {
-    const num::RowRng rng{seed ^ 0x9e3779b97f4a7c15ull, static_cast<std::uint64_t>(first + i), 0,
+    const num::RowRng rng{stream.seed ^ 0x9e3779b97f4a7c15ull, stream.key(first + i), 0,
                           num::RoundingSite::Init};
     const float span = num::sub(high, low);
     for (std::int32_t g = 0; 4 * g < D; ++g) {
@@ -106,7 +106,7 @@ struct FlushSlots {
   CacheRef cache;
   std::uint8_t* store;
   std::size_t stride;
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   std::uint8_t* outcome;      // (slots)
   StateRef state{};           // compact optimizer state: written back with the row
@@ -114,8 +114,7 @@ struct FlushSlots {
     outcome[s] = 0;
     if (cache.tags[s] < 0 || !cache.dirty[s]) return;
     const index_t r = cache.tags[s];
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
-                          num::RoundingSite::Flush};
+    const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::Flush);
     bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
                                                  store + static_cast<std::size_t>(r) * stride, rng);
     sat = state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
+#include "mpe/detail/atomics.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/optim/state_precision.hpp"
 #include "mpe/types.hpp"
@@ -24,7 +25,7 @@ struct StateRef {
   float* cache = nullptr;         ///< (slots, S) FP32 state of cached rows, or null (no cache)
   std::int64_t S = 0;             ///< state values per row
   StateFormat format = StateFormat::Fp32;
-  std::uint64_t seed = 0;  ///< the table's rounding seed
+  num::RowStream stream{};  ///< the table's rounding streams (seed, row keys)
 
   MPE_HOST_DEVICE bool active() const { return store != nullptr; }
   MPE_HOST_DEVICE std::size_t value_bytes() const { return format == StateFormat::Fp32 ? 4 : 2; }
@@ -41,7 +42,7 @@ struct StateRef {
   /// True when a value saturated to the format's largest finite value.
   template <class R>
   MPE_HOST_DEVICE bool encode(index_t r, const float* in, std::uint32_t t, num::RoundingSite site) const {
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), t, site};
+    const num::RowRng rng = stream.at(r, t, site);
     return num::encode_state<R>(format, in, S, row(r), rng);
   }
   /// Row r's current state into out (S floats): from cache slot s (>= 0, holding r) or the store.
@@ -79,20 +80,22 @@ struct StateRef {
 
 /// Before WriteRows drops the lines of global rows [first, first + count): the state of
 /// each such row that is cached and dirty is written back (site StateDrop), so that
-/// replacing a row's weights keeps its optimizer state.
+/// replacing a row's weights keeps its optimizer state; a row whose state saturated counts
+/// in stats().saturated_rows (an integer atomic: the same total in any order).
 template <class Rounding>
 struct KeepStateOfRows {
   CacheRef cache;
   StateRef state;
   index_t first;
   const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint64_t* saturated;   // (1) Counters::stats.saturated_rows
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
     const index_t s = cache.find(r);
-    if (s >= 0 && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
-                                          num::RoundingSite::StateDrop);
-    }
+    if (s >= 0 && cache.dirty[s] &&
+        state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                            num::RoundingSite::StateDrop))
+      atomic_add(saturated, std::uint64_t{1});
   }
 };
 
@@ -104,12 +107,13 @@ struct KeepStateOfSlots {
   StateRef state;
   index_t first, count;
   const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint64_t* saturated;   // (1) Counters::stats.saturated_rows: + 1 per row whose state saturated
   MPE_HOST_DEVICE void operator()(index_t s) const {
     const index_t r = cache.tags[s];
-    if (r >= first && r < first + count && cache.dirty[s]) {
-      state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
-                                          num::RoundingSite::StateDrop);
-    }
+    if (r >= first && r < first + count && cache.dirty[s] &&
+        state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
+                                            num::RoundingSite::StateDrop))
+      atomic_add(saturated, std::uint64_t{1});
   }
 };
 

@@ -265,12 +265,12 @@ struct ScatterRowGradients {
   const float* grad_output;      // (B, T*D)
   index_t B, T;
   std::int32_t D;
-  float* grad;            // (U, D) workspace: the summed gradient
+  float* grad;  // (U, D) workspace: the summed gradient
   // (U) zeros on entry: each row's occurrences added so far modulo kSumGroup (0: the next
   // one starts a group of the order of gradient_sum.hpp)
   std::uint8_t* started;
-  CallRecord* rec;        // rec->pos[kGrad]
-  const index_t* gate;    // ok flag of the batch, or null
+  CallRecord* rec;      // rec->pos[kGrad]
+  const index_t* gate;  // ok flag of the batch, or null
   // (2) out, or null: bits(max |grad_output|) and bits(max |coef|) (bits(1) without coef),
   // as check_finite_run orders magnitudes; what sums_cannot_overflow tests.
   std::uint32_t* magnitude = nullptr;
@@ -441,7 +441,7 @@ struct ApplyRows {
   float* opt_state;           // (rows, S) or null when S = 0
   float* update;              // (U, D) the updates (the store path reuses it as scratch)
   const float* new_state;     // (U, S)
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   std::uint8_t* outcome;      // (U)
   const index_t* count;       // (1) U; items u >= U do nothing
@@ -502,8 +502,7 @@ struct ApplyRows {
       } else {
         for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       }
-      const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
-                            num::RoundingSite::StoreUpdate};
+      const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
       const bool sat = Storage::template store<Rounding>(up, D, row, rng);
       outcome[u] = sat || state_sat ? kSaturated : 0;
     }
@@ -571,17 +570,16 @@ template <class Storage, class Rounding>
 struct StoreScaledLanes {
   ApplyScaledLanes<Storage> apply;  // the same rows and slots
   std::uint8_t* store;
-  std::uint64_t seed;
+  num::RowStream stream;      // the rounding streams (seed, row keys)
   const std::uint64_t* step;  // (1) completed backward() calls
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     if (u >= *apply.count || !open(apply.gate)) return;
     const index_t r = apply.uniq[u];
     if (apply.slot(u, r) >= 0) return;
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(r), static_cast<std::uint32_t>(*step),
-                          num::RoundingSite::StoreUpdate};
-    const bool sat = store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
-                                                    store + static_cast<std::size_t>(r) * apply.stride, rng,
-                                                    lane, lanes);
+    const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
+    const bool sat =
+        store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
+                                       store + static_cast<std::size_t>(r) * apply.stride, rng, lane, lanes);
     if (sat) apply.outcome[u] = kSaturated;
   }
 };

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,9 +87,12 @@ struct CommStats {
 ///   (each column shard keeps its own accumulator G over its own columns: TorchRec's
 ///   rule for column-wise sharding), so it equals single-process training only for D
 ///   owned by one rank.
-/// - stochastic rounding draws from the local table's row id, which differs from the
-///   global row id for pieces not at global row 0: quantized stores with
-///   StochasticRounding train with the same statistics but other bits.
+/// - stochastic rounding draws from the global row (each local table's
+///   EmbeddingConfig::row_keys), so with no cache (cache_rows = 0) table- and row-wise
+///   plans give one process's bits for every store and rounding (outputs within the
+///   row-wise bound above, weights, optimizer state, statistics summed over the ranks). A
+///   column piece rounds its columns with the words of its own element groups, and a cache
+///   changes when a row is rounded: neither matches the single process's stochastic bits.
 ///
 /// Errors: every rank validates its own input, then all ranks agree (one MPI_Allreduce
 /// and, on failure, one broadcast) before anything changes or moves: an invalid index,
@@ -132,6 +137,9 @@ class ShardedEmbedding {
                                     " but the communicator has " + std::to_string(comm.size()) + " ranks");
       if (plan_.table_rows != config.table_rows || plan_.dim != config.dim)
         throw std::invalid_argument("the plan's tables/dim do not match config.table_rows/config.dim");
+      if (!config.row_keys.empty() && config.row_keys.size() != config.table_rows.size())
+        throw std::invalid_argument("config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
+                                    "; must be 0 or T = " + std::to_string(config.table_rows.size()));
       if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
         throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
     } catch (const std::exception& e) {
@@ -155,7 +163,13 @@ class ShardedEmbedding {
       EmbeddingConfig c = config_;
       c.dim = g.dim;
       c.table_rows.clear();
-      for (const Piece& p : g.pieces) c.table_rows.push_back(p.rows());
+      c.row_keys.clear();
+      for (const Piece& p : g.pieces) {
+        c.table_rows.push_back(p.rows());
+        // Rounding streams keyed by the global row: one process's bits (table- and row-wise).
+        const auto t = static_cast<std::size_t>(p.table);
+        c.row_keys.push_back((config_.row_keys.empty() ? table_off_[t] : config_.row_keys[t]) + p.row_begin);
+      }
       c.cache_rows = 0;
       if (config_.cache_rows > 0) {
         const double share = static_cast<double>(config_.cache_rows) *
@@ -400,19 +414,33 @@ class ShardedEmbedding {
 
   // ---- checkpoints (collective) ----
 
-  /// Saves into directory `dir` (created if missing; shared by all ranks): every rank
-  /// saves each local table with CachedEmbedding::save (atomic) as
-  /// `step<S>.rank<r>.group<g>.mpe`, then, once every rank succeeded, rank 0 writes the
-  /// manifest `plan.txt` (the plan, policies, step S) atomically: the manifest's rename is
-  /// the commit point, so a crash leaves the previous checkpoint loadable. Throws
-  /// std::runtime_error on every rank if any rank failed (the previous manifest stays).
+  /// Saves into directory `dir` (created if missing; shared by all ranks): the ranks agree
+  /// on a shard name unused in `dir`, `step<S>.save<k>` (k one more than the largest save
+  /// number of step S any rank sees there), every rank saves each local table with
+  /// CachedEmbedding::save (atomic) as `step<S>.save<k>.rank<r>.group<g>.mpe`, then, once
+  /// every rank succeeded, rank 0 writes the manifest `plan.txt` (the plan, policies, comm
+  /// precision, step S, optimizer, exchange counter, shard name) atomically: the manifest's
+  /// rename is the commit point, and no file the committed manifest names is written
+  /// before it, so a crash or a failure on any rank leaves the previous checkpoint loadable
+  /// exactly as it was. Throws std::runtime_error on every rank if any rank failed (the
+  /// previous manifest stays; the failed attempt's shard files are left behind, unnamed by
+  /// any manifest). Files of earlier saves are not removed.
   void save(const std::filesystem::path& dir) const {
     auto* self = const_cast<ShardedEmbedding*>(this);
     std::string err;
+    std::vector<std::int64_t> attempt{1};
     try {
       std::filesystem::create_directories(dir);
+      attempt[0] = next_save_number(dir, steps_);
+    } catch (const std::exception& e) {
+      err = "save: rank " + rank_str() + ": " + e.what();
+    }
+    self->agree(kSave, err, {}, /*runtime=*/true);
+    comm_->allreduce_max(std::span<std::int64_t>(attempt));  // every rank's view of dir
+    const std::string prefix = "step" + std::to_string(steps_) + ".save" + std::to_string(attempt[0]);
+    try {
       for (std::size_t gi = 0; gi < locals_.size(); ++gi)
-        locals_[gi]->save(dir / shard_file(rank(), gi, steps_));
+        locals_[gi]->save(dir / shard_file(prefix, rank(), gi));
     } catch (const std::exception& e) {
       err = "save: rank " + rank_str() + ": " + e.what();
     }
@@ -423,7 +451,7 @@ class ShardedEmbedding {
         const std::filesystem::path tmp = dir / "plan.txt.tmp";
         {
           std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-          f << manifest_text();
+          f << manifest_text(prefix);
           f.flush();
           if (!f) throw std::system_error(errno, std::generic_category(), "writing " + tmp.string());
         }
@@ -438,41 +466,32 @@ class ShardedEmbedding {
   /// Loads a checkpoint written by save() with the same plan and rank count (no
   /// re-sharding: a different plan or world size is a checkpoint_error). Every rank reads
   /// the manifest and its own shard files into new local tables; only when every rank
-  /// succeeded are they swapped in. Throws mpe::checkpoint_error on every rank (nothing
-  /// changed anywhere) if the manifest or any shard fails verification.
+  /// succeeded are they swapped in, with the manifest's step, optimizer (the one backward()
+  /// must continue with, on every rank, tables or not) and exchange counter (the stream of
+  /// FP16/BF16 communication's stochastic rounding), so training resumes bit for bit.
+  /// Throws mpe::checkpoint_error on every rank (nothing changed anywhere) if the manifest
+  /// or any shard fails verification, its comm precision is not options().precision, or
+  /// its step is 2^64 - 1 (no further step can be counted).
   void load(const std::filesystem::path& dir) {
     std::string err;
     std::vector<std::unique_ptr<local_type>> fresh;
-    std::uint64_t step = 0;
+    Manifest m;
     try {
       std::ifstream f(dir / "plan.txt", std::ios::binary);
       if (!f) throw checkpoint_error("cannot read manifest " + (dir / "plan.txt").string());
       std::ostringstream s;
       s << f.rdbuf();
-      const std::string text = s.str();
-      const std::string head = "mpe-sharded-checkpoint v1\n";
-      const auto split = text.find("mpe-sharding-plan");
-      if (text.rfind(head, 0) != 0 || split == std::string::npos)
-        throw checkpoint_error("not an mpe sharded manifest");
-      std::istringstream meta(text.substr(head.size(), split - head.size()));
-      std::string key, storage, cache, rounding, prec;
-      meta >> key >> step >> key >> storage >> key >> cache >> key >> rounding >> key >> prec;
-      if (storage != Storage::name || cache != Cache::name || rounding != Rounding::name)
-        throw checkpoint_error("manifest policies " + storage + "/" + cache + "/" + rounding +
-                               " differ from " + Storage::name + "/" + Cache::name + "/" + Rounding::name);
-      ShardingPlan saved;
-      try {
-        saved = ShardingPlan::parse(text.substr(split));
-      } catch (const std::exception& e) {
-        throw checkpoint_error(std::string("manifest: ") + e.what());
-      }
-      if (saved.world_size != plan_.world_size)
-        throw checkpoint_error("checkpoint has " + std::to_string(saved.world_size) + " ranks, this run " +
+      m = parse_manifest(s.str());
+      if (m.precision != precision_name(options_.precision))
+        throw checkpoint_error("manifest comm_precision " + m.precision + " differs from this object's " +
+                               precision_name(options_.precision) + " (ShardOptions::precision)");
+      if (m.plan.world_size != plan_.world_size)
+        throw checkpoint_error("checkpoint has " + std::to_string(m.plan.world_size) + " ranks, this run " +
                                std::to_string(plan_.world_size) + " (re-sharding is not supported)");
-      if (!(saved == plan_)) throw checkpoint_error("checkpoint's sharding plan differs from this object's");
+      if (!(m.plan == plan_)) throw checkpoint_error("checkpoint's sharding plan differs from this object's");
       for (std::size_t gi = 0; gi < locals_.size(); ++gi) {
         auto l = std::make_unique<local_type>(locals_[gi]->config());
-        l->load(dir / shard_file(rank(), gi, step));
+        l->load(dir / shard_file(m.shards, rank(), gi));
         fresh.push_back(std::move(l));
       }
     } catch (const std::exception& e) {
@@ -480,9 +499,14 @@ class ShardedEmbedding {
     }
     agree(kLoad, err);
     locals_ = std::move(fresh);
-    steps_ = step;
+    steps_ = m.step;
+    opt_name_ = m.optimizer;
+    exchanges_ = m.exchanges;
     fwd_ = {};
   }
+
+  /// The options given to the constructor.
+  const ShardOptions& options() const { return options_; }
 
   // ---- introspection (local) ----
   /// The sharding plan given to the constructor.
@@ -548,17 +572,106 @@ class ShardedEmbedding {
     return s;
   }
   static std::string format_float(float x) { return mpe::format_float(x); }
-  static std::string shard_file(int r, std::size_t g, std::uint64_t step) {
-    return "step" + std::to_string(step) + ".rank" + std::to_string(r) + ".group" + std::to_string(g) +
-           ".mpe";
+  static std::string shard_file(const std::string& prefix, int r, std::size_t g) {
+    return prefix + ".rank" + std::to_string(r) + ".group" + std::to_string(g) + ".mpe";
   }
-  std::string manifest_text() const {
-    const char* prec = options_.precision == CommPrecision::Fp32   ? "fp32"
-                       : options_.precision == CommPrecision::Fp16 ? "fp16"
-                                                                   : "bf16";
-    return "mpe-sharded-checkpoint v1\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name +
-           "\ncache " + Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " + prec + "\n" +
-           plan_.to_string();
+  static const char* precision_name(CommPrecision p) {
+    return p == CommPrecision::Fp32 ? "fp32" : p == CommPrecision::Fp16 ? "fp16" : "bf16";
+  }
+  /// 1 + the largest k of the files `step<step>.save<k>.*` in dir (1 if none): a shard name
+  /// no earlier save at this step used, so none of a committed checkpoint's files is written.
+  static std::int64_t next_save_number(const std::filesystem::path& dir, std::uint64_t step) {
+    const std::string head = "step" + std::to_string(step) + ".save";
+    std::int64_t k = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string n = entry.path().filename().string();
+      if (n.rfind(head, 0) != 0) continue;
+      std::int64_t v = 0;
+      std::size_t i = head.size();
+      for (; i < n.size() && n[i] >= '0' && n[i] <= '9' && v < (std::int64_t{1} << 58); ++i)
+        v = 10 * v + (n[i] - '0');
+      if (i > head.size()) k = std::max(k, v);
+    }
+    return k + 1;
+  }
+  std::string manifest_text(const std::string& shards) const {
+    return "mpe-sharded-checkpoint v2\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name +
+           "\ncache " + Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " +
+           precision_name(options_.precision) + "\noptimizer " + (opt_name_.empty() ? "none" : opt_name_) +
+           "\nexchanges " + std::to_string(exchanges_) + "\nshards " + shards + "\n" + plan_.to_string();
+  }
+  /// A manifest's contents. Version 1 (no optimizer, exchanges, shards lines) names its
+  /// shards `step<S>` and has no optimizer (taken from the first backward) and counter 0.
+  struct Manifest {
+    std::uint64_t step = 0;
+    std::string precision, optimizer, shards;
+    std::uint64_t exchanges = 0;
+    ShardingPlan plan;
+  };
+  static Manifest parse_manifest(const std::string& text) {
+    const auto split = text.find("mpe-sharding-plan");
+    int version = 0;
+    if (text.rfind("mpe-sharded-checkpoint v1\n", 0) == 0) version = 1;
+    if (text.rfind("mpe-sharded-checkpoint v2\n", 0) == 0) version = 2;
+    if (version == 0 || split == std::string::npos) throw checkpoint_error("not an mpe sharded manifest");
+    const std::size_t head = text.find('\n') + 1;
+    std::istringstream meta(text.substr(head, split - head));
+    std::map<std::string, std::string> kv;
+    for (std::string line; std::getline(meta, line);) {
+      const auto sp = line.find(' ');
+      if (sp == std::string::npos || !kv.emplace(line.substr(0, sp), line.substr(sp + 1)).second)
+        throw checkpoint_error("manifest: malformed line '" + line + "'");
+    }
+    auto get = [&](const char* key) -> std::string {
+      const auto it = kv.find(key);
+      if (it == kv.end()) throw checkpoint_error(std::string("manifest: no '") + key + "' line");
+      return it->second;
+    };
+    auto number = [&](const char* key) {
+      const std::string v = get(key);
+      std::uint64_t x = 0;
+      bool ok = !v.empty() && v.size() <= 20;
+      for (const char ch : v) ok = ok && ch >= '0' && ch <= '9';
+      if (ok) {
+        errno = 0;
+        x = std::strtoull(v.c_str(), nullptr, 10);
+        ok = errno == 0;
+      }
+      if (!ok) throw checkpoint_error(std::string("manifest: ") + key + " '" + v + "' is not a 64-bit count");
+      return x;
+    };
+    Manifest m;
+    m.step = number("step");
+    if (m.step == ~std::uint64_t{0})
+      throw checkpoint_error("manifest: step = " + std::to_string(m.step) +
+                             " cannot be continued (the next backward() would wrap the step counter)");
+    const std::string storage = get("storage"), cache = get("cache"), rounding = get("rounding");
+    if (storage != Storage::name || cache != Cache::name || rounding != Rounding::name)
+      throw checkpoint_error("manifest policies " + storage + "/" + cache + "/" + rounding + " differ from " +
+                             Storage::name + "/" + Cache::name + "/" + Rounding::name);
+    m.precision = get("comm_precision");
+    if (version >= 2) {
+      m.optimizer = get("optimizer");
+      if (m.optimizer == "none")
+        m.optimizer.clear();
+      else if (!KnownOptimizers::visit(m.optimizer, []<class>() {}))
+        throw checkpoint_error("manifest: optimizer '" + m.optimizer +
+                               "' is not an optimizer this build knows");
+      m.exchanges = number("exchanges");
+      m.shards = get("shards");
+      if (m.shards.rfind("step" + std::to_string(m.step) + ".save", 0) != 0 ||
+          m.shards.find_first_of("/\\") != std::string::npos)
+        throw checkpoint_error("manifest: shards '" + m.shards + "' is not a shard name of step " +
+                               std::to_string(m.step));
+    } else {
+      m.shards = "step" + std::to_string(m.step);
+    }
+    try {
+      m.plan = ShardingPlan::parse(text.substr(split));
+    } catch (const std::exception& e) {
+      throw checkpoint_error(std::string("manifest: ") + e.what());
+    }
+    return m;
   }
 
   /// The agreement step every collective call starts with. `local_error` empty = this

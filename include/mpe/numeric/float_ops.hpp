@@ -80,7 +80,7 @@ MPE_HOST_DEVICE inline float floor(float a) {
 #ifdef __CUDA_ARCH__
   return floorf(a);
 #else
-  if (!(a > -0x1p23f && a < 0x1p23f)) return a;  // already integral, +-Inf or NaN
+  if (!(a > -0x1p23f && a < 0x1p23f)) return a;                      // already integral, +-Inf or NaN
   const float t = static_cast<float>(static_cast<std::int32_t>(a));  // toward zero, exact
   const float r = t > a ? t - 1.0f : t;
   if (r == 0.0f) return bits_float(float_bits(a) & 0x80000000u);  // keep the sign of zero

@@ -88,6 +88,41 @@ struct RowRng {
   }
 };
 
+/// The rounding streams of one object: the Philox key (its seed) and the row each row
+/// write counts as. A row is its own key (CachedEmbedding's rows are global rows), unless
+/// `row_keys` is given (EmbeddingConfig::row_keys, ShardedEmbedding's local tables): then
+/// row r of table t counts as row_keys[t] + (r - table_offsets[t]), the row it is in the
+/// table set the object is a piece of, so a piece rounds with that set's bits.
+struct RowStream {
+  std::uint64_t seed = 0;                       ///< Philox key
+  const std::int64_t* table_offsets = nullptr;  ///< (T + 1) first row of each table, with row_keys
+  const std::int64_t* row_keys = nullptr;       ///< (T) key of each table's row 0; null: rows are their keys
+  std::int64_t tables = 0;                      ///< T, with row_keys
+
+  /// Implicit from a seed alone: every row is its own key.
+  MPE_HOST_DEVICE constexpr RowStream(std::uint64_t s = 0, const std::int64_t* offsets = nullptr,
+                                      const std::int64_t* keys = nullptr, std::int64_t T = 0)
+      : seed(s), table_offsets(offsets), row_keys(keys), tables(T) {}
+  /// The counter row of row r.
+  MPE_HOST_DEVICE std::uint64_t key(std::int64_t r) const {
+    if (row_keys == nullptr) return static_cast<std::uint64_t>(r);
+    std::int64_t lo = 0, hi = tables - 1;  // the last table t with table_offsets[t] <= r
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo + 1) / 2;
+      if (table_offsets[mid] <= r) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return static_cast<std::uint64_t>(row_keys[lo] + (r - table_offsets[lo]));
+  }
+  /// The stream of a write of row r at `step` by `site`.
+  MPE_HOST_DEVICE RowRng at(std::int64_t r, std::uint32_t step, RoundingSite site) const {
+    return RowRng{seed, key(r), step, site};
+  }
+};
+
 /// Word `i` (0..3) of a block.
 MPE_HOST_DEVICE inline std::uint32_t word(const Uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;

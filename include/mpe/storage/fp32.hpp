@@ -67,7 +67,8 @@ struct Fp32 {
     bool sat = false;
     for (std::int32_t g = 4 * lane; g < dim; g += 4 * lanes) {
       const std::int32_t end = g + 4 < dim ? g + 4 : dim;
-      for (std::int32_t d = g; d < end; ++d) num::store_f32(row + 4 * d, detail::sanitize(src[d], limit, sat));
+      for (std::int32_t d = g; d < end; ++d)
+        num::store_f32(row + 4 * d, detail::sanitize(src[d], limit, sat));
     }
     return sat;
   }

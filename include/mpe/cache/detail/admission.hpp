@@ -270,7 +270,7 @@ struct SetVictims {
     if (count < 0) build(v, c, base, floor);
     if (next_empty < empties) return {empty[next_empty++], false};
     if (left == 0) return {-1, false};  // every way locked: a conflict miss
-    if (sorted) {  // key[next] is the lowest not handed out; its low byte, its position
+    if (sorted) {                       // key[next] is the lowest not handed out; its low byte, its position
       const auto at = static_cast<std::int32_t>(key[next] & 0xff);
       if (!P::admits(v, priority, score[at])) return {-1, true};
       ++next;
@@ -324,7 +324,7 @@ struct AdmitSet {
   std::size_t stride;
   std::uint64_t batch_id;
   const std::uint64_t* lock_floor;  // (1) slots used by batches numbered >= this are locked
-  std::uint64_t seed;
+  num::RowStream stream;
   const std::uint64_t* step;  // (1) completed backward() calls
   index_t* slot_of_unique;    // (U)
   std::uint8_t* outcome;      // (U)
@@ -462,8 +462,8 @@ struct AdmitSet {
           if (evicted) {  // deferred to WriteBackLanes
             evicted[u] = old;
           } else {
-            const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
-                                  num::RoundingSite::WriteBack};
+            const num::RowRng rng =
+                stream.at(old, static_cast<std::uint32_t>(*step), num::RoundingSite::WriteBack);
             if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
                                                   rng)) {
               code |= kSaturated;
@@ -606,7 +606,7 @@ struct WriteBackLanes {
   CacheRef cache;
   std::uint8_t* store;
   std::size_t stride;
-  std::uint64_t seed;
+  num::RowStream stream;      // the rounding streams (seed, row keys)
   const std::uint64_t* step;  // (1) completed backward() calls
   StateRef state;
   const index_t* count;  // (1) U
@@ -614,10 +614,9 @@ struct WriteBackLanes {
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     if (u >= *count || !open(gate) || !(outcome[u] & kWroteBack)) return;
     const index_t s = slot_of_unique[u], old = evicted[u];
-    const num::RowRng rng{seed, static_cast<std::uint64_t>(old), static_cast<std::uint32_t>(*step),
-                          num::RoundingSite::WriteBack};
-    bool sat = store_lanes<Storage, Rounding>(cache.row(s), cache.dim, store + static_cast<std::size_t>(old) * stride,
-                                              rng, lane, lanes);
+    const num::RowRng rng = stream.at(old, static_cast<std::uint32_t>(*step), num::RoundingSite::WriteBack);
+    bool sat = store_lanes<Storage, Rounding>(
+        cache.row(s), cache.dim, store + static_cast<std::size_t>(old) * stride, rng, lane, lanes);
     if (lane == 0) {
       sat = state.template write_back<Rounding>(s, old, static_cast<std::uint32_t>(*step),
                                                 num::RoundingSite::StateWriteBack) ||

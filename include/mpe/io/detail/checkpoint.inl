@@ -473,6 +473,12 @@ struct CheckpointAccess {
     }
     const auto seed = c.get<std::uint64_t>("seed");
     const auto step = c.get<std::uint64_t>("step");
+    // The next backward() counts step + 1 (Adam's bias correction is 1-based): a step
+    // with no successor cannot be continued from.
+    if (step == ~std::uint64_t{0}) {
+      c.fail("step = " + std::to_string(step) +
+             " cannot be continued (the next backward() would wrap the step to 0)");
+    }
     const auto populate_counter = c.get<std::uint64_t>("populate_counter");
     const auto decay_clock = c.get<std::uint64_t>(version >= 3 ? "decay_clock" : "sketch_increments");
     // Version 2 names the optimizer; version 1 numbered it (1 sgd, 2 rowwise_adagrad).
@@ -608,7 +614,9 @@ struct CheckpointAccess {
     }
     if (slots > 0) {
       std::vector<std::uint32_t> words(static_cast<std::size_t>(policy_words));
-      std::memcpy(words.data(), payload[fmt::kPolicySection], words.size() * 4);
+      if (!words.empty()) {  // Lru and DirectMapped keep no words: words.data() may be null
+        std::memcpy(words.data(), payload[fmt::kPolicySection], words.size() * 4);
+      }
       std::vector<std::int64_t> tags(static_cast<std::size_t>(slots));
       std::memcpy(tags.data(), payload[2], tags.size() * 8);
       if (const std::string why = C::check_meta(words.data(), tags.data(), slots); !why.empty()) {
@@ -760,7 +768,8 @@ struct CheckpointAccess {
     }
     indices.resize(static_cast<std::size_t>(n));
     offsets.resize(static_cast<std::size_t>(words) - indices.size());
-    std::memcpy(indices.data(), p + 16, indices.size() * 8);
+    if (!indices.empty())
+      std::memcpy(indices.data(), p + 16, indices.size() * 8);  // n = 0: data() may be null
     std::memcpy(offsets.data(), p + 16 + indices.size() * 8, offsets.size() * 8);
     if (offsets.front() != 0) c.fail(sec + "offsets[0] = " + std::to_string(offsets.front()) + "; must be 0");
     if (offsets.back() != n) {
@@ -798,8 +807,9 @@ struct CheckpointAccess {
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
     if (const StateRef state = e.state_ref(); state.active()) {  // keep the state of dirty rows
-      e.backend_.for_each(slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first,
-                                                                             count, e.step_ptr()});
+      e.backend_.for_each(
+          slots, KeepStateOfSlots<typename E::rounding_type>{e.cache_ref(), state, first, count, e.step_ptr(),
+                                                             &e.counters_.data()->stats.saturated_rows});
     }
     e.backend_.for_each(slots, DropRows{e.cache_ref(), first, count});
   }
