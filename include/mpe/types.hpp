@@ -48,7 +48,7 @@ struct EmbeddingConfig {
   /// pieces of a larger table set (ShardedEmbedding's local tables): the pieces' first rows
   /// there, so that a piece rounds with the bits the whole set would (docs/numerics.md).
   /// Configuration, not state: checkpoints do not hold it.
-  std::vector<std::int64_t> row_keys;
+  std::vector<std::int64_t> row_keys = {};
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its
