@@ -7,7 +7,7 @@ cut off by its timeout still parses up to its last line) and prints one row per 
 time per call, GB/s, the fraction of the device copy bandwidth measured in the same
 process, the cache hit rate, or steps per second for the pipelined steps.
 
-    python3 bench/cuda/summarize.py bench/cuda/results/h200_run2/bench_gpu.txt
+    python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt     # gpu_session.sh's output folder
 """
 import re
 import sys
