@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The policy matrix at the base point (bench/RESULTS.md): forward, backward (Sgd) and
+// The policy matrix at the base point (bench/README.md): forward, backward (Sgd) and
 // populate (prefetch) for every Storage x CachePolicy x Rounding, the no-cache store of
 // every Storage x Rounding, and the plain FP32 embedding bag. Each also at a tiny
 // "smoke/" point for CI.

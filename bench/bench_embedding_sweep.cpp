@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One factor at a time around the base point (bench/RESULTS.md) for Int8Rowwise /
+// One factor at a time around the base point (bench/README.md) for Int8Rowwise /
 // Lru<32> / StochasticRounding with a cache and as a store only (rows, D, L,
 // distribution, cache fraction), and the store-only forward points that FBGEMM's CPU
 // kernels are quoted at (forward() with validation, and forward_inference()).

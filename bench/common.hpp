@@ -4,7 +4,7 @@
 /// inverse-CDF table), the memory limits measured in the same process (STREAM-like
 /// sequential read bandwidth, random 64-byte-line gather rate over a buffer far larger
 /// than the last-level cache), a persistent table fixture, and the counters defined in
-/// bench/RESULTS.md.
+/// bench/README.md.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -364,8 +364,8 @@ inline double cpu_now() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-/// Sets the counters of RESULTS.md from totals over the timed iterations: `indices`
-/// looked up, `bytes` moved (defined per operation in RESULTS.md), `rows` read from the
+/// Sets the counters of bench/README.md from totals over the timed iterations: `indices`
+/// looked up, `bytes` moved (defined per operation in bench/README.md), `rows` read from the
 /// store (for fraction_of_limit, with `lines_per_row_v` lines each), `seconds` timed (wall),
 /// `cpu_seconds` the process CPU time of the same parts.
 inline void set_counters(benchmark::State& st, double indices, double bytes, double rows,

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CudaBackend benchmarks at the base point (bench/RESULTS.md): forward, backward (Sgd)
+// CudaBackend benchmarks at the base point (bench/README.md): forward, backward (Sgd)
 // and populate (prefetch) for Int8Rowwise and Int4Rowwise, with a 5 % Lru<32> cache and
 // store only, the store in Device, Managed and HostMapped memory. Each part is timed with
 // CUDA events on the backend's stream (manual time). `cuda/step/...` times whole pipelined

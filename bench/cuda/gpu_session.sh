@@ -56,7 +56,7 @@ for n in "${names[@]}"; do
   rm -f "$OUT/t_$n.log"
 done
 
-# ---- benchmarks, alone: the GPU-sized point first, then the base point (bench/RESULTS.md)
+# ---- benchmarks, alone: the GPU-sized point first, then the base point (bench/README.md)
 bench() {  # bench NAME FILTER TIMEOUT
   timeout "$3" stdbuf -oL "$STAGE/bin/bench_embedding_cuda" --benchmark_filter="$2" \
     --benchmark_min_time=0.1 --benchmark_counters_tabular=true \

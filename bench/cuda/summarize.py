@@ -7,7 +7,7 @@ cut off by its timeout still parses up to its last line) and prints one row per 
 time per call, GB/s, the fraction of the device copy bandwidth measured in the same
 process, the cache hit rate, or steps per second for the pipelined steps.
 
-    python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt
+    python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt     # gpu_session.sh's output folder
     python3 bench/cuda/summarize.py --json bench/cuda/h200.json --commit SHA gpu-out/bench_gpu.txt
 
 With --json FILE, the headline cases of the GPU point (CASES below) are also written to FILE

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Cost model of mpe's sharded embedding: all-to-all bytes per training step and memory
 per rank against the rank count, table-wise vs row-wise vs column-wise, FP32 vs FP16/BF16
-on the wire. Writes bench/results/sharded_cost_model.{md,dat,png} (PNG via gnuplot).
+on the wire. Writes sharded_cost_model.{md,dat,png} (PNG via gnuplot) into OUT_DIR
+(default: the current directory) and prints the Markdown table.
 
-    python3 bench/dist/cost_model.py [--check bench/results/sharded_step.jsonl]
+    python3 bench/dist/cost_model.py [OUT_DIR]
+    python3 bench/dist/cost_model.py --check build/sharded_step.jsonl   # from bench/dist/run.sh
 
 The byte counts are those of mpe::dist::ShardedEmbedding's wire format (what
 CommStats counts: bytes a rank sends to *other* ranks, forward + backward):
@@ -32,8 +34,7 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "..", "results")
+
 
 
 def bytes_per_step(kind, N, b, T, L, D, w):
@@ -188,5 +189,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         check(sys.argv[2])
     else:
-        at_scale(os.path.join(RESULTS, "sharded_cost_model"))
-        print(open(os.path.join(RESULTS, "sharded_cost_model.md")).read())
+        out_dir = sys.argv[1] if len(sys.argv) == 2 else "."
+        os.makedirs(out_dir, exist_ok=True)
+        at_scale(os.path.join(out_dir, "sharded_cost_model"))
+        print(open(os.path.join(out_dir, "sharded_cost_model.md")).read())

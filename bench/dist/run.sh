@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs sharded_step for 1, 2 and 3 ranks, every plan, FP32 and FP16 wire, and appends
-# one JSON line per run to bench/results/sharded_step.jsonl (see bench/RESULTS.md).
-#   bench/dist/run.sh build-dir
+# one JSON line per run to OUT (default: <build-dir>/sharded_step.jsonl; see bench/README.md).
+#   bench/dist/run.sh build-dir [OUT]
 set -euo pipefail
 build="${1:-build}"
-out="$(dirname "$0")/../results/sharded_step.jsonl"
+out="${2:-$build/sharded_step.jsonl}"
 flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
 : > "$out"

@@ -167,7 +167,7 @@ void check_resume(const std::filesystem::path& dir) {
   CHECK_FALSE(same_bits(weights(fresh), weights(a)));
 }
 
-/// Step k of the README's pipelined loop: forward(k), prefetch(k + 1), backward(k). Returns
+/// Step k of the pipelined loop (docs/checkpoint_format.md): forward(k), prefetch(k + 1), backward(k). Returns
 /// forward's output, so that runs can be compared call by call.
 template <class E, class Opt>
 std::vector<float> pipelined_step(E& e, std::uint64_t k, const Opt& opt, std::int64_t B = 6) {
@@ -180,7 +180,7 @@ std::vector<float> pipelined_step(E& e, std::uint64_t k, const Opt& opt, std::in
   return out;
 }
 
-/// Exact resume with a prefetch pending at the save (the README's pipelined loop always
+/// Exact resume with a prefetch pending at the save (the pipelined loop of docs/checkpoint_format.md always
 /// has one): 10 pipelined steps, save, load into a fresh object, then 20 more steps on
 /// both give the same outputs at every step, and the same weights, stats and saved state,
 /// as the run that never stopped.

@@ -74,8 +74,7 @@ struct HostBackend {
 
   /// Back the store, the cache and the optimizer state with transparent huge pages (2 MiB)
   /// where the OS offers them: their rows are read at random, and with 4 KiB pages nearly
-  /// every row access of a large table also misses the TLB (bench/RESULTS.md, "The
-  /// training step (2026-12-01, third round)"). Linux only; elsewhere, or when the kernel's THP setting is
+  /// every row access of a large table also misses the TLB. Linux only; elsewhere, or when the kernel's THP setting is
   /// `never`, the memory is ordinary pages. Never changes a result. Such allocations are rounded up to whole
   /// 2 MiB pages; memory() reports the bytes asked for.
   bool huge_pages = true;

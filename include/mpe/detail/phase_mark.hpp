@@ -4,8 +4,8 @@
 /// CachedEmbedding's forward() and populate (not public API; for benchmarks and profilers).
 ///
 /// By default it expands to nothing. A program may define `MPE_PHASE_MARK(name)` before it
-/// includes any mpe header, e.g. to push an NVTX marker or read a clock; bench/fbgemm's
-/// side-by-side harness does so for `--phases`. Every translation unit of the program must
+/// includes any mpe header, e.g. to push an NVTX marker or read a clock (a benchmark harness
+/// can time each phase this way). Every translation unit of the program must
 /// see the same definition (mpe's templates are inline: one definition rule). `name` is a
 /// string literal, the phase that has just ended, in call order:
 ///

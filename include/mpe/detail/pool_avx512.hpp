@@ -190,8 +190,8 @@ struct Row<Int8Rowwise> {
 /// row (`table`, by those operations on q = 0 .. 15) and each element is looked up by its
 /// code (`vpermps`, a move): the same bits as decoding every element, with 5 instructions
 /// per 16 columns (load, shift, interleave, widen, permute) instead of 8 (load, interleave,
-/// widen, shift, mask, convert, multiply, add), plus the accumulating add either way
-/// (bench/RESULTS.md, tenth round).
+/// widen, shift, mask, convert, multiply, add), plus the accumulating add either way: fewer
+/// instructions per row keep more rows in flight in the out-of-order window.
 template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
@@ -472,10 +472,10 @@ MPE_AVX512_ROW inline void single_row(const std::uint8_t* row, std::int32_t D, c
 /// mixed source: each occurrence from its FP32 cache row or the store, format S), whose
 /// `ahead(i)` prefetches as pool_bag's first pass does. Each element is single_value of its
 /// row's element: pool_bag's result for a bag of one row, bit for bit
-/// (tests/test_pool_simd.cpp). One short loop over the run, where one pool_bag call per bag
-/// spent ~100 instructions of setup per row: with every row's prefetch waiting on a page
-/// walk, the reorder buffer then held ~3 rows, not ~16 (FP32, 3M rows, 53,248 one-row bags:
-/// 9.2 -> 2.7 ms against FBGEMM's 3.0 ms; bench/RESULTS.md, ninth round).
+/// (tests/test_pool_simd.cpp). One short loop over the run instead of one pool_bag call per
+/// bag: pool_bag's per-call setup (~100 instructions) would be paid per row, and while every
+/// row's prefetch waits on a page walk that setup fills the reorder buffer, leaving few rows
+/// in flight; the loop spends a prefetch, a decode and a store per row.
 template <class S, bool Weighted, class Src>
 MPE_AVX512_TARGET void pool_single_rows(const Src& src, index_t i0, index_t count, const float* weights,
                                         std::int32_t D, float* o, std::size_t o_stride) {

@@ -193,8 +193,8 @@ struct Row<Int4Rowwise> {
   /// Scale and bias by vcvtph2ps, exact for every code but a signalling NaN, which it
   /// returns quieted where the software decode keeps it signalling. Both are only operands
   /// of load8's multiply and add, whose result is that quiet NaN either way (x86 returns
-  /// its first NaN operand, quieted), so no branch to the software decode: its call had GCC
-  /// keep the AVX-512 kernel's accumulators in memory (bench/RESULTS.md, tenth round).
+  /// its first NaN operand, quieted), so no branch to the software decode: a call there makes
+  /// GCC keep the AVX-512 kernel's accumulators in memory instead of registers.
   /// Where the add meets two NaNs (a NaN bias with a NaN scale, or with an infinite scale
   /// times 0) the payload is not promised (docs/numerics.md, section 5), as before.
   MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
@@ -255,12 +255,11 @@ template <std::int32_t Lines, class F>
 }
 
 /// A read prefetch of a row that pooling reads from one row array (the store, or the FP32
-/// cache rows of an all-cached bag): `prefetcht1` (into L2, not L1). On a Zen 4 host the L1
-/// prefetches (`prefetcht0`) stalled on L1's miss buffers (most of the loop's samples sat
-/// on them); with 64 / lines rows ahead, L2 prefetches took the uniform store-only forward
-/// from 0.85 - 1.13x FBGEMM's time to 0.63 - 0.75x (bench/RESULTS.md, sixth round). Inlined
-/// always: a separate function holding only prefetches is "const" to GCC's IPA and its
-/// calls are deleted (see prefetch_lines).
+/// cache rows of an all-cached bag): `prefetcht1` (into L2, not L1). Pooling keeps many rows
+/// in flight (pool_rows_ahead); L1 prefetches of that many lines would occupy L1's few miss
+/// buffers and stall the loop's own loads, while L2 has room for them. Inlined always: a
+/// separate function holding only prefetches is "const" to GCC's IPA and its calls are
+/// deleted (see prefetch_lines).
 struct PrefetchRead {
   [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 2); }
 };
@@ -286,10 +285,9 @@ inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std
 /// Occurrences ahead whose rows store-only pooling prefetches, for rows of `lines` prefetch
 /// points: about 128 lines in flight (128 / lines rows), at least kPoolPrefetchAhead
 /// (FBGEMM's 16) and at most 64 rows (or kPoolPrefetchAhead where that is larger); D = 64:
-/// FP32 32 rows, FP16 / INT8 / INT4 64. On a Zen 4 host with Zipf batches and L2
-/// prefetches, 16 rows for every format left the store-only forward at 1.15 - 1.21x
-/// FBGEMM's time, this rule at 0.86 - 1.13x (bench/RESULTS.md, sixth round). The bits do
-/// not depend on it.
+/// FP32 32 rows, FP16 / INT8 / INT4 64. A fixed distance in rows would put few lines in
+/// flight for small rows and too many for large ones; a budget in lines keeps the memory
+/// system's parallelism about the same for every format. The bits do not depend on it.
 inline index_t pool_rows_ahead(std::int32_t lines) {
   const index_t lo = kPoolPrefetchAhead, hi = kPoolPrefetchAhead > 64 ? kPoolPrefetchAhead : 64;
   const index_t a = 128 / (lines > 0 ? lines : 1);

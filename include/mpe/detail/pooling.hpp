@@ -125,11 +125,9 @@ struct PoolBags {
                     : store + static_cast<std::size_t>(r) * stride;
     };
     // Mixed bags: rows pool_rows_ahead(lines of a cache row) occurrences ahead (most of
-    // their rows are cached), into L2 as the one-array kernels do. Cached forward, INT8 +
-    // 5 % LRU, 1M rows, uniform (a fifth of the unique rows conflict misses, read from the
-    // store): pooling 2.61 -> 1.59 ms per call against prefetcht0 16 ahead (means of 5
-    // processes); prefetcht0 32 ahead 2.77; prefetcht1 16 or 64 ahead 1.42 - 1.86 per
-    // process, 32 ahead 1.36 - 1.62 (bench/RESULTS.md, eighth round).
+    // their rows are cached), into L2 as the one-array kernels do: a bag mixes cached FP32
+    // rows and store rows, so the distance is set by the longer (cache) row, and L2 rather
+    // than L1 leaves room for the rows still being added (docs/host_kernels.md).
     const index_t mixed_dist = cache_src.dist;
     const auto ahead = [this, n_all, mixed_dist](index_t i) {
       if (i + mixed_dist < n_all) prefetch_row<true>(i + mixed_dist);

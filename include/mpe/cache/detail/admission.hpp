@@ -60,8 +60,7 @@ struct AdmissionKeys {
 /// rows[q] = uniq[order[q]] for q < U: each admission item's row in admission order, so
 /// AdmitSet reads rows sequentially. Gathered by a launch of its own: on the host a tight
 /// loop whose random reads of uniq overlap one another, where inside AdmitSet's per-set
-/// work each waited on its own (cached forward, INT8 + 5 % LRU, Zipf: admission 2.59 ->
-/// 2.42 ms per call; bench/RESULTS.md, eighth round).
+/// work each would wait on its own.
 struct AdmitRows {
   const index_t* uniq;   // (U) unique rows
   const index_t* order;  // (U) unique index of each item, admission order
@@ -167,8 +166,8 @@ inline constexpr bool score_is_last_use = requires {
 /// scores are compared in a loop. For a policy whose score is the last use
 /// (score_is_last_use) with a multiple of 8 ways, a set without empty ways is listed by
 /// simd512::unlocked_by_last_use on an AVX-512 host (the same list; other sets and hosts call
-/// P::score). Cached forward, INT8 + 5 % LRU, Zipf: 0.878 - 0.944 of the time before (0.893
-/// in the run kept; bench/paired, order-corrected; bench/RESULTS.md, eleventh round).
+/// P::score). One read of the set and one key compare per take replace a full scan of the
+/// set's ways per miss.
 template <class P>
 struct SetVictims {
   /// Key of an entry handed out: above every packed key, below 2^63 (the AVX2 minimum
@@ -511,17 +510,12 @@ struct AdmitSet {
   /// before a set's misses run, the hits of every set starting within kFusedAhead items past
   /// its end have run (the same result as the Hits launch, then the Misses launch; see the
   /// struct comment). The hits' lookups then overlap the fills' memory reads, and each set's
-  /// metadata is read twice close together (cached forward, Zen 4, INT8 + 5 % LRU: 4.36x ->
-  /// 3.99x FBGEMM's INT8 store-only time on Zipf, 5.63x -> 5.26x on uniform; bench/RESULTS.md,
-  /// seventh round). Each miss's store row is prefetched into L2 only (prefetcht1: page
-  /// walks and memory reads start early without filling L1's miss buffers) by the hits
-  /// that find it, about kFusedAhead items before its fill (the first sets' misses, whose
-  /// hits run just before them, a few items before). Until the thirteenth round a second
-  /// loop at each set's misses prefetched the missed items kFusedAhead items ahead (none of
-  /// the first kFusedAhead), reading their order, outcome and row again; the cached forward
-  /// (INT8 + 5 % LRU, Zipf) now takes 0.961 to 0.977 of that time (bench/paired). A second
-  /// prefetch of the same rows into L1 16 items ahead was dropped in the eighth round, once
-  /// the fills were streamed: uniform admission 3.74 -> 3.27 ms, Zipf level (1.90 / 1.87).
+  /// metadata is read twice close together, while it is still in cache. Each miss's store row
+  /// is prefetched into L2 only (prefetcht1: page walks and memory reads start early without
+  /// filling L1's miss buffers) by the hits that find it, about kFusedAhead items before its
+  /// fill (the first sets' misses, whose hits run just before them, a few items before): the
+  /// hits pass already holds each item's order, outcome and row, so no second loop reads them
+  /// again to prefetch. The fills need no L1 prefetch: they are streamed, not read into L1.
   /// With stream_fills (populate sets it here) the fills are non-temporal stores, fenced
   /// (`sfence`) at the end, so they are visible to every thread before the pass returns.
   void run_fused() const {
