@@ -8,7 +8,7 @@
 
 #include <cstdint>
 #include <mpe/numeric/philox.hpp>
-#include <mpe/storage/formats.hpp>
+#include <mpe/storage/all.hpp>
 #include <random>
 #include <vector>
 

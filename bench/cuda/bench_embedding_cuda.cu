@@ -20,7 +20,7 @@
 
 #include <cstring>
 #include <map>
-#include <mpe/cuda_backend.cuh>
+#include <mpe/mpe.cuh>
 #include <stdexcept>
 
 #include "../common.hpp"

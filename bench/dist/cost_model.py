@@ -8,7 +8,7 @@ on the wire. Writes sharded_cost_model.{md,dat,png} (PNG via gnuplot) into OUT_D
     python3 bench/dist/cost_model.py [OUT_DIR]
     python3 bench/dist/cost_model.py --check build/sharded_step.jsonl   # from bench/dist/run.sh
 
-The byte counts are those of mpe::dist::ShardedEmbedding's wire format (what
+The byte counts are those of mpe::sharded::ShardedEmbedding's wire format (what
 CommStats counts: bytes a rank sends to *other* ranks, forward + backward):
   forward, to each owner d: a 2 x int64 header, then [B_local, one int64 length per
   (piece on d, sample), one int64 per index routed to d]; the owner returns w bytes per

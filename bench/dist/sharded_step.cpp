@@ -17,8 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mpe/dist/mpi_comm.hpp>
-#include <mpe/dist/sharded_embedding.hpp>
+#include <mpe/sharded/mpi_comm.hpp>
+#include <mpe/sharded/sharded_embedding.hpp>
 #include <mpe/mpe.hpp>
 #include <string>
 #include <vector>
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     const Args a = parse(argc, argv);
-    mpe::dist::MpiComm comm(MPI_COMM_WORLD);
+    mpe::sharded::MpiComm comm(MPI_COMM_WORLD);
     const int N = comm.size(), me = comm.rank();
     mpe::EmbeddingConfig cfg;
     for (auto c : kKaggle)
@@ -87,24 +87,24 @@ int main(int argc, char** argv) {
     cfg.cache_rows = std::max<std::int64_t>(32, total / 20);
     cfg.seed = 1;
     using Store = mpe::Int8Rowwise;
-    mpe::dist::ShardingPlan plan;
+    mpe::sharded::ShardingPlan plan;
     if (a.plan == "table")
-      plan = mpe::dist::table_wise_plan(cfg.table_rows, cfg.dim, N,
-                                        mpe::dist::cost_by_bytes(cfg.table_rows, Store::data_bytes(cfg.dim)));
+      plan = mpe::sharded::table_wise_plan(cfg.table_rows, cfg.dim, N,
+                                        mpe::sharded::cost_by_bytes(cfg.table_rows, Store::data_bytes(cfg.dim)));
     else if (a.plan == "row")
-      plan = mpe::dist::row_wise_plan(cfg.table_rows, cfg.dim, N);
+      plan = mpe::sharded::row_wise_plan(cfg.table_rows, cfg.dim, N);
     else if (a.plan == "column")
-      plan = mpe::dist::column_wise_plan(cfg.table_rows, cfg.dim, N);
+      plan = mpe::sharded::column_wise_plan(cfg.table_rows, cfg.dim, N);
     else if (a.plan == "auto")
-      plan = mpe::dist::auto_plan(cfg.table_rows, cfg.dim, N);
+      plan = mpe::sharded::auto_plan(cfg.table_rows, cfg.dim, N);
     else
       throw std::invalid_argument("--plan table|row|column|auto");
-    mpe::dist::ShardOptions opt;
+    mpe::sharded::ShardOptions opt;
     if (a.precision == "fp16")
-      opt.precision = mpe::dist::CommPrecision::Fp16;
+      opt.precision = mpe::sharded::CommPrecision::Fp16;
     else if (a.precision == "bf16")
-      opt.precision = mpe::dist::CommPrecision::Bf16;
-    mpe::dist::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::dist::MpiComm> sh(
+      opt.precision = mpe::sharded::CommPrecision::Bf16;
+    mpe::sharded::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::sharded::MpiComm> sh(
         cfg, plan, comm, opt);
     sh.init_uniform(-0.05f, 0.05f);
     const std::int64_t T = static_cast<std::int64_t>(cfg.table_rows.size());

@@ -55,12 +55,12 @@
 /// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches).
 ///
 /// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
-/// phase marks (`MPE_PHASE_MARK`, mpe/detail/phase_mark.hpp, defined by this file before it
+/// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
 /// includes mpe): one "# mpe_cached <dist> phases" line per case with the mean ms per call
 /// of each phase and its share of their sum.
 ///
 /// Output: a readable table and lines prefixed "CSV," (header first).
-// --phases: mpe's phase marks (mpe/detail/phase_mark.hpp) go to this harness; defined
+// --phases: mpe's phase marks (mpe/detail/host/phase_mark.hpp) go to this harness; defined
 // before any mpe header is included.
 namespace sbs {
 void phase_mark(const char* name);
@@ -291,7 +291,7 @@ void usage() {
       "  --limit-mib M        limit-measurement buffer (default 2048)\n"
       "  --fbgemm-prefetch P  FBGEMM's prefetch distance (default 16)\n"
       "  --thp                transparent huge pages for every big buffer\n"
-      "  --phases             mpe_cached: mean time per call of each phase (mpe/detail/phase_mark.hpp)\n"
+      "  --phases             mpe_cached: mean time per call of each phase (mpe/detail/host/phase_mark.hpp)\n"
       "  --swap-buffers       fbgemm and mpe_fwd only: two tables of the same bytes, A and B; half the\n"
       "                       rounds FBGEMM reads A and mpe B, the other half the reverse; the ratio is\n"
       "                       the geometric mean of the two halves' medians (cancels the tables' own\n"

@@ -1,5 +1,5 @@
 // Sharded runs (--shard table|row|column|auto under mpirun -np N): the 26 tables live in
-// one mpe::dist::ShardedEmbedding over MPI_COMM_WORLD. Every rank reads the same global
+// one mpe::sharded::ShardedEmbedding over MPI_COMM_WORLD. Every rank reads the same global
 // batch, passes its contiguous slice of samples (data-parallel input) to the sharded
 // embedding, and all-gathers the pooled vectors; the small dense model is replicated: every
 // rank runs it on the whole batch with the same bits, so the only parallel part is the
@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <mpe/dist/mpi_comm.hpp>
-#include <mpe/dist/sharded_embedding.hpp>
+#include <mpe/sharded/mpi_comm.hpp>
+#include <mpe/sharded/sharded_embedding.hpp>
 
 #include "trainer.hpp"
 
@@ -22,7 +22,7 @@ namespace {
 template <class Sh>
 class ShardedAdapter {
  public:
-  ShardedAdapter(Sh& sh, mpe::dist::MpiComm& comm) : sh_(&sh), comm_(&comm) {}
+  ShardedAdapter(Sh& sh, mpe::sharded::MpiComm& comm) : sh_(&sh), comm_(&comm) {}
 
   void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
                mpe::Pooling pooling) {
@@ -88,7 +88,7 @@ class ShardedAdapter {
   }
 
   Sh* sh_;
-  mpe::dist::MpiComm* comm_;
+  mpe::sharded::MpiComm* comm_;
   std::int64_t B_ = 0, lo_ = 0, hi_ = 0;
   std::vector<std::int64_t> lidx_, loff_;
   std::vector<float> local_out_;
@@ -102,8 +102,8 @@ std::string bytes_mib(std::size_t b) {
 
 template <class Storage, class Rounding>
 RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
-  using Sh = mpe::dist::ShardedEmbedding<Storage, mpe::Lru<32>, Rounding, mpe::dist::MpiComm>;
-  mpe::dist::MpiComm comm(MPI_COMM_WORLD);
+  using Sh = mpe::sharded::ShardedEmbedding<Storage, mpe::Lru<32>, Rounding, mpe::sharded::MpiComm>;
+  mpe::sharded::MpiComm comm(MPI_COMM_WORLD);
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
   cfg.dim = spec.dim;
@@ -115,23 +115,23 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   cfg.cache_rows = cache_rows;
   cfg.seed = hash_combine(spec.seed, 0xe3b);
   const int N = comm.size();
-  mpe::dist::ShardingPlan plan;
+  mpe::sharded::ShardingPlan plan;
   if (spec.shard == "table")
-    plan = mpe::dist::table_wise_plan(cfg.table_rows, cfg.dim, N,
-                                      mpe::dist::cost_by_bytes(cfg.table_rows, Storage::data_bytes(cfg.dim)));
+    plan = mpe::sharded::table_wise_plan(cfg.table_rows, cfg.dim, N,
+                                      mpe::sharded::cost_by_bytes(cfg.table_rows, Storage::data_bytes(cfg.dim)));
   else if (spec.shard == "row")
-    plan = mpe::dist::row_wise_plan(cfg.table_rows, cfg.dim, N);
+    plan = mpe::sharded::row_wise_plan(cfg.table_rows, cfg.dim, N);
   else if (spec.shard == "column")
-    plan = mpe::dist::column_wise_plan(cfg.table_rows, cfg.dim, N);
+    plan = mpe::sharded::column_wise_plan(cfg.table_rows, cfg.dim, N);
   else if (spec.shard == "auto")
-    plan = mpe::dist::auto_plan(cfg.table_rows, cfg.dim, N);
+    plan = mpe::sharded::auto_plan(cfg.table_rows, cfg.dim, N);
   else
     throw std::invalid_argument("--shard must be table, row, column or auto");
-  mpe::dist::ShardOptions opts;
+  mpe::sharded::ShardOptions opts;
   if (spec.comm_precision == "fp16")
-    opts.precision = mpe::dist::CommPrecision::Fp16;
+    opts.precision = mpe::sharded::CommPrecision::Fp16;
   else if (spec.comm_precision == "bf16")
-    opts.precision = mpe::dist::CommPrecision::Bf16;
+    opts.precision = mpe::sharded::CommPrecision::Bf16;
   Sh sh(cfg, plan, comm, opts);
   if (comm.rank() == 0 && spec.progress)
     std::fprintf(stderr, "sharding plan (%s, %d ranks):\n%s", spec.shard.c_str(), N,

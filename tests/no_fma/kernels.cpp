@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 pooling kernel (detail/pool_avx512.hpp) instantiated for every format with
+// The AVX-512 pooling kernel (detail/host/avx512/pool.hpp) instantiated for every format with
 // and without per-sample weights, compiled by tests/no_fma/check.cmake under
 // -ffp-contract=fast: the object must hold no FMA instruction (the numerics contract).
-#include "mpe/detail/pool_avx512.hpp"
+#include "mpe/detail/host/avx512/pool.hpp"
 
 #if MPE_HOST_AVX512
 #define MPE_NO_FMA_KERNELS(S)                                                                               \

@@ -3,7 +3,7 @@
 /// @brief Plain-loop reference model of mpe's FP32 row cache (tests only).
 ///
 /// Written from DESIGN.md "Cache semantics" and the implementation choices of the team
-/// brief, not from detail/kernels.hpp, so that the tests compare two independent
+/// brief, not from detail/kernels/all.hpp, so that the tests compare two independent
 /// readings of the rules. One object models the cache of one CachedEmbedding:
 ///
 /// - A batch is a list of global rows (index occurrences). Each populate advances a

@@ -25,7 +25,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "mpe/types.hpp"
+#include "mpe/core/types.hpp"
 
 namespace ref {
 

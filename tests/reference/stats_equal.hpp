@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include <mpe/types.hpp>
+#include <mpe/core/types.hpp>
 
 namespace ref {
 

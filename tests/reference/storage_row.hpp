@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cstdint>
-#include <mpe/storage/formats.hpp>
+#include <mpe/storage/all.hpp>
 #include <vector>
 
 namespace ref {

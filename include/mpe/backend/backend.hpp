@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file backend.hpp
+/// @file mpe/backend/backend.hpp
 /// @brief The `ExecutionBackend` concept: what a backend provides to CachedEmbedding.
 ///
 /// A backend owns a memory space and runs mpe's per-item functors (`MPE_HOST_DEVICE`

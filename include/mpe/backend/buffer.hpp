@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file buffer.hpp
+/// @file mpe/backend/buffer.hpp
 /// @brief `Buffer<T, Backend>`: an owning, uninitialized array in a backend's memory.
 #pragma once
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file cuda_backend.cuh
+/// @file mpe/backend/cuda_backend.cuh
 /// @brief `CudaBackend`: runs mpe's per-item functors as CUDA kernels on one stream,
 /// with CUB for sorting, scanning and integer reductions. Needs nvcc.
 ///

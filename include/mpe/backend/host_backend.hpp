@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file host_backend.hpp
+/// @file mpe/backend/host_backend.hpp
 /// @brief `HostBackend`: runs mpe's per-item code on the CPU with OpenMP (`omp parallel
 /// for`, static schedule), with memory from the C++ heap.
 ///
@@ -21,8 +21,8 @@
 #endif
 
 #include "mpe/backend/memory_purpose.hpp"
-#include "mpe/detail/atomics.hpp"
-#include "mpe/detail/radix_sort.hpp"
+#include "mpe/numeric/atomics.hpp"
+#include "mpe/detail/host/radix_sort.hpp"
 #include "mpe/numeric/config.hpp"
 
 namespace mpe {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file memory_purpose.hpp
+/// @file mpe/backend/memory_purpose.hpp
 /// @brief `MemoryPurpose`: what an allocation holds, so a backend can place it (e.g.
 /// CudaBackend puts only the store in managed or host-mapped memory) and users' memory
 /// pools can tell allocations apart.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file cache_ref.hpp
+/// @file mpe/cache/cache_ref.hpp
 /// @brief Trivially copyable views of the FP32 row cache and of the LFU count-min
 /// sketch, usable inside per-item code (host loops or users' own CUDA kernels).
 #pragma once

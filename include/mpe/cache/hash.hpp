@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file hash.hpp
+/// @file mpe/cache/hash.hpp
 /// @brief The mixing hash that maps a global row to its cache set and to the LFU
 /// sketch's counters.
 #pragma once

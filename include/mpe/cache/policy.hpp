@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file policy.hpp
+/// @file mpe/cache/policy.hpp
 /// @brief The `CachePolicy` concept: what a cache replacement policy owns (its metadata,
 /// its score, its admission rule, its checkpoint section), and `PolicyBase` /
 /// `ScoredPolicy`, the defaults a policy builds on.
 ///
-/// The set-admission code (mpe/cache/detail/admission.hpp) is written once against these
+/// The set-admission code (mpe/detail/kernels/admission.hpp) is written once against these
 /// hooks; a policy is one header that defines a type satisfying `CachePolicy` and is
-/// included from mpe/cache/policies.hpp.
+/// included from mpe/cache/all.hpp.
 ///
 /// What the cache itself keeps for every policy (not part of a policy's metadata):
 /// per slot the tag (i64 global row, -1 empty), the last-use batch number (u64: the
@@ -154,7 +154,7 @@ struct PolicyBase {
 /// of the set are hit or filled during one admission (Lru: the slot's own last use; Lfu: its
 /// row's estimate, which only `observe` changes) may declare
 /// `static constexpr bool victims_by_score = true;`: the host admission then reads a set
-/// once for all its misses (mpe/cache/detail/admission.hpp, `SetVictims`, the same slots).
+/// once for all its misses (mpe/detail/kernels/admission.hpp, `SetVictims`, the same slots).
 /// Without it `choose` is called miss by miss. One whose `score(view, cache, slot)` is
 /// `cache.last_use[slot]` for every slot (Lru, DirectMapped) may also declare
 /// `static constexpr bool score_is_last_use = true;`: on an AVX-512 host, for a multiple of

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file wtinylfu.hpp
+/// @file mpe/cache/wtinylfu.hpp
 /// @brief `WTinyLfu<Ways>`: the W-TinyLFU replacement policy (a small LRU window, a
 /// segmented-LRU main area, admission to main by a frequency sketch) adapted to mpe's
 /// set-associative cache and batch populate.
@@ -41,7 +41,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
-#include "mpe/detail/atomics.hpp"
+#include "mpe/numeric/atomics.hpp"
 
 namespace mpe {
 

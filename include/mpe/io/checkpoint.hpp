@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file checkpoint.hpp
+/// @file mpe/io/checkpoint.hpp
 /// @brief Checkpoints of CachedEmbedding: the definitions of save() and load(), and the
 /// same bytes in memory (save_to_bytes(), load_from_bytes()).
 ///
-/// The core (mpe/cached_embedding.hpp) declares save()/load() but holds no file code;
+/// The core (mpe/embedding/cached_embedding.hpp) declares save()/load() but holds no file code;
 /// this header supplies it (mpe/mpe.hpp includes it). The byte format (MPECKPT1, version
 /// 3) is documented in mpe/io/checkpoint_format.hpp.
 #pragma once
@@ -14,8 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "mpe/cached_embedding.hpp"
-#include "mpe/io/detail/checkpoint.inl"
+#include "mpe/backend/buffer.hpp"
+#include "mpe/cache/all.hpp"
+#include "mpe/core/types.hpp"
+#include "mpe/detail/kernels/all.hpp"
+#include "mpe/io/checkpoint_format.hpp"
+#include "mpe/optim/all.hpp"
+#include "mpe/optim/state_precision.hpp"
+#include "mpe/storage/all.hpp"
+
+// The writer and reader (a body of this header; it includes nothing itself).
+#include "mpe/detail/io/checkpoint.inl"
 
 namespace mpe::io {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file checkpoint_format.hpp
+/// @file mpe/io/checkpoint_format.hpp
 /// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
 /// version 3; version 1 and 2 files still load), and the CRC-32C that protects it.
 ///

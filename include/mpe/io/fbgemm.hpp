@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file fbgemm.hpp
+/// @file mpe/io/fbgemm.hpp
 /// @brief Per-table export of a CachedEmbedding to FBGEMM's and TorchRec's weight layouts,
 /// and import back, on top of the per-row conversions of mpe/io/interop.hpp.
 ///
@@ -29,7 +29,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "mpe/cached_embedding.hpp"
 #include "mpe/io/checkpoint.hpp"
 #include "mpe/io/interop.hpp"
 

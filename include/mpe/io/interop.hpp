@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file interop.hpp
+/// @file mpe/io/interop.hpp
 /// @brief Import from and export to FBGEMM's and TorchRec's row layouts, per row and per
 /// table (host memory, synchronous).
 ///
@@ -68,7 +68,7 @@
 #include <vector>
 
 #include "mpe/numeric/half.hpp"
-#include "mpe/storage/formats.hpp"
+#include "mpe/storage/all.hpp"
 
 namespace mpe::interop {
 

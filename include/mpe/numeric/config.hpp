@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file config.hpp
+/// @file mpe/numeric/config.hpp
 /// @brief Compilation-environment macros shared by every mpe header.
 ///
 /// `MPE_HOST_DEVICE` marks the single-source per-item code that the host backend
@@ -60,7 +60,7 @@ inline thread_local std::int64_t launch_trips = 0;
 #if defined(MPE_LAUNCH_SHAPE) && !defined(__CUDA_ARCH__)
 /// Counts one iteration of a per-item loop whose trip count depends on the batch (a bag's
 /// rows, a row's occurrences, a set's items or ways), for the launch-shape test
-/// (tests/test_launch_shape.cpp); nothing unless MPE_LAUNCH_SHAPE is defined.
+/// (tests/embedding/test_launch_shape.cpp); nothing unless MPE_LAUNCH_SHAPE is defined.
 #define MPE_TRIP() (++::mpe::detail::launch_trips)
 #else
 /// Counts one iteration of a per-item loop for the launch-shape test; nothing here.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file float_ops.hpp
+/// @file mpe/numeric/float_ops.hpp
 /// @brief Correctly rounded float helpers of the numerics contract (docs/numerics.md).
 ///
 /// Every float operation in mpe's per-item code goes through these helpers so that

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file half.hpp
+/// @file mpe/numeric/half.hpp
 /// @brief FP32 <-> IEEE binary16 (FP16) and bfloat16 conversions, usable on host and
 /// device, with any rounding policy (nearest-even, stochastic, directed).
 ///

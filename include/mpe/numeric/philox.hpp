@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file philox.hpp
+/// @file mpe/numeric/philox.hpp
 /// @brief Counter-based RNG Philox4x32-10 (Salmon et al., "Parallel random numbers:
 /// as easy as 1, 2, 3", SC 2011) and mpe's counter layout for stochastic rounding.
 ///

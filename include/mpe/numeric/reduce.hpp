@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file reduce.hpp
+/// @file mpe/numeric/reduce.hpp
 /// @brief The one fixed summation order used for reductions across D (numerics contract,
 /// docs/numerics.md): pairwise summation over blocks of 8, written once for host and
 /// device so both sides give the same bits.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file rounding.hpp
+/// @file mpe/numeric/rounding.hpp
 /// @brief Rounding policies: how a value measured in grid steps becomes an integer
 /// number of steps. Used by every quantizer (Int8/Int4 codes, FP16/BF16 mantissas).
 ///

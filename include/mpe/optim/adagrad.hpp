@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file adagrad.hpp
+/// @file mpe/optim/adagrad.hpp
 /// @brief `Adagrad`: element-wise Adagrad (torch.optim.Adagrad without learning-rate decay
 /// or weight decay; FBGEMM's EmbOptimType.EXACT_ADAGRAD), one accumulator per element.
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file adam.hpp
+/// @file mpe/optim/adam.hpp
 /// @brief `Adam` with bias correction (Kingma and Ba 2015; torch.optim.Adam without weight
 /// decay or AMSGrad; FBGEMM's EmbOptimType.ADAM), two moments per element.
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file optimizer.hpp
+/// @file mpe/optim/optimizer.hpp
 /// @brief The `Optimizer` concept: how an optimizer type plugs into
 /// CachedEmbedding::backward(), and the list of optimizers a checkpoint can name.
 ///
@@ -22,7 +22,7 @@
 /// Optional: `gradient_scale(o)` (a float) for a rule with no state whose `step` replaces each
 /// gradient element g by num::mul(gradient_scale(o), g) and nothing else (Sgd: the learning
 /// rate). Such a rule satisfies `ScalesGradient`, and backward() may then apply the
-/// product in its row writes instead of a separate pass (detail/embedding_train.inl: on the
+/// product in its row writes instead of a separate pass (detail/embedding/train.inl: on the
 /// host's one-thread path, when no row sum can overflow); the bits are step's.
 ///
 /// `step` is `MPE_HOST_DEVICE` single-source code that follows the numerics contract
@@ -34,7 +34,7 @@
 /// update of +-inf saturates into the store format's range, counted).
 ///
 /// Adding an optimizer: one header defining the type and its OptimizerRule, plus one
-/// entry in `KnownOptimizers` (optimizers.hpp) so that checkpoints can name it.
+/// entry in `KnownOptimizers` (optim/all.hpp) so that checkpoints can name it.
 #pragma once
 
 #include <charconv>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file rowwise_adagrad.hpp
+/// @file mpe/optim/rowwise_adagrad.hpp
 /// @brief `RowwiseAdagrad`: FBGEMM's exact row-wise Adagrad, one FP32 accumulator per row.
 #pragma once
 

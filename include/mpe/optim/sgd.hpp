@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file sgd.hpp
+/// @file mpe/optim/sgd.hpp
 /// @brief `Sgd`: plain stochastic gradient descent, w -= lr * g. No state.
 #pragma once
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file state_precision.hpp
+/// @file mpe/optim/state_precision.hpp
 /// @brief Optimizer-state precision policies (`StateFp32`, `StateBf16`, `StateFp16`): the
 /// 5th template parameter of CachedEmbedding, and how state values are encoded.
 ///

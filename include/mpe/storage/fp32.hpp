@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file fp32.hpp
+/// @file mpe/storage/fp32.hpp
 /// @brief `Fp32` storage: the full-precision reference format, D x f32 (4D bytes).
 #pragma once
 

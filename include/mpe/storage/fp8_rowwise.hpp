@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file fp8_rowwise.hpp
+/// @file mpe/storage/fp8_rowwise.hpp
 /// @brief `Fp8E4M3Rowwise` and `Fp8E5M2Rowwise` storage: D FP8 codes and a per-row f32
 /// scale, D + 4 bytes a row; with the FP32 <-> FP8 conversions they need.
 ///

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file int4_rowwise.hpp
+/// @file mpe/storage/int4_rowwise.hpp
 /// @brief `Int4Rowwise` storage: FBGEMM's fused N-bit (N = 4) row-wise layout, ceil(D/2)
 /// bytes of packed 4-bit codes then FP16 scale and FP16 bias (ceil(D/2) + 4 bytes).
 #pragma once

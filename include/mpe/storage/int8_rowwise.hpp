@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file int8_rowwise.hpp
+/// @file mpe/storage/int8_rowwise.hpp
 /// @brief `Int8Rowwise` storage: FBGEMM's fused 8-bit row-wise layout, D x u8 codes then
 /// f32 scale and f32 bias (D + 8 bytes).
 #pragma once

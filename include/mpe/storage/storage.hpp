@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// @file storage.hpp
+/// @file mpe/storage/storage.hpp
 /// @brief The StoragePolicy concept and helpers shared by the row formats.
 ///
 /// A storage policy describes one row format of the low-precision store:

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mpe/mixed_dim_embedding.hpp>
+#include <mpe/embedding/mixed_dim_embedding.hpp>
 #include <span>
 #include <string>
 #include <vector>

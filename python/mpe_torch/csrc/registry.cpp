@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // mpe_torch: which instantiations exist, and the optimizer hyperparameter checks.
-#include <mpe/optim/optimizers.hpp>
+#include <mpe/optim/all.hpp>
 #include <stdexcept>
 
 #include "group.hpp"

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/cache/all.hpp
+/// @brief Every cache policy: `Lru<Ways>`, `Lfu<Ways>`, `DirectMapped`, `WTinyLfu<Ways>`, one
+/// header each.
+///
+// clang-format off
+/// What each policy scores (lowest score is evicted first; empty ways before any
+/// occupied way; ties to the lowest way index):
+///
+/// | policy       | score of a resident row                 | admission order of a set's misses | a miss replaces a victim when |
+/// |--------------|-----------------------------------------|-----------------------------------|-------------------------------|
+/// | Lru<W>       | populate counter of its last batch      | ascending global row              | always                        |
+/// | Lfu<W>       | count-min-sketch estimate, now          | descending estimate, then row     | its estimate > the victim's   |
+/// | DirectMapped | as Lru<1>                               | ascending global row              | always                        |
+/// | WTinyLfu<W>  | see mpe/cache/wtinylfu.hpp              | descending estimate, then row     | see mpe/cache/wtinylfu.hpp    |
+// clang-format on
+#pragma once
+
+#include "mpe/cache/direct_mapped.hpp"
+#include "mpe/cache/lfu.hpp"
+#include "mpe/cache/lru.hpp"
+#include "mpe/cache/wtinylfu.hpp"

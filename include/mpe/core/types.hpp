@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/core/types.hpp
+/// @brief Public value types of contract v1: EmbeddingConfig, Pooling, CacheStats,
+/// MemoryFootprint, checkpoint_error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace mpe {
+
+/// What to do with a non-finite gradient or per-sample weight.
+enum class NonFinite {
+  Throw,  ///< throw std::invalid_argument, change nothing (default)
+  Skip,   ///< skip the whole step (no update, step not advanced), count it in stats
+};
+
+/// When invalid device-resident input (offsets, indices, per-sample weights, gradients)
+/// is reported. Size and configuration errors always throw at once.
+enum class Validation {
+  /// Each prefetch/forward/backward checks its input on the backend and waits once for
+  /// the verdict (one device-to-host read with CudaBackend); invalid input throws there.
+  Synchronous,
+  /// Nothing waits: a call with invalid input records the error in backend memory and is
+  /// skipped there (no cache fill, no output written, no update, statistics and step
+  /// unchanged) but keeps its place in the call sequence (a failed forward's backward
+  /// applies nothing; a failed backward consumes its forward; a failed prefetch replaces
+  /// the pending one). The first recorded error is thrown by the next synchronize(),
+  /// set_weights() or load(), which then do not run. A forward() after a prefetch() whose
+  /// batch has the prefetched sizes is taken to be the prefetched batch (checked on the
+  /// backend: different contents are a recorded error).
+  Deferred,
+};
+
+/// Shape and settings of a table-batched embedding. Fields are only ever appended.
+struct EmbeddingConfig {
+  std::vector<std::int64_t> table_rows;             ///< rows of each table (T >= 1 tables, each >= 1)
+  std::int32_t dim = 0;                             ///< D, the same for every table, >= 1
+  std::int64_t cache_rows = 0;                      ///< FP32 cache capacity in rows; 0 = no cache
+  std::uint64_t seed = 0;                           ///< stochastic rounding stream
+  std::int32_t row_alignment = 4;                   ///< store row padding in bytes (power of two, <= 4096)
+  NonFinite non_finite = NonFinite::Throw;          ///< non-finite gradient / per-sample weight handling
+  Validation validation = Validation::Synchronous;  ///< when invalid input is reported
+  /// The row each table's row 0 counts as in the stochastic-rounding counter (>= 0, one per
+  /// table); empty (the default): table_offset(t), the row itself. For an object that holds
+  /// pieces of a larger table set (ShardedEmbedding's local tables): the pieces' first rows
+  /// there, so that a piece rounds with the bits the whole set would (docs/numerics.md).
+  /// Configuration, not state: checkpoints do not hold it.
+  std::vector<std::int64_t> row_keys = {};
+};
+
+/// How a bag's rows are combined: `Sum` adds them in index order (each times its
+/// per-sample weight when weights are given); `Mean` multiplies that sum by 1.0f / L, L the
+/// bag's length (no per-sample weights). An empty bag gives zeros either way.
+enum class Pooling { Sum, Mean };
+
+/// Cumulative counters since construction or reset_stats(); load() restores the counters
+/// saved with the checkpoint, so a resumed run counts exactly as an uninterrupted one.
+struct CacheStats {
+  // Without a cache (cache_rows = 0) only lookups, saturated_rows and skipped_steps move.
+  std::uint64_t lookups = 0;             ///< index occurrences populated
+  std::uint64_t unique_rows = 0;         ///< unique rows per batch, summed over batches
+  std::uint64_t hits = 0;                ///< unique rows found in the cache
+  std::uint64_t misses = 0;              ///< unique rows not found (filled, conflict or rejected)
+  std::uint64_t conflict_misses = 0;     ///< misses left uncached: their set had no free way
+  std::uint64_t evictions = 0;           ///< resident rows replaced by a miss
+  std::uint64_t writebacks = 0;          ///< dirty rows written to the store (eviction or flush)
+  std::uint64_t lfu_rejections = 0;      ///< LFU misses whose estimate did not beat the victim's
+  std::uint64_t saturated_rows = 0;      ///< row writes that clamped values into the format range (the row's
+                                         ///< weights, or its compact BF16/FP16 optimizer state)
+  std::uint64_t bytes_filled = 0;        ///< store bytes read to fill cache rows (+ 2S compact state)
+  std::uint64_t bytes_written_back = 0;  ///< store bytes written by write-backs (+ 2S compact state)
+  std::uint64_t skipped_steps = 0;       ///< backward() steps skipped for non-finite input (NonFinite::Skip)
+  /// Adds another object's counters field by field (e.g. the groups or shards of one table set).
+  CacheStats& operator+=(const CacheStats& o) {
+    lookups += o.lookups;
+    unique_rows += o.unique_rows;
+    hits += o.hits;
+    misses += o.misses;
+    conflict_misses += o.conflict_misses;
+    evictions += o.evictions;
+    writebacks += o.writebacks;
+    lfu_rejections += o.lfu_rejections;
+    saturated_rows += o.saturated_rows;
+    bytes_filled += o.bytes_filled;
+    bytes_written_back += o.bytes_written_back;
+    skipped_steps += o.skipped_steps;
+    return *this;
+  }
+};
+
+/// Bytes as allocated.
+struct MemoryFootprint {
+  std::size_t store_bytes = 0;      ///< low-precision store: rows x padded row bytes
+  std::size_t cache_bytes = 0;      ///< FP32 rows + tags + last-use scores + dirty bits + LFU sketch
+  std::size_t optimizer_bytes = 0;  ///< optimizer state (after the first backward)
+  std::size_t metadata_bytes = 0;   ///< table offsets and sizes
+  std::size_t workspace_bytes = 0;  ///< per-call workspace currently held
+  /// "Embedding memory" as the memory accounting of docs/architecture.md counts it: store +
+  /// cache + metadata.
+  std::size_t embedding_bytes() const { return store_bytes + cache_bytes + metadata_bytes; }
+  /// Every byte above.
+  std::size_t total() const {
+    return store_bytes + cache_bytes + optimizer_bytes + metadata_bytes + workspace_bytes;
+  }
+  /// Adds another footprint field by field (e.g. the shards of a sharded table).
+  MemoryFootprint& operator+=(const MemoryFootprint& o) {
+    store_bytes += o.store_bytes;
+    cache_bytes += o.cache_bytes;
+    optimizer_bytes += o.optimizer_bytes;
+    metadata_bytes += o.metadata_bytes;
+    workspace_bytes += o.workspace_bytes;
+    return *this;
+  }
+};
+
+/// Thrown by load() for a checkpoint file that fails verification. (The FBGEMM/TorchRec
+/// importers take bytes as arguments and throw std::invalid_argument.)
+class checkpoint_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace mpe

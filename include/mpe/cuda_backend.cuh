@@ -1,7 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-/// @file cuda_backend.cuh
-/// @brief Convenience include: mpe's public contract plus `mpe::CudaBackend` (needs nvcc).
-#pragma once
-
-#include "mpe/backend/cuda_backend.cuh"
-#include "mpe/mpe.hpp"

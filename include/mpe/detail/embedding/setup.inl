@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/detail/embedding/setup.inl
+/// @brief CachedEmbedding: construction (buffers, cache geometry), the cache view, counters and
+/// memory() (included by mpe/embedding/cached_embedding.hpp).
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "mpe/detail/kernels/all.hpp"
+
+namespace mpe {
+
+namespace detail {
+inline std::string ce_prefix(const char* fn) { return std::string("mpe::CachedEmbedding::") + fn + ": "; }
+[[noreturn]] inline void invalid(const char* fn, const std::string& what) {
+  throw std::invalid_argument(ce_prefix(fn) + what);
+}
+}  // namespace detail
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::set_backend(
+    const Backend& b) {
+  for (IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq, &seg_start,
+                  &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy, &offsets_copy,
+                  &sum_plan, &sum_base[0], &sum_base[1], &evicted}) {
+    p->set_backend(b);
+  }
+  sum_part[0].set_backend(b);
+  sum_part[1].set_backend(b);
+  keys.set_backend(b);
+  row_bits.set_backend(b);
+  estimates.set_backend(b);
+  outcome.set_backend(b);
+  coef.set_backend(b);
+  grad.set_backend(b);
+  update.set_backend(b);
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::bytes() const {
+  std::size_t s = 0;
+  for (const IBuf* p : {&flags, &global_rows, &bag_of, &sorted_keys, &sorted_pos, &heads, &rank, &uniq,
+                        &seg_start, &occ_to_unique, &slot_of_unique, &order, &admit_rows, &indices_copy,
+                        &offsets_copy, &sum_plan, &sum_base[0], &sum_base[1], &evicted}) {
+    s += p->bytes();
+  }
+  return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +
+         grad.bytes() + update.bytes() + sum_part[0].bytes() + sum_part[1].bytes();
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedding(
+    const EmbeddingConfig& config, Backend backend)
+    : config_(config), backend_(std::move(backend)) {
+  const char* fn = "CachedEmbedding";
+  if (config.table_rows.empty()) detail::invalid(fn, "config.table_rows is empty; need T >= 1 tables");
+  if (config.dim < 1) detail::invalid(fn, "config.dim = " + std::to_string(config.dim) + "; must be >= 1");
+  if (config.cache_rows < 0) {
+    detail::invalid(fn, "config.cache_rows = " + std::to_string(config.cache_rows) + "; must be >= 0");
+  }
+  if (config.cache_rows > 0 && config.cache_rows < Cache::ways) {
+    detail::invalid(fn, "config.cache_rows = " + std::to_string(config.cache_rows) + " is below the " +
+                            std::to_string(Cache::ways) +
+                            " ways of one set; use 0 (no cache) or >= " + std::to_string(Cache::ways));
+  }
+  const auto a = config.row_alignment;
+  if (a < 1 || a > 4096 || (a & (a - 1)) != 0) {
+    detail::invalid(fn,
+                    "config.row_alignment = " + std::to_string(a) + "; must be a power of two in [1, 4096]");
+  }
+  if (config.non_finite != NonFinite::Throw && config.non_finite != NonFinite::Skip) {
+    detail::invalid(fn, "config.non_finite = " + std::to_string(static_cast<int>(config.non_finite)) +
+                            " is not a NonFinite value (Throw = 0, Skip = 1)");
+  }
+  if (config.validation != Validation::Synchronous && config.validation != Validation::Deferred) {
+    detail::invalid(fn, "config.validation = " + std::to_string(static_cast<int>(config.validation)) +
+                            " is not a Validation value");
+  }
+  table_offsets_host_.assign(1, 0);
+  for (std::size_t t = 0; t < config.table_rows.size(); ++t) {
+    const auto r = config.table_rows[t];
+    if (r < 1) {
+      detail::invalid(
+          fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) + "; must be >= 1");
+    }
+    if (r > INT64_MAX / 2 - table_offsets_host_.back()) detail::invalid(fn, "total rows overflow int64");
+    table_offsets_host_.push_back(table_offsets_host_.back() + r);
+  }
+  total_rows_ = table_offsets_host_.back();
+  if (!config.row_keys.empty()) {
+    if (config.row_keys.size() != config.table_rows.size()) {
+      detail::invalid(fn, "config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
+                              "; must be 0 or T = " + std::to_string(config.table_rows.size()));
+    }
+    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
+      if (config.row_keys[t] < 0 || config.row_keys[t] > INT64_MAX - config.table_rows[t]) {
+        detail::invalid(fn, "config.row_keys[" + std::to_string(t) +
+                                "] = " + std::to_string(config.row_keys[t]) +
+                                "; must be >= 0 and leave room for the table's " +
+                                std::to_string(config.table_rows[t]) + " rows");
+      }
+    }
+  }
+  stride_ = row_bytes<Storage>(config.dim, a);
+  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_)
+    detail::invalid(fn, "store size overflows size_t");
+
+  for (auto* b : {&current_, &pending_, &staging_}) {
+    b->set_backend(backend_);
+    b->flags.reset(detail::kNumFlags);
+  }
+  table_offsets_.set_backend(backend_);
+  row_keys_.set_backend(backend_);
+  store_.set_backend(backend_);
+  cache_rows_.set_backend(backend_);
+  tags_.set_backend(backend_);
+  last_use_.set_backend(backend_);
+  dirty_.set_backend(backend_);
+  meta_.set_backend(backend_);
+  opt_state_.set_backend(backend_);
+  cache_state_.set_backend(backend_);
+  error_.set_backend(backend_);
+  flush_outcome_.set_backend(backend_);
+  counters_.set_backend(backend_);
+  record_.set_backend(backend_);
+  deferred_.set_backend(backend_);
+  // Placement hints for the backend (CudaBackend may put the store in managed or
+  // host-mapped memory) and users' memory pools.
+  table_offsets_.set_purpose(MemoryPurpose::Metadata);
+  row_keys_.set_purpose(MemoryPurpose::Metadata);
+  counters_.set_purpose(MemoryPurpose::Metadata);
+  store_.set_purpose(MemoryPurpose::Store);
+  cache_rows_.set_purpose(MemoryPurpose::Cache);
+  tags_.set_purpose(MemoryPurpose::Cache);
+  last_use_.set_purpose(MemoryPurpose::Cache);
+  dirty_.set_purpose(MemoryPurpose::Cache);
+  meta_.set_purpose(MemoryPurpose::Cache);
+  opt_state_.set_purpose(MemoryPurpose::Optimizer);
+  cache_state_.set_purpose(MemoryPurpose::Optimizer);
+
+  table_offsets_.reset(table_offsets_host_.size());
+  backend_.copy_from_host(table_offsets_.data(), table_offsets_host_.data(), table_offsets_.bytes());
+  if (!config.row_keys.empty()) {
+    row_keys_.reset(config.row_keys.size());
+    backend_.copy_from_host(row_keys_.data(), config.row_keys.data(), row_keys_.bytes());
+  }
+  store_.reset(static_cast<std::size_t>(total_rows_) * stride_);
+  // All-zero bytes decode to 0.0 in every format (Int8/Int4: scale 0, bias 0).
+  backend_.fill_bytes(store_.data(), 0, store_.bytes());
+  error_.reset(1);
+  counters_.reset(1);
+  backend_.fill_bytes(counters_.data(), 0, counters_.bytes());
+  record_.reset(1);
+  deferred_.reset(1);
+  backend_.fill_bytes(deferred_.data(), 0xff, deferred_.bytes());  // check = -1: none
+  backend_.for_each(1, detail::SetIndex{&deferred_.data()->later, 0});
+
+  if (config.cache_rows > 0) {
+    const index_t W = Cache::ways;
+    const index_t rounded_rows = (total_rows_ + W - 1) / W * W;
+    const index_t C = std::min<index_t>(config.cache_rows, rounded_rows);
+    num_sets_ = C / W;
+    if (num_sets_ >= (index_t{1} << 32)) detail::invalid(fn, "config.cache_rows gives 2^32 or more sets");
+    const std::size_t slots = static_cast<std::size_t>(num_sets_ * W);
+    cache_rows_.reset(slots * static_cast<std::size_t>(config.dim));
+    backend_.fill_bytes(cache_rows_.data(), 0, cache_rows_.bytes());
+    tags_.reset(slots);
+    backend_.fill_bytes(tags_.data(), 0xff, tags_.bytes());  // -1: empty
+    last_use_.reset(slots);
+    backend_.fill_bytes(last_use_.data(), 0, last_use_.bytes());
+    dirty_.reset(slots);
+    backend_.fill_bytes(dirty_.data(), 0, dirty_.bytes());
+    flush_outcome_.reset(slots);
+    meta_.reset(static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(slots))));
+    backend_.fill_bytes(meta_.data(), 0, meta_.bytes());
+  }
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+CacheRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::cache_ref() const {
+  CacheRef c;
+  c.rows = const_cast<float*>(cache_rows_.data());
+  c.tags = const_cast<index_t*>(tags_.data());
+  c.last_use = const_cast<std::uint64_t*>(last_use_.data());
+  c.dirty = const_cast<std::uint8_t*>(dirty_.data());
+  c.num_sets = num_sets_;
+  c.ways = Cache::ways;
+  c.dim = config_.dim;
+  return c;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+std::int64_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::state_floats() const {
+  return opt_state_.size() / (static_cast<std::size_t>(total_rows_) * StatePrecision::value_bytes);
+}
+
+// The compact state view: inactive with StateFp32 (its FP32 array is addressed directly)
+// and before the first applied step.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+detail::StateRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::state_ref() const {
+  if constexpr (!StatePrecision::cached) {
+    return {};
+  } else {
+    if (opt_state_.size() == 0) return {};
+    return detail::StateRef{const_cast<std::uint8_t*>(opt_state_.data()),
+                            num_sets_ > 0 ? const_cast<float*>(cache_state_.data()) : nullptr, state_floats(),
+                            StatePrecision::format, row_stream()};
+  }
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+index_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::read_scalar(
+    const index_t* p) const {
+  index_t v;
+  backend_.copy_to_host(&v, p, sizeof v);
+  return v;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+detail::Counters CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::read_counters() const {
+  detail::Counters c;
+  backend_.copy_to_host(&c, counters_.data(), sizeof c);
+  return c;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::reset_stats() {
+  backend_.fill_bytes(&counters_.data()->stats, 0, sizeof(CacheStats));
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+MemoryFootprint CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::memory() const {
+  MemoryFootprint m;
+  m.store_bytes = store_.bytes();
+  m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
+  m.optimizer_bytes = opt_state_.bytes() + cache_state_.bytes();
+  m.metadata_bytes = table_offsets_.bytes() + row_keys_.bytes() + counters_.bytes();
+  m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +
+                      flush_outcome_.bytes() + record_.bytes() + deferred_.bytes();
+  return m;
+}
+
+}  // namespace mpe

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/detail/embedding/train.inl
+/// @brief CachedEmbedding: backward (the optimizer's two passes) and flush (included by
+/// mpe/embedding/cached_embedding.hpp).
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "mpe/detail/kernels/all.hpp"
+
+namespace mpe {
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backward(
+    std::span<const float> grad_output, const Opt& optimizer) {
+  if (prepare_backward(grad_output, optimizer)) apply_backward(optimizer);
+  current_.awaiting_backward = false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare_backward(
+    std::span<const float> grad_output, const Opt& optimizer) {
+  using Rule = OptimizerRule<Opt>;
+  const char* fn = "backward";
+  ++call_seq_;
+  Batch& b = current_;
+  if (!b.valid || !b.awaiting_backward) {
+    throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
+  }
+  if (!opt_name_.empty() && opt_name_ != Rule::name) {
+    throw std::logic_error(detail::ce_prefix(fn) + "the optimizer changed from " + opt_name_ + " to " +
+                           Rule::name +
+                           "; one table trains with one optimizer (its state is the optimizer's)");
+  }
+  if (const std::string bad = Rule::check(optimizer); !bad.empty()) detail::invalid(fn, bad);
+  const index_t T = num_tables();
+  const auto expect = static_cast<std::size_t>(b.B * T * config_.dim);
+  if (grad_output.size() != expect) {
+    detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
+                            "; expected B*T*D = " + std::to_string(expect));
+  }
+  detail::CallRecord* rec = record_.data();
+  detail::Counters* counters = counters_.data();
+  backend_.for_each(1, detail::ResetRecord{rec});
+  // First pass: every row's summed gradient, update and new optimizer state into
+  // workspace, checked for overflow before anything is written (one verdict per call).
+  if (!b.sorted) sort_unique(b, b.scatter);  // the gather path needs sorted_pos
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const std::int64_t S = Rule::state_floats(config_.dim);
+  b.grad.reserve_discard(static_cast<std::size_t>(U) * config_.dim);
+  b.update.reserve_discard(static_cast<std::size_t>(U * S));
+  b.outcome.reserve_discard(static_cast<std::size_t>(U));
+  // The gradient sums in gradient_sum.hpp's order, with grad_output's finiteness check (the
+  // smallest non-finite position on every path). Same bits on every path.
+  const index_t* ok = b.flags.data() + detail::kFlagOk;
+  b.unscaled_sums = false;
+  if constexpr (host_paths) {
+    std::uint32_t magnitude[2] = {0xffffffffu, 0};  // ScatterRowGradients' largest |grad_output|, |coef|
+    if (b.scatter) {
+      // One thread (chosen by the forward, which kept its offsets): grad_output read once in
+      // memory order, checked as it is read. `outcome` serves as the rows' group positions
+      // (ApplyRows writes every outcome afterwards).
+      std::unordered_map<index_t, detail::GradientTree> hot;
+      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
+      backend_.for_each(1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
+                                                       b.has_coef ? b.coef.data() : nullptr,
+                                                       grad_output.data(), b.B, T, config_.dim, b.grad.data(),
+                                                       b.outcome.data(), rec, ok, magnitude, &hot});
+    } else {
+      // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
+      backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
+                                                            config_.dim, &rec->pos[detail::kGrad], ok});
+      backend_.for_each_lanes(
+          U, detail::SumRowGradients{b.seg_start.data(), b.sorted_pos.data(), b.bag_of.data(),
+                                     b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T,
+                                     config_.dim, b.grad.data(), rec, count, ok, b.n});
+    }
+    // A ScalesGradient optimizer (Sgd) on the scatter path: when no row sum can overflow (a
+    // bound from the largest |grad_output| and |coefficient| the scatter read), AccumulateRows
+    // would record nothing and only multiply by the rule's gradient_scale; ApplyRows does that
+    // multiply instead (the same num::mul), saving a pass over the (U, D) sums.
+    // sums_cannot_overflow is false for a non-finite grad_output, so that error still goes
+    // through AccumulateRows and SealBackward as before.
+    if constexpr (ScalesGradient<Opt>) {
+      b.unscaled_sums = S == 0 && b.scatter && detail::sums_cannot_overflow(magnitude, b.n);
+    }
+  } else {
+    // Other backends (a GPU): one coalesced pass over all of grad_output, then the laned
+    // stages. For a ScalesGradient optimizer the stages test every sum as AccumulateRows
+    // would (SumStage::check_sums), and the apply pass multiplies by gradient_scale.
+    backend_.for_each(static_cast<index_t>(grad_output.size()),
+                      detail::CheckFinite{grad_output.data(), &rec->pos[detail::kGrad]});
+    sum_stages(b, grad_output.data(), ScalesGradient<Opt> && S == 0);
+    b.unscaled_sums = ScalesGradient<Opt> && S == 0;
+  }
+  if (!b.unscaled_sums) {
+    backend_.for_each(U,
+                      detail::AccumulateRows<Opt>{b.uniq.data(), config_.dim, optimizer,
+                                                  opt_name_.empty() || StatePrecision::cached
+                                                      ? nullptr
+                                                      : reinterpret_cast<const float*>(opt_state_.data()),
+                                                  b.grad.data(), b.update.data(), step_ptr(), rec, count,
+                                                  b.flags.data() + detail::kFlagOk, state_ref(), cache_ref(),
+                                                  num_sets_ > 0 ? b.slot_of_unique.data() : nullptr});
+  }
+  backend_.for_each(
+      1, detail::SealBackward{rec, grad_output.data(), b.uniq.data(), b.occ_to_unique.data(), b.n,
+                              b.grad.data(), b.update.data(), config_.dim, S, skip_non_finite(),
+                              b.flags.data(), &counters->stats.skipped_steps,
+                              deferred() ? deferred_.data() : nullptr, static_cast<index_t>(call_seq_)});
+  bool apply = true;  // unknown (gated on the backend) under Validation::Deferred
+  if (!deferred()) {
+    const detail::CallRecord r = read_record(rec);  // the one wait of this call
+    throw_if_failed(fn, r, skip_non_finite(), nullptr);
+    apply = r.apply != 0;
+  } else if constexpr (!Backend::asynchronous) {
+    apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
+  }
+  return apply;  // false: skipped (NonFinite::Skip, counted on the backend) or a failed batch
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_backward(
+    const Opt& optimizer) {
+  using Rule = OptimizerRule<Opt>;
+  (void)optimizer;
+  Batch& b = current_;
+  detail::Counters* counters = counters_.data();
+  const index_t U = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const std::int64_t S = Rule::state_floats(config_.dim);
+  if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
+    if (S > 0) {            // all-zero bytes are 0.0 in every state precision
+      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
+      backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
+      if (StatePrecision::cached && num_sets_ > 0) {
+        cache_state_.reset(static_cast<std::size_t>(cache_slots() * S));
+        backend_.fill_bytes(cache_state_.data(), 0, cache_state_.bytes());
+      }
+    }
+    opt_name_ = Rule::name;
+  }
+  const index_t* gate = b.flags.data() + detail::kFlagApply;
+  [[maybe_unused]] float scale = 0.0f;
+  const float* lr = nullptr;  // set: b.grad holds the row sums, not the updates (prepare_backward)
+  if constexpr (ScalesGradient<Opt>) {
+    if (b.unscaled_sums) {
+      scale = Rule::gradient_scale(optimizer);
+      lr = &scale;
+    }
+  }
+  if constexpr (!host_paths && ScalesGradient<Opt>) {
+    if (b.unscaled_sums && !state_ref().active()) {
+      // Laned (a warp per row on a GPU): the cached rows and the store rows' new values,
+      // then the store rows quantized, each lane on its element groups.
+      backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
+      const detail::ApplyScaledLanes<Storage> part{b.uniq.data(),
+                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr,
+                                                   cache_ref(),
+                                                   store_.data(),
+                                                   stride_,
+                                                   config_.dim,
+                                                   b.grad.data(),
+                                                   Rule::gradient_scale(optimizer),
+                                                   b.outcome.data(),
+                                                   count,
+                                                   gate};
+      backend_.for_each_lanes(U, part);
+      backend_.for_each_lanes(
+          U, detail::StoreScaledLanes<Storage, Rounding>{part, store_.data(), row_stream(), step_ptr()});
+      backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+      backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
+      return;
+    }
+  }
+  backend_.for_each(
+      U, detail::ApplyRows<Storage, Rounding>{
+             b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
+             stride_, config_.dim, S,
+             S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
+             b.grad.data(), b.update.data(), row_stream(), step_ptr(), b.outcome.data(), count, gate,
+             state_ref(), lr});
+  backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_stages(Batch& b,
+                                                                                    const float* grad_output,
+                                                                                    bool check_sums) {
+  const index_t Ub = unique_bound(b);
+  const index_t* count = b.flags.data() + detail::kFlagU;
+  const auto rows = static_cast<std::size_t>(Ub) + 1;
+  b.sum_plan.reserve_discard(rows);
+  for (int stage = 1;; ++stage) {
+    index_t items = 0, partials = 0;
+    detail::sum_stage_bounds(b.n, Ub, stage, items, partials);
+    if (items == 0) break;
+    const int cur = stage & 1, prev = cur ^ 1;
+    IBuf& base = b.sum_base[cur];
+    base.reserve_discard(rows);
+    auto& part = b.sum_part[cur];
+    if (stage > 1 || partials > 1) part.reserve_discard(static_cast<std::size_t>(partials) * config_.dim);
+    backend_.for_each(Ub + 1, detail::PlanSumStage{b.seg_start.data(), count, stage, b.sum_plan.data()});
+    backend_.exclusive_scan(b.sum_plan.data(), base.data(), Ub + 1);
+    const detail::SumStage sum{stage,
+                               Ub,
+                               base.data(),
+                               stage > 1 ? b.sum_base[prev].data() : nullptr,
+                               b.seg_start.data(),
+                               b.sorted_pos.data(),
+                               b.bag_of.data(),
+                               b.has_coef ? b.coef.data() : nullptr,
+                               grad_output,
+                               b.B,
+                               num_tables(),
+                               config_.dim,
+                               stage > 1 ? b.sum_part[prev].data() : nullptr,
+                               part.data(),
+                               b.grad.data(),
+                               record_.data(),
+                               b.flags.data() + detail::kFlagOk,
+                               check_sums,
+                               false,
+                               count};
+    if (stage == 1) {  // every row's first group, item u = row u (no search)
+      detail::SumStage first = sum;
+      first.first_groups = true;
+      backend_.for_each_lanes(Ub, first);
+      if (b.n <= detail::kSumGroup) break;  // no row has a second group
+    }
+    backend_.for_each_lanes(items, sum);
+  }
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush() {
+  const index_t slots = cache_slots();
+  if (slots == 0) return;
+  detail::Counters* counters = counters_.data();
+  const detail::StateRef state = state_ref();
+  backend_.for_each(slots,
+                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, row_stream(),
+                                                          step_ptr(), flush_outcome_.data(), state});
+  backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
+  const auto row_bytes =
+      static_cast<std::uint64_t>(Storage::data_bytes(config_.dim)) +
+      (state.active() ? static_cast<std::uint64_t>(state.S) * StatePrecision::value_bytes : 0);
+  backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Flush, 0, nullptr, row_bytes, nullptr});
+}
+
+}  // namespace mpe

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/detail/kernels/row_accumulate.hpp
+/// @brief Dequantize-and-accumulate of one row into a pooled output (not public): the
+/// inner loop of forward pooling (detail::PoolBags), written so that g++ vectorizes it
+/// over d, and loads of rows ahead so their misses overlap (host only).
+///
+/// Bits: every element is computed exactly as `Storage::Reader` defines it (Int8:
+/// add(mul(scale, q), bias); Int4: the same with FP16 scale/bias; Fp32: the value) and
+/// added to o[d] with one num::add (or num::add(o[d], num::mul(w, x))), so the per-element
+/// add order is the caller's row order, as with the generic Reader loop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/all.hpp"
+
+namespace mpe::detail {
+
+/// Generic form: o (D) += x (D), x read through Storage::Reader; `w` scales each x when
+/// `Weighted`. `row` and `o` never overlap.
+template <class Storage>
+struct RowAccumulate {
+  static constexpr bool generic = true;  ///< the Reader loop (no format-specific loop)
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const typename Storage::Reader rd(row, D);
+    for (std::int32_t d = 0; d < D; ++d) {
+      if constexpr (Weighted) {
+        o[d] = num::add(o[d], num::mul(w, rd[d]));
+      } else {
+        o[d] = num::add(o[d], rd[d]);
+      }
+    }
+  }
+};
+
+/// Whether RowAccumulate has a loop of its own for Storage (a specialization below) rather
+/// than the generic Reader loop. tests/host/test_fast_paths.cpp lists every format's value.
+template <class Storage>
+inline constexpr bool has_row_accumulate = !requires {
+  RowAccumulate<Storage>::generic;
+};
+
+/// Whether decode_chunk reads an aligned chunk of Storage's codes in one 32-bit load.
+template <class Storage>
+inline constexpr bool has_chunk_load = std::is_same_v<Storage, Int8Rowwise>;
+
+/// FP32 rows (the store's Fp32 format, or a cache row).
+inline MPE_HOST_DEVICE void accumulate_f32(const float* __restrict__ x, std::int32_t D, float w,
+                                           float* __restrict__ o, bool weighted) {
+  if (weighted) {
+    for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], num::mul(w, x[d]));
+  } else {
+    for (std::int32_t d = 0; d < D; ++d) o[d] = num::add(o[d], x[d]);
+  }
+}
+
+template <>
+struct RowAccumulate<Fp32> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    // Unaligned loads as the Reader (row_alignment may be below 4).
+    const std::uint8_t* __restrict__ r = row;
+    float* __restrict__ out = o;
+    for (std::int32_t d = 0; d < D; ++d) {
+      const float x = num::load_f32(r + 4 * d);
+      if constexpr (Weighted) {
+        out[d] = num::add(out[d], num::mul(w, x));
+      } else {
+        out[d] = num::add(out[d], x);
+      }
+    }
+  }
+};
+
+template <>
+struct RowAccumulate<Int8Rowwise> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const float scale = num::load_f32(row + D), bias = num::load_f32(row + D + 4);
+    const std::uint8_t* __restrict__ q = row;
+    float* __restrict__ out = o;
+    for (std::int32_t d = 0; d < D; ++d) {
+      const float x = num::add(num::mul(scale, static_cast<float>(q[d])), bias);
+      if constexpr (Weighted) {
+        out[d] = num::add(out[d], num::mul(w, x));
+      } else {
+        out[d] = num::add(out[d], x);
+      }
+    }
+  }
+};
+
+template <>
+struct RowAccumulate<Int4Rowwise> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const std::int32_t nb = (D + 1) / 2;
+    const float scale = num::half_to_float(num::load_u16(row + nb));
+    const float bias = num::half_to_float(num::load_u16(row + nb + 2));
+    const std::uint8_t* __restrict__ q = row;
+    float* __restrict__ out = o;
+    // Element 2k in the low nibble of byte k, 2k+1 in the high nibble.
+    const std::int32_t pairs = D / 2;
+    for (std::int32_t k = 0; k < pairs; ++k) {
+      const std::uint32_t b = q[k];
+      const float x0 = num::add(num::mul(scale, static_cast<float>(b & 0xfu)), bias);
+      const float x1 = num::add(num::mul(scale, static_cast<float>(b >> 4)), bias);
+      if constexpr (Weighted) {
+        out[2 * k] = num::add(out[2 * k], num::mul(w, x0));
+        out[2 * k + 1] = num::add(out[2 * k + 1], num::mul(w, x1));
+      } else {
+        out[2 * k] = num::add(out[2 * k], x0);
+        out[2 * k + 1] = num::add(out[2 * k + 1], x1);
+      }
+    }
+    if (D & 1) {
+      const float x = num::add(num::mul(scale, static_cast<float>(q[pairs] & 0xfu)), bias);
+      if constexpr (Weighted) {
+        out[D - 1] = num::add(out[D - 1], num::mul(w, x));
+      } else {
+        out[D - 1] = num::add(out[D - 1], x);
+      }
+    }
+  }
+};
+
+/// Elements per lane chunk of the laned functors (CudaBackend: a warp per bag or row):
+/// lane `lane` of `lanes` takes elements [c, min(c + kLaneChunk, D)) for
+/// c = kLaneChunk * lane, kLaneChunk * (lane + lanes), ... (see lane_chunk_begin). Four
+/// elements are 4 bytes of an INT8 row, 16 of an FP32 row: a warp reads 128 or 512
+/// contiguous bytes of a D = 128 row at once.
+inline constexpr std::int32_t kLaneChunk = 4;
+/// First element of lane `lane`'s first chunk.
+MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return kLaneChunk * lane; }
+/// Distance between two chunks of one lane.
+MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
+
+/// Rows a lane of the laned pooling (PoolBags) loads and decodes before adding them. One:
+/// on an H200 (INT8, INT4 and FP32 rows, D = 128, random rows of a 10M-row table) two, four
+/// and eight rows per lane were slower, the registers they take costing more resident warps
+/// than the rows in flight gain (the gpu/pool_group benchmark of bench_embedding_cuda).
+inline constexpr int kPoolLaneGroup = 1;
+
+/// x[k] = element d0 + k of a stored row of format Storage (the Reader's value) for k < n
+/// (n <= kLaneChunk), 0 for n <= k < kLaneChunk. An Int8Rowwise chunk of four 4-byte-aligned
+/// codes is read as one 32-bit word (the same codes).
+template <class Storage>
+MPE_HOST_DEVICE void decode_chunk(const std::uint8_t* row, std::int32_t D, std::int32_t d0, std::int32_t n,
+                                  float* x) {
+  const typename Storage::Reader rd(row, D);
+  if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
+    if (n == 4 && (reinterpret_cast<std::uintptr_t>(row + d0) & 3u) == 0) {
+      const std::uint32_t q = *reinterpret_cast<const std::uint32_t*>(row + d0);
+      for (std::int32_t k = 0; k < 4; ++k)
+        x[k] = num::add(num::mul(rd.scale, static_cast<float>((q >> (8 * k)) & 0xffu)), rd.bias);
+      return;
+    }
+  }
+  for (std::int32_t k = 0; k < kLaneChunk; ++k) x[k] = k < n ? rd[d0 + k] : 0.0f;
+}
+
+/// acc[k] += x[d0 + k] for k < n (n <= kLaneChunk), x a stored row read through
+/// Storage::Reader: the elements RowAccumulate computes, with the same operations.
+template <class Storage, bool Weighted>
+MPE_HOST_DEVICE void accumulate_chunk(const std::uint8_t* row, std::int32_t D, std::int32_t d0,
+                                      std::int32_t n, float w, float* acc) {
+  const typename Storage::Reader rd(row, D);
+  for (std::int32_t k = 0; k < n; ++k) {
+    if constexpr (Weighted) {
+      acc[k] = num::add(acc[k], num::mul(w, rd[d0 + k]));
+    } else {
+      acc[k] = num::add(acc[k], rd[d0 + k]);
+    }
+  }
+}
+
+/// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
+/// overlap with the pooling of earlier rows (host only; a no-op in device code). No longer
+/// used by PoolBags, which prefetches with detail::prefetch_lines and, store only,
+/// simd::prefetch_row_lines (detail/host/avx2/pool.hpp); kept for
+/// the peer side-by-side harness's `rep_touch` variant. (The "prefetches dropped on the KVM
+/// guest" once given as the reason for loads was GCC deleting the prefetch calls: see
+/// prefetch_lines.)
+MPE_HOST_DEVICE inline void touch_lines(const void* p, std::size_t bytes) {
+#ifndef __CUDA_ARCH__
+  const char* c = static_cast<const char*>(p);
+  const char* last = c + (bytes ? bytes - 1 : 0);
+  for (; c <= last; c += 64) {
+    const char v = *c;
+    asm volatile("" : : "r"(v));  // keep the load; its value is not needed
+  }
+  const char v = *last;  // the last line when the row straddles one more line
+  asm volatile("" : : "r"(v));
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace mpe::detail

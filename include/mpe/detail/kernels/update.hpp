@@ -1,0 +1,587 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/detail/kernels/update.hpp
+/// @brief backward()'s two passes: AccumulateRows (summed gradient -> the optimizer's update
+/// and new state in workspace, checked) and ApplyRows (write to the cache row or the store).
+/// Per-item functors of CachedEmbedding (not public): trivially copyable,
+/// `MPE_HOST_DEVICE`, run by HostBackend through Thrust and launched as kernels by
+/// CudaBackend; each writes disjoint outputs per item.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/numeric/atomics.hpp"
+#include "mpe/detail/kernels/gradient_sum.hpp"
+#include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/kernels/row_accumulate.hpp"
+#include "mpe/detail/kernels/state_ref.hpp"
+#include "mpe/detail/kernels/statistics.hpp"
+#include "mpe/detail/kernels/validation.hpp"
+#include "mpe/numeric/config.hpp"
+#include "mpe/numeric/float_ops.hpp"
+#include "mpe/numeric/philox.hpp"
+#include "mpe/optim/optimizer.hpp"
+#include "mpe/optim/state_precision.hpp"
+#include "mpe/storage/storage.hpp"
+#include "mpe/core/types.hpp"
+
+namespace mpe::detail {
+
+/// True when every value of x[0, m) is finite. Branch-free over the run (an OR of
+/// (bits & 0x7fffffff) + 2^23, whose bit 31 is set exactly for an all-ones exponent), so
+/// compilers vectorize it.
+MPE_HOST_DEVICE inline bool all_finite(const float* x, std::int64_t m) {
+  std::uint32_t acc = 0;
+  for (std::int64_t d = 0; d < m; ++d) acc |= (num::float_bits(x[d]) & 0x7fffffffu) + 0x00800000u;
+  return (acc >> 31) == 0;
+}
+
+/// Records in *bad the position of the first non-finite value of x[0, m), offset by `base`
+/// (atomic_min: the smallest such position over all callers), and raises `largest` to the
+/// largest magnitude of x[0, m) as a bit pattern, bits(|x|) (ordered as |x| for
+/// non-negative floats; a NaN is above +inf). A branch-free test of the whole run first (a
+/// finite run is the common case; all_finite's test), then the position.
+MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad,
+                                             std::uint32_t& largest) {
+  std::uint32_t acc = 0, hi = largest;
+  for (std::int32_t d = 0; d < m; ++d) {
+    const std::uint32_t a = num::float_bits(x[d]) & 0x7fffffffu;
+    acc |= a + 0x00800000u;
+    hi = hi > a ? hi : a;
+  }
+  largest = hi;
+  if ((acc >> 31) == 0) return;
+  for (std::int32_t d = 0; d < m; ++d) {
+    if (!num::is_finite(x[d])) {
+      atomic_min(bad, base + d);
+      return;
+    }
+  }
+}
+
+/// check_finite_run without the largest magnitude (the unused maximum compiles away).
+MPE_HOST_DEVICE inline void check_finite_run(const float* x, std::int32_t m, index_t base, index_t* bad) {
+  std::uint32_t unused = 0;
+  check_finite_run(x, m, base, bad, unused);
+}
+
+/// True when no value of x[0, m) is NaN (|bits| > 0x7f800000, i.e. (bits & 0x7fffffff) +
+/// 0x007fffff reaches bit 31); branch-free like all_finite.
+MPE_HOST_DEVICE inline bool no_nan(const float* x, std::int64_t m) {
+  std::uint32_t acc = 0;
+  for (std::int64_t d = 0; d < m; ++d) acc |= (num::float_bits(x[d]) & 0x7fffffffu) + 0x007fffffu;
+  return (acc >> 31) == 0;
+}
+
+/// w[d] = sanitize(w[d] - u[d], limit) for d < D (detail::sanitize: NaN -> 0, beyond
+/// +-limit -> +-limit), u[d] = up[d], or num::mul(lr, up[d]) when Scaled; returns whether a
+/// value was changed. The differences are computed in one branch-free pass that also tests
+/// them (|x| > limit or NaN: (bits & 0x7fffffff) + (0x7fffffff - bits(limit)) reaches bit
+/// 31), and only a row with such a value is sanitized in a second pass: the same values as
+/// sanitizing each difference.
+template <bool Scaled>
+MPE_HOST_DEVICE inline bool sub_update_within_limit(float* w, float lr, const float* up, std::int32_t D,
+                                                    float limit) {
+  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
+  std::uint32_t acc = 0;
+  for (std::int32_t d = 0; d < D; ++d) {
+    float u = up[d];
+    if constexpr (Scaled) u = num::mul(lr, u);
+    const float x = num::sub(w[d], u);
+    w[d] = x;
+    acc |= (num::float_bits(x) & 0x7fffffffu) + margin;
+  }
+  bool sat = false;
+  if ((acc >> 31) != 0) {
+    for (std::int32_t d = 0; d < D; ++d) w[d] = detail::sanitize(w[d], limit, sat);
+  }
+  return sat;
+}
+
+/// w[d] = sanitize(w[d] - up[d], limit) for d < D; see sub_update_within_limit.
+MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int32_t D, float limit) {
+  return sub_update_within_limit<false>(w, 0.0f, up, D, limit);
+}
+
+/// sub_within_limit with the update computed on the way, as a ScalesGradient rule (Sgd) does:
+/// w[d] = sanitize(w[d] - lr * g[d], limit), the product one correctly rounded num::mul (the
+/// same values as OptimizerRule<Sgd>::step followed by sub_within_limit). The product and
+/// the difference are one expression here (two passes before): a build with FMA enabled
+/// and contraction on may fuse them, which docs/numerics.md already rules out
+/// (-ffp-contract=off for such builds; the x86-64 default has no FMA).
+MPE_HOST_DEVICE inline bool sub_scaled_within_limit(float* w, float lr, const float* g, std::int32_t D,
+                                                    float limit) {
+  return sub_update_within_limit<true>(w, lr, g, D, limit);
+}
+
+/// Whether no row sum of ScatterRowGradients can overflow, given its `magnitude` output ((2):
+/// bits(max |grad_output|), bits(max |coefficient|)) and n occurrences, so that
+/// AccumulateRows' overflow check would find nothing: each added term c * g is at most
+/// 2^100 (1 + 2^-24) in magnitude when max|c| * max|g| <= 2^100, and a sum of k <= n < 2^24
+/// terms, each partial sum rounded up by at most a factor 1 + 2^-24, stays below
+/// 2^24 * 2^100 * e < 2^126 < FLT_MAX. False for a non-finite magnitude (NaN, inf) and for
+/// n >= 2^24.
+inline bool sums_cannot_overflow(const std::uint32_t* magnitude, index_t n) {
+  if (n >= (index_t{1} << 24)) return false;
+  const double g = num::bits_float(magnitude[0]), c = num::bits_float(magnitude[1]);
+  return g * c <= 0x1p100;
+}
+
+/// Adds one occurrence's grad_output row `go` (D) into the row sum g (D): g = c * go (or go
+/// with no coefficients) for the row's first occurrence, else g + c * go (g + go). The
+/// one-lane step of SumRowGradients and ScatterRowGradients: mul(1, x) == x, so leaving
+/// the multiply out for coefficient 1 keeps the bits.
+MPE_HOST_DEVICE inline void add_occurrence(float* g, const float* go, std::int32_t D, const float* coef,
+                                           float c, bool first) {
+  if (coef) {
+    if (first) {
+      for (std::int32_t d = 0; d < D; ++d) g[d] = num::mul(c, go[d]);
+    } else {
+      for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], num::mul(c, go[d]));
+    }
+  } else if (first) {
+    for (std::int32_t d = 0; d < D; ++d) g[d] = go[d];
+  } else {
+    for (std::int32_t d = 0; d < D; ++d) g[d] = num::add(g[d], go[d]);
+  }
+}
+
+/// Backward, first pass, part 1, on the host (one lane), for unique row u: its gradient g
+/// = the sum over its occurrences of coef * grad_output[bag] (coefficient 1 for plain sum
+/// pooling) into `grad`, in the order of gradient_sum.hpp: left to right in position order
+/// for a row of at most kSumGroup occurrences, by GradientTree for a hotter row. Writes
+/// only `grad` and the check of grad_output below. (Other backends run the same order as
+/// laned stages: PlanSumStage / SumStage.)
+///
+/// grad_output's finiteness check is fused here: every value an occurrence reads is tested
+/// and the smallest non-finite position goes to rec->pos[kGrad] (atomic_min); the rows of
+/// bags without occurrences are tested by CheckEmptyBagGrads. Together they test every
+/// value of grad_output at least once (each belongs to one bag), as one pass over it
+/// would. The grad_output row of the occurrence kPoolPrefetchAhead places ahead (in
+/// sorted order) is prefetched. Does nothing when the batch failed validation.
+struct SumRowGradients {
+  const index_t* seg_start;   // (U + 1)
+  const index_t* sorted_pos;  // (n)
+  const index_t* bag_of;      // (n)
+  const float* coef;          // (n), or null for plain sum pooling (coefficient 1)
+  const float* grad_output;   // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  float* grad;           // (U, D) workspace: the summed gradient
+  CallRecord* rec;       // rec->pos[kGrad]: first non-finite position of grad_output
+  const index_t* count;  // (1) U; items u >= U do nothing
+  const index_t* gate;   // ok flag of the batch, or null
+  index_t n = 0;         // occurrences (prefetch bound; 0: no prefetch)
+  /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
+  index_t occurrence(index_t k, float& cf) const {
+    const index_t i = sorted_pos[k];
+    index_t t, b;
+    split_bag(bag_of[i], B, t, b);
+    cf = coef ? coef[i] : 1.0f;
+    return (b * T + t) * D;
+  }
+  /// Occurrences [k0, k1) summed left to right into g (D), grad_output checked.
+  void sum_run(index_t k0, index_t k1, float* g) const {
+    index_t* bad = &rec->pos[kGrad];
+    for (index_t k = k0; k < k1; ++k) {
+      if (k + kPoolPrefetchAhead < n) {
+        float unused;
+        prefetch_lines(grad_output + occurrence(k + kPoolPrefetchAhead, unused),
+                       static_cast<std::size_t>(D) * sizeof(float));
+      }
+      float c;
+      const index_t at = occurrence(k, c);
+      add_occurrence(g, grad_output + at, D, coef, c, k == k0);
+      check_finite_run(grad_output + at, D, at, bad);
+    }
+  }
+  void operator()(index_t u, std::int32_t /*lane*/, std::int32_t /*lanes*/) const {
+    if (u >= *count || !open(gate)) return;
+    float* g = grad + u * D;
+    const index_t first = seg_start[u], last = seg_start[u + 1];
+    if (last - first <= kSumGroup) {
+      sum_run(first, last, g);
+      return;
+    }
+    GradientTree tree(D);  // a hot row: groups of kSumGroup, then the levels above
+    for (index_t k0 = first; k0 < last; k0 += kSumGroup) {
+      sum_run(k0, k0 + kSumGroup < last ? k0 + kSumGroup : last, g);
+      tree.push(1, g);
+    }
+    tree.finish(g);
+  }
+};
+
+/// grad_output's finiteness check for the bags without occurrences (the rest is fused into
+/// SumRowGradients). Item i in [0, n] tests the rows of the bags strictly between the bags
+/// of occurrences i - 1 and i (bag_of is non-decreasing: CSR order; before the first and
+/// after the last occurrence, from bag 0 and up to bag B * T). Launch n + 1 items. Does
+/// nothing when the batch failed validation (its bag_of is not complete then), as
+/// SumRowGradients.
+struct CheckEmptyBagGrads {
+  const index_t* bag_of;     // (n)
+  index_t n;                 // occurrences
+  const float* grad_output;  // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  index_t* bad;         // (1) smallest non-finite position (atomic_min)
+  const index_t* gate;  // ok flag of the batch, or null
+  MPE_HOST_DEVICE void operator()(index_t i) const {
+    if (!open(gate)) return;
+    const index_t lo = i == 0 ? 0 : bag_of[i - 1] + 1;
+    const index_t hi = i == n ? B * T : bag_of[i];
+    for (index_t j = lo; j < hi; ++j) {
+      index_t t, b;
+      split_bag(j, B, t, b);
+      const index_t at = (b * T + t) * D;
+      check_finite_run(grad_output + at, D, at, bad);
+    }
+  }
+};
+
+/// Host, one thread: SumRowGradients and CheckEmptyBagGrads in one pass that reads
+/// grad_output in memory order (sample b, then table t) instead of gathering its rows in
+/// sorted order, adding each occurrence's row into its unique row's sum (`grad`, (U, D)).
+/// The same sums, bit for bit: a unique row belongs to one table, whose bags this order
+/// visits in increasing b, i.e. in increasing position, so every row's occurrences are
+/// added in position order as the gather does; the first occurrence of each group of
+/// kSumGroup sets the sum (started[u] counts the row's position in its group), and a
+/// completed group of a hot row goes up its GradientTree (gradient_sum.hpp's order).
+/// Every value of grad_output is tested once, the first non-finite one (the smallest
+/// position: memory order) going to rec->pos[kGrad]. Launch one item. Does nothing when
+/// the batch failed validation. The sum rows of the first occurrences of the bag
+/// kScatterAhead bags ahead are prefetched (a random row of the (U, D) sums each), and the
+/// grad_output row kGradAhead bags ahead in memory order (8 KiB ahead at D = 64: the
+/// first read of each grad_output row is where this loop waits, and 32 bags ahead covers
+/// that latency on current x86-64 hosts without evicting the rows still in use). With
+/// `magnitude` set, the largest |grad_output| and |coefficient| are written for
+/// sums_cannot_overflow. With AVX2 the loops are compiled for it (the same element-wise
+/// adds and multiplies).
+struct ScatterRowGradients {
+  const index_t* offsets;        // (B * T + 1) the forward's CSR offsets
+  const index_t* occ_to_unique;  // (n)
+  const float* coef;             // (n), or null for plain sum pooling (coefficient 1)
+  const float* grad_output;      // (B, T*D)
+  index_t B, T;
+  std::int32_t D;
+  float* grad;  // (U, D) workspace: the summed gradient
+  // (U) zeros on entry: each row's occurrences added so far modulo kSumGroup (0: the next
+  // one starts a group of the order of gradient_sum.hpp)
+  std::uint8_t* started;
+  CallRecord* rec;      // rec->pos[kGrad]
+  const index_t* gate;  // ok flag of the batch, or null
+  // (2) out, or null: bits(max |grad_output|) and bits(max |coef|) (bits(1) without coef),
+  // as check_finite_run orders magnitudes; what sums_cannot_overflow tests.
+  std::uint32_t* magnitude = nullptr;
+  // Rows with more than kSumGroup occurrences (GradientTree per row), empty on entry and exit.
+  std::unordered_map<index_t, GradientTree>* hot = nullptr;
+  static_assert(kSumGroup == 256, "started counts a row's position in its group in one byte");
+  static constexpr index_t kScatterAhead = 8;      // bags: sum rows prefetched
+  static constexpr index_t kScatterAheadRows = 4;  // first occurrences of that bag prefetched
+  static constexpr index_t kGradAhead = 32;        // bags: grad_output rows prefetched (memory order)
+
+  void operator()(index_t) const {
+    if (!open(gate)) return;
+#if MPE_HOST_SIMD
+    if (host_simd_enabled()) {
+      run_avx2();
+      return;
+    }
+#endif
+    run();
+  }
+#if MPE_HOST_SIMD
+  __attribute__((target("avx2,f16c"))) void run_avx2() const { run(); }
+#endif
+  [[gnu::always_inline]] inline void run() const {
+    // Members in locals: the loop's byte stores (started) may alias any memory, so the
+    // compiler would reload members through `this` after each one.
+    const index_t* const offsets = this->offsets;
+    const index_t* const occ_to_unique = this->occ_to_unique;
+    const float* const coef = this->coef;
+    const float* const grad_output = this->grad_output;
+    float* const grad = this->grad;
+    std::uint8_t* const started = this->started;
+    const index_t B = this->B, T = this->T;
+    const std::int32_t D = this->D;
+    index_t* bad = &rec->pos[kGrad];
+    const auto row_bytes = static_cast<std::size_t>(D) * sizeof(float);
+    const index_t end_go = B * T * D;
+    std::uint32_t go_max = 0, coef_max = coef ? 0u : 0x3f800000u;  // bits(0); bits(1): no coefficients
+    // The bag kScatterAhead bags ahead in (b, t) order: sample ab, table at.
+    index_t ab = kScatterAhead / T, at = kScatterAhead % T;
+    for (index_t b = 0; b < B; ++b) {
+      for (index_t t = 0; t < T; ++t) {
+        if (ab < B) {
+          const index_t j2 = at * B + ab;
+          const index_t e2 = offsets[j2 + 1] < offsets[j2] + kScatterAheadRows
+                                 ? offsets[j2 + 1]
+                                 : offsets[j2] + kScatterAheadRows;
+          for (index_t i2 = offsets[j2]; i2 < e2; ++i2)
+            prefetch_lines(grad + occ_to_unique[i2] * D, row_bytes);
+          if (++at == T) {
+            at = 0;
+            ++ab;
+          }
+        }
+        const index_t j = t * B + b, at_go = (b * T + t) * D;
+        const float* go = grad_output + at_go;
+        if (at_go + kGradAhead * D < end_go) prefetch_lines(go + kGradAhead * D, row_bytes);
+        check_finite_run(go, D, at_go, bad, go_max);
+        for (index_t i = offsets[j]; i < offsets[j + 1]; ++i) {
+          const index_t u = occ_to_unique[i];
+          const float c = coef ? coef[i] : 1.0f;
+          const std::uint32_t ca = num::float_bits(c) & 0x7fffffffu;
+          coef_max = coef_max > ca ? coef_max : ca;
+          add_occurrence(grad + u * D, go, D, coef, c, started[u] == 0);
+          if (++started[u] == 0) hot_group(u);  // the row's kSumGroup-th occurrence
+        }
+      }
+    }
+    if (magnitude) {
+      magnitude[0] = go_max;
+      magnitude[1] = coef_max;
+    }
+    finish_hot_rows();
+  }
+  /// Row u's sum completed a group of kSumGroup occurrences (its position counter wrapped
+  /// to 0): the group goes up its GradientTree, and the row's next occurrence starts a new
+  /// group in `grad`.
+  void hot_group(index_t u) const {
+    auto it = hot->find(u);
+    if (it == hot->end()) it = hot->emplace(u, GradientTree(D)).first;
+    it->second.push(1, grad + u * D);
+  }
+  /// Each hot row's sum: its last, incomplete group (if any) pushed, then its tree's sum
+  /// into `grad`.
+  void finish_hot_rows() const {
+    for (auto& [u, tree] : *hot) {
+      if (started[u] != 0) tree.push(1, grad + u * D);
+      tree.finish(grad + u * D);
+    }
+    hot->clear();
+  }
+};
+
+/// Backward, first pass, part 2, for unique row u (after SumRowGradients):
+/// OptimizerRule<Opt>::step on a copy of the row's state with the summed gradient in
+/// `grad`: the new state goes to `new_state` and `grad` is replaced by the update u
+/// (applied as w - u). Changes no state of the object: a row whose summed gradient or new
+/// state is not finite, or whose update is NaN (float overflow of finite inputs), records
+/// its unique index in rec->pos[kOverflow] (smallest u), so the whole step can be refused
+/// or skipped before anything is written. Does nothing when grad_output itself failed its
+/// check (rec->pos[kGrad]) or the batch failed validation.
+template <class Opt>
+struct AccumulateRows {
+  using Rule = OptimizerRule<Opt>;
+  const index_t* uniq;
+  std::int32_t D;
+  Opt opt;
+  const float* opt_state;     // (rows, S) with S = Rule::state_floats(D); null before the first step: zeros
+  float* grad;                // (U, D) workspace: summed gradient, then the update
+  float* new_state;           // (U, S) workspace
+  const std::uint64_t* step;  // (1) completed backward() calls; this step is *step + 1
+  CallRecord* rec;
+  const index_t* count;  // (1) U; items u >= U do nothing
+  const index_t* gate;   // ok flag of the batch, or null
+  // Compact state precision (opt_state is then null): the row's state is read from its
+  // cache slot (FP32) or decoded from the store, and stepped in place in new_state.
+  StateRef state{};
+  CacheRef cache{};
+  const index_t* slot_of_unique = nullptr;  // (U) or null
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count || !open(gate) || rec->pos[kGrad] != kNoError) return;
+#ifndef __CUDA_ARCH__
+    // Host: the FP32 state row kPoolPrefetchAhead unique rows ahead (a random read).
+    if (opt_state && u + kPoolPrefetchAhead < *count) {
+      prefetch_lines(opt_state + uniq[u + kPoolPrefetchAhead] * Rule::state_floats(D),
+                     static_cast<std::size_t>(Rule::state_floats(D)) * sizeof(float));
+    }
+#endif
+    const index_t r = uniq[u];
+    float* g = grad + u * D;
+    bool ok = all_finite(g, D);
+    if (!ok) {  // the summed gradient overflowed: keep it (SealBackward reports it)
+      atomic_min(&rec->pos[kOverflow], u);
+      return;
+    }
+    const std::int64_t S = Rule::state_floats(D);
+    float* st = new_state + u * S;
+    if (state.active()) {
+      // The same slot lookup as ApplyRows (no populate runs between the two passes).
+      index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+      if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+      state.read(r, s, st);
+      Rule::step(opt, st, st, g, D, *step + 1);
+    } else if (opt_state) {
+      Rule::step(opt, opt_state + r * S, st, g, D, *step + 1);
+    } else {  // before the first applied step every state value is 0
+      for (std::int64_t k = 0; k < S; ++k) st[k] = 0.0f;
+      Rule::step(opt, st, st, g, D, *step + 1);
+    }
+    ok = all_finite(st, S) && no_nan(g, D);  // an update of +-inf saturates; NaN never
+    if (!ok) atomic_min(&rec->pos[kOverflow], u);
+  }
+};
+
+/// Backward, second pass, for unique row u (after the verdict; gated on the batch's apply
+/// flag): stores the new optimizer state and applies w -= u on the cache row (marked dirty)
+/// or on the store row (dequantize, update, quantize with Rounding at site StoreUpdate).
+/// The update u and the state come from AccumulateRows.
+template <class Storage, class Rounding>
+struct ApplyRows {
+  const index_t* uniq;
+  const index_t* slot_of_unique;  // (U) or null
+  CacheRef cache;
+  std::uint8_t* store;
+  std::size_t stride;
+  std::int32_t D;
+  std::int64_t state_floats;  // S per row
+  float* opt_state;           // (rows, S) or null when S = 0
+  float* update;              // (U, D) the updates (the store path reuses it as scratch)
+  const float* new_state;     // (U, S)
+  num::RowStream stream;
+  const std::uint64_t* step;  // (1) completed backward() calls
+  std::uint8_t* outcome;      // (U)
+  const index_t* count;       // (1) U; items u >= U do nothing
+  const index_t* gate;        // apply flag of the batch, or null
+  StateRef state{};           // compact state precision (opt_state is then null)
+  // (1) or null. Set: `update` holds the summed gradients of a step whose optimizer scales
+  // the gradient (ScalesGradient, e.g. Sgd) and whose AccumulateRows was skipped
+  // (sums_cannot_overflow); the update of element d is num::mul(*lr, g[d]), the rule's own
+  // product, computed here (the same bits).
+  const float* lr = nullptr;
+  /// Host only: prefetches what unique row v will read and write (its cache row, or its
+  /// store row, and its FP32 optimizer state), so the random row accesses of the rows
+  /// kPoolPrefetchAhead ahead overlap this one's work. The bits do not depend on it.
+  MPE_HOST_DEVICE void prefetch(index_t v) const {
+    const index_t r = uniq[v];
+    const index_t s = slot_of_unique ? slot_of_unique[v] : -1;
+    if (s >= 0) {
+      prefetch_lines(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
+      prefetch_lines(cache.tags + s, sizeof(index_t));  // the slot's tag, compared below
+    } else {
+      prefetch_lines(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
+    }
+    if (opt_state) prefetch_lines(opt_state + r * state_floats, static_cast<std::size_t>(state_floats) * 4);
+  }
+  MPE_HOST_DEVICE void operator()(index_t u) const {
+    if (u >= *count || !open(gate)) return;
+#ifndef __CUDA_ARCH__
+    if (u + kPoolPrefetchAhead < *count) prefetch(u + kPoolPrefetchAhead);
+#endif
+    const index_t r = uniq[u];
+    float* up = update + u * D;
+    index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    // A row uncached at forward (conflict or policy rejection) may have been filled since
+    // by a prefetch: update it where it lives now, or the store update would be lost.
+    if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+    bool state_sat = false;  // a compact state value saturated (counted with the row)
+    if (state.active()) {    // into the cache slot beside the row, or rounded into the store
+      state_sat = state.template write<Rounding>(r, s, new_state + u * state_floats,
+                                                 static_cast<std::uint32_t>(*step));
+    } else {
+      for (std::int64_t k = 0; k < state_floats; ++k)
+        opt_state[r * state_floats + k] = new_state[u * state_floats + k];
+    }
+    if (s >= 0) {
+      // The cached FP32 row keeps to the store format's range (as a store update does),
+      // so it never overflows to inf and always round-trips through set_weights. The
+      // update is never NaN here (AccumulateRows), so an overflow is +-inf (clamped).
+      const bool sat = lr ? sub_scaled_within_limit(cache.row(s), *lr, up, D, Storage::limit)
+                          : sub_within_limit(cache.row(s), up, D, Storage::limit);
+      cache.dirty[s] = 1;
+      outcome[u] = sat || state_sat ? kSaturated : 0;
+    } else {
+      std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
+      const typename Storage::Reader rd(row, D);
+      if (lr) {
+        const float l = *lr;
+        for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], num::mul(l, up[d]));
+      } else {
+        for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
+      }
+      const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
+      const bool sat = Storage::template store<Rounding>(up, D, row, rng);
+      outcome[u] = sat || state_sat ? kSaturated : 0;
+    }
+  }
+};
+
+/// Backward, second pass, on laned backends (a warp per row on a GPU), for a step whose
+/// `update` holds the summed gradients of a ScalesGradient optimizer (no state; SumStage
+/// checked the sums, AccumulateRows left out), part 1 for unique row u: a cached row
+/// (marked dirty) gets w = sanitize(w - lr * g) on each lane's chunks, as ApplyRows with
+/// `lr` does; a store row's new values rd[d] - lr * g[d] are written over its `update`
+/// row for StoreScaledLanes. Lanes write disjoint elements; any lane that saturates sets
+/// outcome[u] = kSaturated (outcome is zeroed before the launch). Gated on the batch's
+/// apply flag.
+template <class Storage>
+struct ApplyScaledLanes {
+  const index_t* uniq;            // (U)
+  const index_t* slot_of_unique;  // (U) or null
+  CacheRef cache;
+  const std::uint8_t* store;
+  std::size_t stride;
+  std::int32_t D;
+  float* update;          // (U, D) summed gradients in; a store row's new values out
+  float lr;               // the rule's gradient_scale
+  std::uint8_t* outcome;  // (U) zeros on entry
+  const index_t* count;   // (1) U
+  const index_t* gate;    // apply flag of the batch
+  /// Row u's slot now (as ApplyRows: a row uncached at forward may have been filled since).
+  MPE_HOST_DEVICE index_t slot(index_t u, index_t r) const {
+    index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    if (s < 0 || cache.tags[s] != r) s = cache.find(r);
+    return s;
+  }
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *count || !open(gate)) return;
+    const index_t r = uniq[u];
+    const index_t s = slot(u, r);
+    float* up = update + u * D;
+    const float l = lr;
+    if (s >= 0) {
+      float* w = cache.row(s);
+      bool sat = false;
+      for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+        const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+        sat = sub_scaled_within_limit(w + c, l, up + c, m, Storage::limit) || sat;
+      }
+      if (lane == 0) cache.dirty[s] = 1;
+      if (sat) outcome[u] = kSaturated;
+      return;
+    }
+    const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
+      for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], num::mul(l, up[c + e]));
+    }
+  }
+};
+
+/// Part 2 of ApplyScaledLanes (launched after it), for a unique row u without a cache slot:
+/// its new values (the `update` row) quantized into the store with Rounding at site
+/// StoreUpdate, each lane writing its element groups (detail::store_lanes; every lane reads
+/// the whole row for the row's parameters). The same bytes as ApplyRows. Gated on the
+/// batch's apply flag.
+template <class Storage, class Rounding>
+struct StoreScaledLanes {
+  ApplyScaledLanes<Storage> apply;  // the same rows and slots
+  std::uint8_t* store;
+  num::RowStream stream;      // the rounding streams (seed, row keys)
+  const std::uint64_t* step;  // (1) completed backward() calls
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    if (u >= *apply.count || !open(apply.gate)) return;
+    const index_t r = apply.uniq[u];
+    if (apply.slot(u, r) >= 0) return;
+    const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
+    const bool sat =
+        store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
+                                       store + static_cast<std::size_t>(r) * apply.stride, rng, lane, lanes);
+    if (sat) apply.outcome[u] = kSaturated;
+  }
+};
+
+}  // namespace mpe::detail

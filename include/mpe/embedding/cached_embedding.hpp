@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/embedding/cached_embedding.hpp
+/// @brief `mpe::CachedEmbedding`: table-batched embedding bags whose rows live in a
+/// low-precision store, with a small FP32 cache of hot rows (Yang, Huang et al.,
+/// "Mixed-Precision Embedding Using a Cache", arXiv:2010.11305, 2020).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mpe/backend/backend.hpp"
+#include "mpe/backend/buffer.hpp"
+#include "mpe/backend/host_backend.hpp"
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/detail/kernels/admission.hpp"
+#include "mpe/cache/all.hpp"
+#include "mpe/detail/kernels/all.hpp"
+#include "mpe/embedding/embedding_ref.hpp"
+#include "mpe/numeric/rounding.hpp"
+#include "mpe/optim/all.hpp"
+#include "mpe/optim/state_precision.hpp"
+#include "mpe/storage/all.hpp"
+#include "mpe/core/types.hpp"
+
+namespace mpe {
+
+namespace detail {
+struct CheckpointAccess;
+}
+namespace io {
+struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits above the core)
+}
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
+          StatePrecisionPolicy StatePrecision>
+class MixedDimEmbedding;  // mpe/embedding/mixed_dim_embedding.hpp
+
+/// Table-batched embedding bags in mixed precision.
+///
+/// Every row of the T tables lives in a store of `Storage` format (row-wise quantized
+/// INT8/INT4 or FP8 E4M3/E5M2, FP16, BF16 or FP32). With `cache_rows > 0` a set-associative
+/// FP32 cache (`CachePolicy`: Lru<W>, Lfu<W>, DirectMapped, WTinyLfu<W>) holds the hot
+/// rows: they are read and trained in FP32; rows without a slot are read and updated in
+/// the store directly.
+/// Every write to the store rounds with `Rounding` (StochasticRounding, NearestRounding).
+/// Optimizer state is held in `StatePrecision` (StateFp32, the default; StateBf16 or
+/// StateFp16: 2 bytes per state value, written with `Rounding`, and held in FP32 beside
+/// the row while the row is cached; see mpe/optim/state_precision.hpp).
+///
+/// Shapes: T tables, B bags per table per call, D = dim. `indices` are row ids local to
+/// their table, table-major (bag j = t*B + b holds indices[offsets[j] .. offsets[j+1])),
+/// `offsets` has T*B + 1 entries; outputs and output gradients are (B, T*D) row-major
+/// FP32, sample b's table-t vector at [b*T*D + t*D, +D). Global row = table's first
+/// row + local row (table 0 first).
+///
+/// Memory space: with HostBackend every span is host memory; with CudaBackend the index,
+/// offset, weight, output and gradient spans are device (or managed) memory, and
+/// set_weights/get_weights take host spans.
+///
+/// Errors: invalid input throws std::invalid_argument naming the argument and the value,
+/// and leaves the object unchanged; misuse (backward without forward, a changed optimizer
+/// kind) throws std::logic_error. With config.validation == Validation::Deferred the
+/// checks of device-resident values (offsets, indices, per-sample weights, gradients)
+/// never wait: a failing call changes nothing and its error is thrown by the next
+/// synchronize(), set_weights() or load(). Not thread-safe; const members may run
+/// concurrently with each other. Same seed and inputs give the same bits whatever the
+/// thread count and validation mode.
+///
+/// Synchronization (CudaBackend): prefetch(), forward() and backward() wait once for the
+/// validation verdict (Validation::Synchronous) or never (Validation::Deferred); every
+/// other kernel, sort and statistics update is queued on the backend's stream. flush(),
+/// reset_stats() and init_uniform() never wait; stats(), step(), get_weights(), save(),
+/// set_weights(), load() and synchronize() do.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend = HostBackend,
+          StatePrecisionPolicy StatePrecision = StateFp32>
+class CachedEmbedding {
+  static_assert(ExecutionBackend<Backend>,
+                "mpe::CachedEmbedding: Backend does not provide the ExecutionBackend members "
+                "(mpe/backend/backend.hpp)");
+
+ public:
+  using storage_type = Storage;            ///< the store's row format (a StoragePolicy)
+  using cache_policy = Cache;              ///< the cache's replacement policy (a CachePolicy)
+  using rounding_type = Rounding;          ///< rounding of every write to the store (a RoundingPolicy)
+  using backend_type = Backend;            ///< where memory lives and functors run (an ExecutionBackend)
+  using state_precision = StatePrecision;  ///< precision of the optimizer state (a StatePrecisionPolicy)
+
+  /// Builds the store (zero rows: every element reads 0), an empty cache and the
+  /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
+  /// rows rounded up to Ways). Throws std::invalid_argument for an empty table list, a
+  /// table or dim < 1, negative cache_rows, 0 < cache_rows < Ways, or a row_alignment
+  /// that is not a power of two in [1, 4096].
+  explicit CachedEmbedding(const EmbeddingConfig& config, Backend backend = {});
+
+  /// Takes over the other object's store, cache, optimizer state, counters and pending
+  /// batch: no allocation, no copy of backend memory, no wait. The moved-from object may
+  /// only be destroyed or assigned to; views taken from it (ref(), cache_ref()) are no
+  /// longer valid. Not copyable.
+  CachedEmbedding(CachedEmbedding&&) noexcept = default;
+  /// Takes over the other object's state as the move constructor does and frees this
+  /// object's previous memory (Backend::deallocate: CudaBackend's cudaFree waits for the
+  /// device).
+  CachedEmbedding& operator=(CachedEmbedding&&) noexcept = default;
+
+  /// Replaces global rows [first_row, first_row + weights.size() / D) with `weights`
+  /// ((rows, D) row-major FP32, host memory), quantized with Rounding (site SetWeights),
+  /// and drops their cache lines without writing them back. Optimizer state and step are
+  /// unchanged (with a compact StatePrecision the FP32 state of a dropped dirty row is
+  /// written back, rounded at site StateDrop, as an eviction would). Throws std::invalid_argument if
+  /// weights.size() is not a multiple of D, the range leaves the table, or a value cannot be held by Storage
+  /// (non-finite, or beyond Storage::limit); nothing changes then.
+  void set_weights(std::span<const float> weights, std::int64_t first_row = 0);
+
+  /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)
+  /// FP32, host memory), read through the cache (cached rows in FP32, others
+  /// dequantized). Synchronous. Throws std::invalid_argument like set_weights.
+  void get_weights(std::span<float> out, std::int64_t first_row = 0) const;
+
+  /// Initializes every row uniformly in [low, high) from the seed (Philox, site Init) and
+  /// stores it with Rounding; drops the cache without write-back. Needs (65536, D) FP32
+  /// of workspace, never the whole table. Throws std::invalid_argument unless low < high,
+  /// both finite and within Storage::limit.
+  void init_uniform(float low, float high);
+
+  /// Populates the cache for the next forward() with the same indices and offsets (one
+  /// prefetch ahead: a second prefetch replaces the first). Rows of the batch still
+  /// awaiting backward() and of the prefetched batch are never evicted until that
+  /// batch's backward. Validates like forward(). No effect without a cache beyond the
+  /// validation. Waits once (Validation::Synchronous) or never (Validation::Deferred).
+  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
+
+  /// Pooled lookup for training: populates the cache (unless a matching prefetch did),
+  /// then output (B, T*D) = per bag the sum (or mean) of its rows, in index order;
+  /// `per_sample_weights` (n) scale each occurrence (Sum pooling only). An empty bag
+  /// gives zeros. Remembers the batch for backward(). Throws std::invalid_argument for
+  /// malformed offsets (size not T*B + 1, offsets[0] != 0, decreasing, last !=
+  /// indices.size()), an index outside its table, output.size() != B*T*D, per-sample
+  /// weights of the wrong size, non-finite, or with Mean pooling. With config.non_finite
+  /// == NonFinite::Skip, non-finite per-sample weights do not throw: the output holds
+  /// what they give, and the next backward() skips the step and counts it.
+  /// Validation::Synchronous waits once for the verdict and throws here; under
+  /// Validation::Deferred nothing waits, a failing call leaves the object and `output`
+  /// unchanged and records the error for synchronize(); a call after prefetch() with the
+  /// prefetched batch's sizes must pass the prefetched batch (different contents are a
+  /// recorded error).
+  void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+               std::span<float> output, Pooling pooling = Pooling::Sum,
+               std::span<const float> per_sample_weights = {});
+
+  /// Like forward() but reads through cache and store without changing anything (no
+  /// populate, no stats): for evaluation. Same validation, always synchronous (one wait).
+  void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+                         std::span<float> output, Pooling pooling = Pooling::Sum,
+                         std::span<const float> per_sample_weights = {}) const;
+
+  /// Applies `optimizer` (any mpe::Optimizer: Sgd, RowwiseAdagrad, Adagrad, Adam, ...;
+  /// hyperparameters per call, so schedules need nothing else) for the last forward():
+  /// per unique row g = sum of its occurrences' output gradients (times per-sample weight
+  /// or 1/L) in position order; then OptimizerRule<Opt>::step computes the row's update u
+  /// and new state (state_floats(D) values per table row in StatePrecision, allocated at
+  /// the first applied step; a compact precision's row is decoded, stepped in FP32 and
+  /// rounded back with Rounding at site StateUpdate, a cached row's FP32 state is stepped
+  /// in the cache); w -= u on the FP32 cache row (marked dirty) or on the store row
+  /// (dequantize, update, quantize with Rounding). grad_output: (B, T*D). Nothing is
+  /// applied unless every row's g and new state are finite and no update is NaN (a finite
+  /// grad_output can overflow in the sum or the optimizer): such a step is handled as a
+  /// non-finite gradient. Throws std::logic_error without a pending forward() or if the
+  /// optimizer type changed; std::invalid_argument for a wrong size, a non-finite gradient
+  /// or an overflowing step (unless config.non_finite == NonFinite::Skip: then the step is
+  /// skipped and counted), or unusable optimizer parameters. A non-finite gradient waits
+  /// once and throws here (Validation::Synchronous) or is recorded for synchronize()
+  /// (Validation::Deferred: the step is not applied; a backward of a failed forward applies
+  /// nothing).
+  template <Optimizer Opt>
+  void backward(std::span<const float> grad_output, const Opt& optimizer);
+
+  /// Writes every dirty cache row back to the store (Rounding, site Flush) and clears the
+  /// dirty bits; cached rows stay resident in FP32. With a compact StatePrecision their
+  /// FP32 optimizer state is written back too (Rounding, site StateFlush).
+  void flush();
+
+  /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
+  /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
+  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
+  /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
+  /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
+  /// leave the default.
+  template <class Io = io::CheckpointFile>
+  void save(const std::filesystem::path& path) const {
+    Io::save(*this, path);
+  }
+
+  /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
+  /// version, policies, shapes, checksums, every value in its format's range, the
+  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file and
+  /// std::invalid_argument naming both precisions when the file's optimizer-state
+  /// precision is not StatePrecision (versions 1 and 2 hold FP32 state), leaving the
+  /// object unchanged either way; throws a pending deferred error first (like
+  /// set_weights()). Defined in mpe/io/checkpoint.hpp (see save()).
+  template <class Io = io::CheckpointFile>
+  void load(const std::filesystem::path& path) {
+    Io::load(*this, path);
+  }
+
+  /// Cumulative counters (see CacheStats). Reads them from backend memory (waits for
+  /// queued work).
+  CacheStats stats() const { return read_counters().stats; }
+  /// Zeroes the counters (queued).
+  void reset_stats();
+
+  /// Waits for all queued work; then, under Validation::Deferred, throws the first error
+  /// recorded since the last report (std::invalid_argument naming the call, its number
+  /// (1-based, counting every prefetch/forward/backward call of this object), the argument
+  /// and the value, and how many later calls failed their own validation) and clears it.
+  /// set_weights() and load() throw it the same way before doing anything (call them
+  /// again). Under Validation::Synchronous it only waits.
+  void synchronize();
+
+  /// Bytes as allocated, by purpose. optimizer_bytes = rows * S * StatePrecision::value_bytes
+  /// (the state store) + slots * S * 4 with a compact precision and a cache (the FP32 state
+  /// of cached rows), S = state_floats(D); 0 before the first applied step.
+  MemoryFootprint memory() const;
+
+  // ---- introspection ----
+  /// The configuration given to the constructor (host memory, no wait). cache_rows is the
+  /// requested capacity (cache_slots() is the one built); load() replaces seed with the
+  /// checkpoint's.
+  const EmbeddingConfig& config() const { return config_; }
+  /// The backend every allocation and call of this object goes through (its own copy of
+  /// the constructor's argument).
+  const Backend& backend() const { return backend_; }
+  /// T, the number of tables (config().table_rows.size()).
+  std::int64_t num_tables() const { return static_cast<std::int64_t>(config_.table_rows.size()); }
+  /// Rows of all tables together: global rows are [0, total_rows()).
+  std::int64_t total_rows() const { return total_rows_; }
+  /// D, elements (FP32 values) per row, the same for every table.
+  std::int32_t dim() const { return config_.dim; }
+  /// Bytes of one stored row including padding.
+  std::size_t store_row_bytes() const { return stride_; }
+  /// Cache sets: floor(C / Ways), C = min(cache_rows, total rows rounded up to Ways); 0
+  /// without a cache.
+  std::int64_t num_sets() const { return num_sets_; }
+  /// Cache capacity in rows (num_sets * Ways).
+  std::int64_t cache_slots() const { return num_sets_ * Cache::ways; }
+  /// Completed backward() calls (the `step` of the rounding counter). Reads backend
+  /// memory (waits for queued work).
+  std::uint64_t step() const { return read_counters().step; }
+  /// First global row of table t (t in [0, T]; t = T gives total_rows()). Throws
+  /// std::invalid_argument naming t for any other value.
+  std::int64_t table_offset(std::int64_t t) const {
+    if (t < 0 || t > num_tables()) {
+      throw std::invalid_argument("mpe::CachedEmbedding::table_offset: t = " + std::to_string(t) +
+                                  " is outside [0, T] = [0, " + std::to_string(num_tables()) + "]");
+    }
+    return table_offsets_host_[static_cast<std::size_t>(t)];
+  }
+  /// View of the cache in backend memory (valid until the object is moved or destroyed).
+  CacheRef cache_ref() const;
+  /// Trivially copyable read view (store, cache, table offsets) for users' own per-item
+  /// code or CUDA kernels; memory space and validity as EmbeddingRef documents.
+  EmbeddingRef<Storage> ref() const {
+    return EmbeddingRef<Storage>{store_.data(),         stride_,      cache_ref(),
+                                 table_offsets_.data(), num_tables(), config_.dim};
+  }
+
+ private:
+  friend struct detail::CheckpointAccess;
+  friend struct io::CheckpointFile;
+  template <StoragePolicy, CachePolicy, RoundingPolicy, StatePrecisionPolicy>
+  friend class MixedDimEmbedding;
+  using IBuf = detail::Buffer<index_t, Backend>;
+  static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
+
+  struct Batch {
+    bool valid = false, sorted = false, awaiting_backward = false;
+    bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
+    // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
+    bool scatter = false;
+    // backward: grad holds the row sums of a ScalesGradient step, AccumulateRows skipped
+    // (ApplyRows multiplies by the rule's gradient_scale).
+    bool unscaled_sums = false;
+    // sort_unique wrote sorted_pos (the gradient gather needs it); false after BitmapUnique.
+    bool positions = false;
+    std::uint64_t id = 0;
+    index_t n = 0, B = 0;
+    IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
+    IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
+        slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
+    // Laned gradient sums (sum_stages): a stage's plan and two stages' scans, (U + 1) each.
+    IBuf sum_plan, sum_base[2];
+    IBuf evicted;  // (U) laned populate: each dirty victim's row (AdmitSet::evicted)
+    detail::Buffer<std::uint64_t, Backend> keys;
+    detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
+    detail::Buffer<std::uint32_t, Backend> estimates;
+    detail::Buffer<std::uint8_t, Backend> outcome;
+    detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
+    detail::Buffer<float, Backend> sum_part[2];         // sum_stages' partial sums of odd / even stages
+    void set_backend(const Backend& b);
+    std::size_t bytes() const;
+  };
+
+  index_t check_shapes(const char* fn, std::span<const std::int64_t> indices,
+                       std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
+                       std::size_t output_size) const;
+  // backward() in two phases (MixedDimEmbedding steps all its groups or none):
+  // prepare_backward validates, sums the gradients and computes every update and new
+  // state into workspace (changes no weight or optimizer state; under NonFinite::Skip it
+  // counts a skipped step in stats; throws what backward() throws) and
+  // returns whether the step applies; apply_backward writes the prepared step. Neither
+  // clears awaiting_backward.
+  template <Optimizer Opt>
+  bool prepare_backward(std::span<const float> grad_output, const Opt& optimizer);
+  template <Optimizer Opt>
+  void apply_backward(const Opt& optimizer);
+  // Laned backends: every unique row's gradient sum into b.grad in gradient_sum.hpp's
+  // order, as stages of laned kernels (SumStage); with check_sums each sum is tested as
+  // AccumulateRows would for a ScalesGradient optimizer.
+  void sum_stages(Batch& b, const float* grad_output, bool check_sums);
+  void check_output_size(const char* fn, std::size_t size, index_t B) const;
+  void check_row_range(const char* fn, const char* arg, std::size_t size, std::int64_t first_row) const;
+  void queue_checks(detail::CallRecord* rec, std::span<const std::int64_t> indices,
+                    std::span<const std::int64_t> offsets, std::span<const float> weights, index_t B,
+                    index_t* global_rows, index_t* bag_of) const;
+  detail::CallRecord read_record(const detail::CallRecord* rec) const;
+  detail::StateRef state_ref() const;
+  std::int64_t state_floats() const;
+  std::string describe(int check, index_t pos, const index_t* v) const;
+  void throw_if_failed(const char* fn, const detail::CallRecord& r, bool skip_non_finite, Batch* drop) const;
+  void throw_deferred();
+  void prepare_flags(Batch& b, index_t n, index_t B);
+  index_t unique_bound(const Batch& b) const;
+  // The host's one-thread paths (BitmapUnique, ScatterRowGradients, fill prefetches) apply
+  // to HostBackend and to synchronous backends derived from it (a user's allocator or page
+  // policy, the side-by-side harness's PagedHostBackend), which must keep HostBackend's
+  // threads() and for_each (threads() == 1: items run in order on the calling thread); an
+  // asynchronous one stands in for the GPU.
+  static constexpr bool host_paths = std::derived_from<Backend, HostBackend> && !Backend::asynchronous;
+  // Whether backward sums gradients with ScatterRowGradients (the host backend on one
+  // thread; the forward then keeps a copy of its offsets in the batch).
+  bool scatter_backward() const {
+    if constexpr (host_paths) {
+      return backend_.threads() == 1;
+    } else {
+      return false;
+    }
+  }
+  // The unique rows of b (BitmapUnique where `bitmap_ok` and the host runs one thread, else
+  // the sort, which also writes sorted_pos).
+  void sort_unique(Batch& b, bool bitmap_ok = true);
+  void populate(Batch& b, const Batch* awaiting_backward);
+  void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
+  index_t read_scalar(const index_t* p) const;
+  detail::Counters read_counters() const;
+  const std::uint64_t* step_ptr() const { return &counters_.data()->step; }
+  bool deferred() const { return config_.validation == Validation::Deferred; }
+  // The rounding streams: the seed, and config.row_keys when given.
+  num::RowStream row_stream() const {
+    if (row_keys_.size() == 0) return num::RowStream{config_.seed};
+    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.data(), num_tables()};
+  }
+  bool skip_non_finite() const { return config_.non_finite == NonFinite::Skip; }
+
+  EmbeddingConfig config_;
+  Backend backend_;
+  index_t total_rows_ = 0;
+  std::size_t stride_ = 0;
+  std::vector<index_t> table_offsets_host_;
+  IBuf table_offsets_;                           // (T + 1)
+  IBuf row_keys_;                                // (T) config.row_keys, or empty
+  detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
+  index_t num_sets_ = 0;
+  detail::Buffer<float, Backend> cache_rows_;        // (slots, D)
+  IBuf tags_;                                        // (slots)
+  detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
+  detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
+  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy metadata
+  detail::Buffer<std::uint8_t, Backend> opt_state_;  // (rows, S) values of StatePrecision
+  detail::Buffer<float, Backend> cache_state_;       // (slots, S) FP32 state of cached rows (compact only)
+  std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
+  std::uint64_t populate_counter_ = 0;
+  std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)
+  detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, decay clock
+  Batch current_, pending_, staging_;
+  detail::Buffer<detail::CallRecord, Backend> record_;       // (1) verdict of the running call
+  detail::Buffer<detail::DeferredError, Backend> deferred_;  // (1) first unreported error
+  mutable IBuf error_;  // (1) smallest offending position of set_weights' check
+  detail::Buffer<std::uint8_t, Backend> flush_outcome_;
+};
+
+}  // namespace mpe
+
+// detail/embedding/setup.inl defines the helpers the others use, so it comes first.
+// clang-format off
+#include "mpe/detail/embedding/setup.inl"
+#include "mpe/detail/embedding/checks.inl"
+#include "mpe/detail/embedding/lookup.inl"
+#include "mpe/detail/embedding/train.inl"
+#include "mpe/detail/embedding/weights.inl"
+// clang-format on

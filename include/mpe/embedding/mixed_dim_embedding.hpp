@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/embedding/mixed_dim_embedding.hpp
+/// @brief `mpe::MixedDimEmbedding`: table-batched embedding bags whose tables have
+/// different D (a list of (rows, D) table specs, as FBGEMM's table-batched embeddings and
+/// TorchRec take them), built from one CachedEmbedding per distinct D.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpe/backend/host_backend.hpp"
+#include "mpe/embedding/cached_embedding.hpp"
+#include "mpe/detail/embedding/mixed_dim.hpp"
+#include "mpe/io/checkpoint.hpp"
+#include "mpe/core/types.hpp"
+
+namespace mpe {
+
+/// One table of a MixedDimEmbedding.
+struct TableSpec {
+  std::int64_t rows = 0;  ///< rows, >= 1
+  std::int32_t dim = 0;   ///< D, elements per row, in [1, 2^20]
+};
+
+/// Shape and settings of a MixedDimEmbedding. Fields are only ever appended.
+struct MixedDimConfig {
+  std::vector<TableSpec> tables;   ///< T >= 1 tables, any mix of D, in output column order
+  double cache_fraction = 0.0;     ///< FP32 cache of each D-group, as a fraction of its rows, in [0, 1]
+  std::uint64_t seed = 0;          ///< stochastic rounding stream (group g > 0 derives its own)
+  std::int32_t row_alignment = 4;  ///< store row padding in bytes (power of two, <= 4096)
+  NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
+};
+
+/// Table-batched embedding bags in mixed precision whose T tables have any mix of D.
+///
+/// **Layout.** Tables are grouped by D: group g holds every table of dimension D_g (groups
+/// in order of D's first appearance in `config.tables`, tables inside a group in spec
+/// order), and each group is one `CachedEmbedding<Storage, Cache, Rounding, HostBackend,
+/// StatePrecision>` with EmbeddingConfig{its tables' rows, D_g}. A group's FP32 cache
+/// holds rows of its own D only: cache_rows_g = max(Ways, round(cache_fraction * rows_g))
+/// requested (0 when cache_fraction == 0), slots of 4*D_g bytes plus the policy's
+/// metadata; so the FP32 cache costs sum_g slots_g * 4 * D_g bytes, with no padding to
+/// the largest D (a single cache with max-D slots would cost slots * 4 * max D). Each
+/// group's capacity is fixed by its rows: a hot group cannot borrow slots from a cold one.
+/// The store costs sum_t rows_t * Storage::data_bytes(D_t) (each row padded to row_alignment).
+///
+/// **Shapes.** As CachedEmbedding, with per-table widths: `indices` local to their table,
+/// table-major; `offsets` (T*B + 1); output and output gradient (B, sum_t D_t) row-major
+/// FP32, table t's vector of sample b at [b*sum D + c_t, +D_t), c_t = D_0 + ... + D_{t-1}
+/// (column(t)). Per-sample weights (n) as CachedEmbedding.
+///
+/// **Numerics.** Group 0 uses config.seed; group g > 0 uses seed ^ (0x9e3779b97f4a7c15 *
+/// g). A module whose tables all have one D is exactly one CachedEmbedding with that seed
+/// (same bits). Every row's arithmetic is its group's, so the numerics contract holds
+/// per row (docs/numerics.md): the same seed and inputs give the same bits whatever the
+/// thread count.
+///
+/// **All or nothing.** A batch is checked whole before any group runs (with one group by
+/// the group itself, so one D costs no extra pass and its messages name
+/// mpe::CachedEmbedding); backward() checks
+/// and prepares every group's step before any group writes one, and applies all of them
+/// or (a non-finite or overflowing gradient anywhere) none. With NonFinite::Skip a
+/// skipped step is skipped in every group and counted once in stats().skipped_steps.
+///
+/// **Batches.** B = 0 (offsets = {0}) is a valid, empty batch. Not copyable (each group
+/// owns its tables); movable.
+///
+/// **Memory space and sync.** Host memory only (HostBackend): every span is host memory
+/// and every call returns when its work is done. Errors: std::invalid_argument naming the
+/// argument and the value (the object unchanged); std::logic_error for misuse
+/// (backward() without a forward(), a changed optimizer). Not thread-safe; const members
+/// may run concurrently.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
+          StatePrecisionPolicy StatePrecision = StateFp32>
+class MixedDimEmbedding {
+ public:
+  /// The type of each D-group.
+  using group_type = CachedEmbedding<Storage, Cache, Rounding, HostBackend, StatePrecision>;
+
+  /// Builds one group per distinct D (see the class comment). Throws std::invalid_argument
+  /// for an empty table list, a table with rows < 1 or D outside [1, 2^20], a
+  /// cache_fraction outside [0, 1] or not finite, and what CachedEmbedding's constructor
+  /// throws for the other fields.
+  explicit MixedDimEmbedding(const MixedDimConfig& config) : config_(config) {
+    const char* fn = "MixedDimEmbedding";
+    if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
+    if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
+      invalid(fn, "config.cache_fraction = " + std::to_string(config.cache_fraction) + "; must be in [0, 1]");
+    }
+    detail::MixedLayout& L = layout_;
+    for (std::size_t t = 0; t < config.tables.size(); ++t) {
+      const TableSpec& s = config.tables[t];
+      if (s.rows < 1 || s.dim < 1 || s.dim > (1 << 20)) {
+        invalid(fn, "config.tables[" + std::to_string(t) + "] = {rows " + std::to_string(s.rows) + ", dim " +
+                        std::to_string(s.dim) + "}; rows must be >= 1 and dim in [1, 2^20]");
+      }
+      L.rows.push_back(s.rows);
+      L.dims.push_back(s.dim);
+      L.column.push_back(L.total_dim);
+      L.total_dim += s.dim;
+      std::size_t g = 0;
+      while (g < L.G() && L.group_dim[g] != s.dim) ++g;
+      if (g == L.G()) {
+        L.group_dim.push_back(s.dim);
+        L.group_tables.emplace_back();
+      }
+      L.group_of.push_back(static_cast<std::int64_t>(g));
+      L.local.push_back(static_cast<std::int64_t>(L.group_tables[g].size()));
+      L.group_tables[g].push_back(static_cast<std::int64_t>(t));
+    }
+    groups_.reserve(L.G());
+    for (std::size_t g = 0; g < L.G(); ++g) groups_.emplace_back(group_config(g));
+    batches_.resize(L.G());
+  }
+
+  /// Takes over the other object's groups and state (no copy of a table). The moved-from
+  /// object may only be destroyed or assigned to. Not copyable.
+  MixedDimEmbedding(MixedDimEmbedding&&) noexcept = default;
+  /// Takes over the other object's groups and state; frees this object's.
+  MixedDimEmbedding& operator=(MixedDimEmbedding&&) noexcept = default;
+  MixedDimEmbedding(const MixedDimEmbedding&) = delete;
+  MixedDimEmbedding& operator=(const MixedDimEmbedding&) = delete;
+
+  // ---- training ----
+
+  /// Populates every group's cache for the next forward() with the same batch (one
+  /// prefetch ahead, as CachedEmbedding::prefetch). Validates the whole batch first.
+  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
+    if (groups_.size() == 1) {  // one group: it checks the batch itself, nothing to split
+      groups_[0].prefetch(indices, offsets);
+      return;
+    }
+    const std::int64_t B = detail::check_mixed_batch("prefetch", layout_, indices, offsets, {}, false);
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      detail::GroupBatch& b = batches_[g];
+      detail::split_mixed_batch(layout_, g, indices, offsets, {}, B, b);
+      groups_[g].prefetch(b.indices, b.offsets);
+    }
+  }
+
+  /// Pooled lookup for training into `output` (B, sum D_t), as CachedEmbedding::forward
+  /// per group; remembers the batch for backward(). Throws std::invalid_argument for
+  /// malformed offsets, an index outside its table (naming its position and table),
+  /// output.size() != B * total_dim(), per-sample weights of the wrong size, non-finite
+  /// (unless NonFinite::Skip) or with Mean pooling; nothing changes then.
+  void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+               std::span<float> output, Pooling pooling = Pooling::Sum,
+               std::span<const float> per_sample_weights = {}) {
+    const std::int64_t B = check("forward", indices, offsets, output.size(), pooling, per_sample_weights);
+    pending_ = false;
+    each_group(
+        indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
+        [&](std::size_t g, auto i, auto o, auto out, auto w) { groups_[g].forward(i, o, out, pooling, w); });
+    pending_B_ = B;
+    pending_ = true;
+  }
+
+  /// Like forward() but changes nothing (no populate, no stats): for evaluation. Same
+  /// validation. Uses per-call buffers, so const calls may run concurrently.
+  void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+                         std::span<float> output, Pooling pooling = Pooling::Sum,
+                         std::span<const float> per_sample_weights = {}) const {
+    const std::int64_t B =
+        check("forward_inference", indices, offsets, output.size(), pooling, per_sample_weights);
+    detail::GroupBatch b;  // per call, so concurrent const calls share nothing
+    each_group(indices, offsets, output, per_sample_weights, B, &b, 0,
+               [&](std::size_t g, auto i, auto o, auto out, auto w) {
+                 groups_[g].forward_inference(i, o, out, pooling, w);
+               });
+  }
+
+  /// Applies `optimizer` for the last forward() in every group: grad_output (B, sum D_t).
+  /// Every group's step is checked and prepared before any is written; a non-finite or
+  /// overflowing gradient in any group throws std::invalid_argument (NonFinite::Throw) or
+  /// skips the step in every group (NonFinite::Skip, counted once), and nothing is
+  /// applied. Throws std::logic_error without a pending forward() or if the optimizer
+  /// type changed; std::invalid_argument for a wrong size or unusable parameters.
+  template <Optimizer Opt>
+  void backward(std::span<const float> grad_output, const Opt& optimizer) {
+    const char* fn = "backward";
+    if (!pending_) throw std::logic_error(detail::md_prefix(fn) + "no forward() is awaiting backward()");
+    const std::int64_t B = pending_B_;
+    const auto expect = static_cast<std::size_t>(B * layout_.total_dim);
+    if (grad_output.size() != expect) {
+      invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
+                      "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
+                      " = " + std::to_string(expect));
+    }
+    if (groups_.size() > 1 && config_.non_finite == NonFinite::Throw) {  // the caller's position
+      for (std::size_t i = 0; i < grad_output.size(); ++i) {
+        if (!std::isfinite(grad_output[i])) {
+          const auto W = static_cast<std::size_t>(layout_.total_dim);
+          invalid(fn, "grad_output[" + std::to_string(i / W) + ", " + std::to_string(i % W) +
+                          "] = " + std::to_string(grad_output[i]) + " is not finite");
+        }
+      }
+    }
+    bool apply = true, apply0 = true;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      std::span<const float> go = grad_output;
+      if (groups_.size() > 1) {
+        detail::GroupBatch& b = batches_[g];
+        b.buffer.resize(group_elements(g, B));
+        detail::copy_mixed_columns<false>(layout_, g, b.buffer.data(), grad_output.data(), B);
+        go = b.buffer;
+      }
+      try {
+        const bool a = groups_[g].prepare_backward(go, optimizer);
+        if (g == 0) apply0 = a;
+        apply = apply && a;
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(detail::md_prefix(fn) + "group " + std::to_string(g) + " (D = " +
+                                    std::to_string(layout_.group_dim[g]) + ", tables " + tables_of(g) +
+                                    "): " + detail::caller_numbering(e.what(), layout_.group_tables[g]));
+      } catch (const std::logic_error& e) {  // e.g. a changed optimizer (the same in every group)
+        throw std::logic_error(detail::md_prefix(fn) +
+                               detail::caller_numbering(e.what(), layout_.group_tables[g]));
+      }
+    }
+    if (apply) {
+      for (auto& e : groups_) e.apply_backward(optimizer);
+    } else if (apply0) {
+      // Skipped because of another group's input: count it in group 0's counters, which
+      // stats() reports (a group counts only a skip of its own input).
+      groups_[0].counters_.data()->stats.skipped_steps += 1;
+    }
+    for (auto& e : groups_) e.current_.awaiting_backward = false;
+    pending_ = false;
+  }
+
+  /// Writes every group's dirty cache rows back to the store (CachedEmbedding::flush: Rounding,
+  /// site Flush); rows stay cached. Synchronous; never throws for valid state.
+  void flush() {
+    for (auto& e : groups_) e.flush();
+  }
+
+  // ---- weights ----
+
+  /// Replaces rows [first_row, first_row + weights.size() / D_t) of table t with
+  /// `weights` ((rows, D_t) FP32, host memory), as CachedEmbedding::set_weights. Throws
+  /// std::invalid_argument for t outside [0, T) and what set_weights throws.
+  void set_weights(std::int64_t t, std::span<const float> weights, std::int64_t first_row = 0) {
+    check_table("set_weights", t, first_row, weights.size());
+    const auto D = static_cast<std::size_t>(layout_.dims[static_cast<std::size_t>(t)]);
+    for (std::size_t r = 0; r < weights.size() / D; ++r) {  // named in the caller's table and row
+      if (const std::int32_t d =
+              Storage::find_unrepresentable(weights.data() + r * D, static_cast<std::int32_t>(D));
+          d >= 0) {
+        const std::size_t i = r * D + static_cast<std::size_t>(d);
+        invalid("set_weights", "weights[" + std::to_string(i) + "] = " + format_float(weights[i]) +
+                                   " (table " + std::to_string(t) + ", row " +
+                                   std::to_string(first_row + static_cast<std::int64_t>(r)) +
+                                   ") cannot be stored as " + Storage::name + " (non-finite or |x| > " +
+                                   format_float(Storage::limit) + ")");
+      }
+    }
+    group_of_table(t).set_weights(weights, global_row(t, first_row));
+  }
+
+  /// Writes rows [first_row, first_row + out.size() / D_t) of table t into `out`
+  /// ((rows, D_t) FP32), read through the cache. Throws like set_weights.
+  void get_weights(std::int64_t t, std::span<float> out, std::int64_t first_row = 0) const {
+    check_table("get_weights", t, first_row, out.size());
+    groups_[static_cast<std::size_t>(layout_.group_of[static_cast<std::size_t>(t)])].get_weights(
+        out, global_row(t, first_row));
+  }
+
+  /// Initializes every row uniformly in [low, high), each group from its own seed
+  /// (CachedEmbedding::init_uniform; drops the caches). Throws std::invalid_argument unless
+  /// low < high, both finite and within Storage::limit (checked by group 0 before any group
+  /// changes).
+  void init_uniform(float low, float high) {
+    for (auto& e : groups_) e.init_uniform(low, high);
+  }
+
+  // ---- checkpoints ----
+
+  /// The exact state as bytes in host memory: format MPEMIXD1 (docs/checkpoint_format.md,
+  /// "Mixed-D container"): magic, version 1, the table specs, then each group's MPECKPT1
+  /// checkpoint (io::save_to_bytes) with its length, then a CRC-32C of everything before.
+  /// Size: about the sum of the groups' checkpoint sizes (bytes); one group's checkpoint is
+  /// held beside the container while it is appended. Throws std::bad_alloc.
+  std::vector<std::uint8_t> save_bytes() const {
+    detail::ckpt::Bytes b;
+    b.raw(kMagic, 8);
+    b.put(kVersion);
+    b.put(static_cast<std::uint32_t>(layout_.T()));
+    for (std::int64_t t = 0; t < layout_.T(); ++t) {
+      b.put(static_cast<std::int64_t>(layout_.rows[static_cast<std::size_t>(t)]));
+      b.put(static_cast<std::int32_t>(layout_.dims[static_cast<std::size_t>(t)]));
+    }
+    b.put(static_cast<std::uint32_t>(groups_.size()));
+    for (const auto& e : groups_) {
+      const std::vector<std::uint8_t> g = io::save_to_bytes(e);
+      b.put(static_cast<std::uint64_t>(g.size()));
+      b.raw(g.data(), g.size());
+    }
+    b.put(io::checkpoint::crc32c(b.v.data(), b.v.size()));
+    return std::move(b.v);
+  }
+
+  /// Replaces the whole state with `bytes` (from save_bytes()) after verifying all of it:
+  /// the container (magic, version, table specs equal to this object's, lengths,
+  /// checksum) and every group's checkpoint, each loaded into a new group first; only when
+  /// all verify are they swapped in. Throws mpe::checkpoint_error naming `source` and the
+  /// first fault, or what io::load_from_bytes throws; the object is then unchanged. Needs
+  /// memory for a second copy of the groups while loading. The checkpoint's seed replaces
+  /// config().seed (training resumes exactly); its cache geometry must equal this object's
+  /// (a group's mismatch is named as its num_sets), its cache_fraction is not stored.
+  void load_bytes(std::span<const std::uint8_t> bytes, const std::string& source = "in-memory checkpoint") {
+    const std::string prefix = "mpe::MixedDimEmbedding::load: '" + source + "': ";
+    auto fail = [&](const std::string& what) { throw checkpoint_error(prefix + what); };
+    if (bytes.size() < 8 + 4 + 4 + 4 + 4) fail("truncated: " + std::to_string(bytes.size()) + " bytes");
+    std::size_t at = 0;
+    const std::size_t end = bytes.size() - 4;  // the CRC-32C follows
+    auto take = [&](std::size_t n, const char* what) {
+      if (end - at < n) {
+        fail(std::string("truncated in ") + what + " at byte " + std::to_string(at) + " (" +
+             std::to_string(bytes.size()) + " bytes in all)");
+      }
+      const std::uint8_t* p = bytes.data() + at;
+      at += n;
+      return p;
+    };
+    auto get = [&]<class V>(V, const char* what) {
+      V v;
+      std::memcpy(&v, take(sizeof(V), what), sizeof(V));
+      return v;
+    };
+    // Structure first (magic, version, lengths: truncation is named as such), then the
+    // checksum, then the contents.
+    if (std::memcmp(take(8, "magic"), kMagic, 8) != 0) fail("not an mpe mixed-D checkpoint (bad magic)");
+    if (const auto v = get(std::uint32_t{}, "version"); v != kVersion) {
+      fail("format version " + std::to_string(v) + "; this build reads version " + std::to_string(kVersion));
+    }
+    const auto T = get(std::uint32_t{}, "T");
+    const std::uint8_t* specs = take(std::size_t{12} * T, "table specs");
+    const auto G = get(std::uint32_t{}, "group count");
+    std::vector<std::span<const std::uint8_t>> parts;
+    for (std::uint32_t g = 0; g < G && g <= groups_.size(); ++g) {
+      const auto n = get(std::uint64_t{}, "group length");
+      if (n > end - at) {
+        fail("truncated: group " + std::to_string(g) + " claims " + std::to_string(n) + " bytes, " +
+             std::to_string(end - at) + " remain");
+      }
+      parts.emplace_back(take(static_cast<std::size_t>(n), "group bytes"), static_cast<std::size_t>(n));
+    }
+    if (G == groups_.size() && at != end)
+      fail(std::to_string(end - at) + " unexpected bytes after the last group");
+    std::uint32_t stored_crc;
+    std::memcpy(&stored_crc, bytes.data() + end, 4);
+    if (const auto crc = io::checkpoint::crc32c(bytes.data(), end); crc != stored_crc) {
+      fail("checksum mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) +
+           ")");
+    }
+    if (T != static_cast<std::uint32_t>(layout_.T())) {
+      fail("table count " + std::to_string(T) + " in the checkpoint, " + std::to_string(layout_.T()) +
+           " here");
+    }
+    for (std::uint32_t t = 0; t < T; ++t) {
+      std::int64_t rows;
+      std::int32_t dim;
+      std::memcpy(&rows, specs + 12 * t, 8);
+      std::memcpy(&dim, specs + 12 * t + 8, 4);
+      if (rows != layout_.rows[t] || dim != layout_.dims[t]) {
+        fail("table " + std::to_string(t) + " is (" + std::to_string(rows) + ", " + std::to_string(dim) +
+             ") in the checkpoint, (" + std::to_string(layout_.rows[t]) + ", " +
+             std::to_string(layout_.dims[t]) + ") here");
+      }
+    }
+    if (G != groups_.size()) {
+      fail("group count " + std::to_string(G) + " in the checkpoint, " + std::to_string(groups_.size()) +
+           " here");
+    }
+    std::vector<group_type> fresh;
+    fresh.reserve(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      fresh.emplace_back(group_config(g));
+      io::load_from_bytes(
+          fresh.back(), parts[g],
+          source + " group " + std::to_string(g) + " (D = " + std::to_string(layout_.group_dim[g]) + ")");
+    }
+    groups_ = std::move(fresh);
+    config_.seed = groups_[0].config().seed;  // the checkpoint's, as CachedEmbedding::load does
+    pending_ = false;
+  }
+
+  /// Writes save_bytes() to `path` atomically (temporary file, fsync, rename, directory
+  /// fsync). Throws std::runtime_error (std::system_error) naming the path on I/O failure;
+  /// a previous file at `path` is then untouched.
+  void save(const std::filesystem::path& path) const {
+    const std::vector<std::uint8_t> bytes = save_bytes();
+    detail::ckpt::AtomicWriter w(path);
+    w.write(bytes.data(), bytes.size());
+    w.commit();
+  }
+
+  /// load_bytes() of the file at `path`. Throws mpe::checkpoint_error naming the path for
+  /// an unreadable or bad file, or what load_bytes() throws; the object is then unchanged.
+  void load(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes =
+        detail::ckpt::read_file(path, "mpe::MixedDimEmbedding::load: '" + path.string() + "': ");
+    load_bytes(bytes, path.string());
+  }
+
+  // ---- statistics and memory ----
+
+  /// Counters summed over the groups; skipped_steps counts skipped backward() calls of
+  /// this object (each once).
+  CacheStats stats() const {
+    CacheStats s;
+    for (const auto& e : groups_) s += e.stats();
+    s.skipped_steps = groups_[0].stats().skipped_steps;  // counted once, in group 0 (see backward())
+    return s;
+  }
+  /// Zeroes every group's counters.
+  void reset_stats() {
+    for (auto& e : groups_) e.reset_stats();
+  }
+  /// Bytes as allocated, summed over the groups, plus this object's table layout
+  /// (metadata_bytes) and split buffers (workspace_bytes).
+  MemoryFootprint memory() const {
+    MemoryFootprint m;
+    for (const auto& e : groups_) m += e.memory();
+    m.metadata_bytes += layout_.bytes();
+    for (const auto& b : batches_) m.workspace_bytes += b.bytes();
+    return m;
+  }
+
+  // ---- introspection ----
+
+  /// The configuration given to the constructor.
+  const MixedDimConfig& config() const { return config_; }
+  /// T, the number of tables.
+  std::int64_t num_tables() const { return layout_.T(); }
+  /// sum of D_t: the width of an output row.
+  std::int64_t total_dim() const { return layout_.total_dim; }
+  /// D of table t. Throws std::invalid_argument for t outside [0, T).
+  std::int32_t dim(std::int64_t t) const {
+    return static_cast<std::int32_t>(layout_.dims[table_index("dim", t)]);
+  }
+  /// First output column of table t (D_0 + ... + D_{t-1}).
+  std::int64_t column(std::int64_t t) const { return layout_.column[table_index("column", t)]; }
+  /// Completed backward() calls (each group's step()).
+  std::uint64_t step() const { return groups_[0].step(); }
+  /// Number of D-groups (distinct D values).
+  std::size_t num_groups() const { return groups_.size(); }
+  /// D of group g (elements per row). Throws std::out_of_range for g >= num_groups().
+  std::int32_t group_dim(std::size_t g) const { return layout_.group_dim.at(g); }
+  /// Tables of group g, in spec order (their local indices in the group are 0, 1, ...).
+  /// Throws std::out_of_range for g >= num_groups().
+  const std::vector<std::int64_t>& group_tables(std::size_t g) const { return layout_.group_tables.at(g); }
+  /// {group index, t's table index inside that group} for table t (e.g. for
+  /// io::export_table(group(g), local, ...)). Throws std::invalid_argument for t outside [0, T).
+  std::pair<std::size_t, std::int64_t> locate(std::int64_t t) const {
+    const std::size_t i = table_index("locate", t);
+    return {static_cast<std::size_t>(layout_.group_of[i]), layout_.local[i]};
+  }
+  /// Group g's CachedEmbedding (for its own introspection, export and import; host memory,
+  /// valid until this object is moved, loaded or destroyed). Throws std::out_of_range for
+  /// g >= num_groups().
+  group_type& group(std::size_t g) { return groups_.at(g); }
+  /// Group g's CachedEmbedding (as above, read-only).
+  const group_type& group(std::size_t g) const { return groups_.at(g); }
+
+ private:
+  static constexpr char kMagic[8] = {'M', 'P', 'E', 'M', 'I', 'X', 'D', '1'};
+  static constexpr std::uint32_t kVersion = 1;
+
+  [[noreturn]] static void invalid(const char* fn, const std::string& what) {
+    throw std::invalid_argument(detail::md_prefix(fn) + what);
+  }
+
+  EmbeddingConfig group_config(std::size_t g) const {
+    EmbeddingConfig c;
+    std::int64_t rows = 0;
+    for (std::int64_t t : layout_.group_tables[g]) {
+      c.table_rows.push_back(layout_.rows[static_cast<std::size_t>(t)]);
+      rows += layout_.rows[static_cast<std::size_t>(t)];
+    }
+    c.dim = layout_.group_dim[g];
+    c.cache_rows = config_.cache_fraction > 0
+                       ? std::max<std::int64_t>(
+                             Cache::ways, std::llround(config_.cache_fraction * static_cast<double>(rows)))
+                       : 0;
+    c.seed = g == 0 ? config_.seed : config_.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
+    c.row_alignment = config_.row_alignment;
+    c.non_finite = config_.non_finite;
+    c.validation = Validation::Synchronous;
+    return c;
+  }
+
+  std::size_t table_index(const char* fn, std::int64_t t) const {
+    if (t < 0 || t >= layout_.T()) {
+      invalid(fn, "table t = " + std::to_string(t) + " is outside [0, T) = [0, " +
+                      std::to_string(layout_.T()) + ")");
+    }
+    return static_cast<std::size_t>(t);
+  }
+
+  void check_table(const char* fn, std::int64_t t, std::int64_t first_row, std::size_t n) const {
+    const std::size_t i = table_index(fn, t);
+    const auto D = static_cast<std::size_t>(layout_.dims[i]);
+    if (n % D != 0) {
+      invalid(fn, "size " + std::to_string(n) + " is not a multiple of table " + std::to_string(t) +
+                      "'s D = " + std::to_string(D));
+    }
+    const auto rows = static_cast<std::int64_t>(n / D);
+    if (first_row < 0 || first_row > layout_.rows[i] - rows) {
+      invalid(fn, "rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + rows) +
+                      ") leave table " + std::to_string(t) + " (" + std::to_string(layout_.rows[i]) +
+                      " rows)");
+    }
+  }
+
+  group_type& group_of_table(std::int64_t t) {
+    return groups_[static_cast<std::size_t>(layout_.group_of[static_cast<std::size_t>(t)])];
+  }
+  std::int64_t global_row(std::int64_t t, std::int64_t row) const {
+    const auto i = static_cast<std::size_t>(t);
+    return groups_[static_cast<std::size_t>(layout_.group_of[i])].table_offset(layout_.local[i]) + row;
+  }
+
+  std::string tables_of(std::size_t g) const {
+    std::string s = "{";
+    for (std::int64_t t : layout_.group_tables[g]) s += (s.size() > 1 ? ", " : "") + std::to_string(t);
+    return s + "}";
+  }
+
+  std::int64_t check(const char* fn, std::span<const std::int64_t> indices,
+                     std::span<const std::int64_t> offsets, std::size_t output_size, Pooling pooling,
+                     std::span<const float> w) const {
+    if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
+      invalid(fn, "pooling = " + std::to_string(static_cast<int>(pooling)) + " is not a Pooling value");
+    }
+    if (pooling == Pooling::Mean && !w.empty()) {
+      invalid(fn, "per_sample_weights need Pooling::Sum (got Pooling::Mean with " + std::to_string(w.size()) +
+                      " weights)");
+    }
+    // One group: its own checks (atomic, in the caller's numbering) run in its call; no
+    // second pass over the batch. B as the group will find it (offsets' size checked there).
+    if (groups_.size() == 1)
+      return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size() - 1) / layout_.T();
+    const std::int64_t B =
+        detail::check_mixed_batch(fn, layout_, indices, offsets, w, config_.non_finite == NonFinite::Throw);
+    if (output_size != static_cast<std::size_t>(B * layout_.total_dim)) {
+      invalid(fn, "output.size() = " + std::to_string(output_size) +
+                      "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
+                      " = " + std::to_string(B * layout_.total_dim));
+    }
+    return B;
+  }
+
+  /// Elements of group g's buffer: (B, k_g * D_g).
+  std::size_t group_elements(std::size_t g, std::int64_t B) const {
+    return static_cast<std::size_t>(B) * layout_.group_tables[g].size() *
+           static_cast<std::size_t>(layout_.group_dim[g]);
+  }
+
+  /// Runs `run(g, indices, offsets, out, weights)` for every group on its share of a
+  /// checked batch and scatters its out into `output`'s columns; group g uses
+  /// bufs[g * buf_step] (buf_step 0: one buffer for all). One group: the caller's spans.
+  template <class Run>
+  void each_group(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+                  std::span<float> output, std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs,
+                  std::size_t buf_step, Run&& run) const {
+    if (groups_.size() == 1) {
+      run(0, indices, offsets, output, w);
+      return;
+    }
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      detail::GroupBatch& b = bufs[g * buf_step];
+      detail::split_mixed_batch(layout_, g, indices, offsets, w, B, b);
+      b.buffer.resize(group_elements(g, B));
+      run(g, std::span<const std::int64_t>(b.indices), std::span<const std::int64_t>(b.offsets),
+          std::span<float>(b.buffer), std::span<const float>(b.weights));
+      detail::copy_mixed_columns<true>(layout_, g, b.buffer.data(), output.data(), B);
+    }
+  }
+
+  MixedDimConfig config_;
+  detail::MixedLayout layout_;
+  std::vector<group_type> groups_;
+  std::vector<detail::GroupBatch> batches_;  // per group: split batch and column buffer
+  bool pending_ = false;
+  std::int64_t pending_B_ = 0;
+};
+
+}  // namespace mpe
