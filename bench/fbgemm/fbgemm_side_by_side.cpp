@@ -52,7 +52,9 @@
 /// (`forward()` on another object with the same bytes and an Lru<32> FP32 cache of
 /// --cache-pct % of the rows, no prefetch(): every call validates, sorts and deduplicates
 /// the batch, admits rows (fills and evictions) and pools from the cache and the store: the
-/// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches).
+/// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches),
+/// mpe_cached_st (the same with SecondTouchLru<32>: a miss replaces a cached row only from its
+/// second touch; refused rows are pooled from the store).
 ///
 /// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
 /// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
@@ -281,7 +283,8 @@ void usage() {
       "  --dims D,D,...       embedding dims (default 64)\n"
       "  --precs P,...        fp32,fp16,int8,int4 (default all)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
-      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached (default fbgemm,mpe_fwd)\n"
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st (default "
+      "fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
       "  --batch B            bags per batch (default 2048)\n"
       "  --bag L              indices per bag (default 32)\n"
@@ -444,6 +447,24 @@ double lines_per_row(std::size_t stride, std::size_t row_bytes) {
 
 template <class S>
 using StoreOnly = mpe::CachedEmbedding<S, mpe::Lru<32>, mpe::NearestRounding, PagedHostBackend>;
+template <class S>
+using SecondTouch = mpe::CachedEmbedding<S, mpe::SecondTouchLru<32>, mpe::NearestRounding, PagedHostBackend>;
+
+template <class Emb>
+void print_cache_stats(const char* name, const std::string& dist, const Emb& e, int reps) {
+  const mpe::CacheStats st = e.stats();
+  const double calls = static_cast<double>(reps);
+  std::printf(
+      "# %s %s: per call %.0f lookups, %.0f unique rows, %.0f hits, %.0f misses (%.0f conflict, %.0f "
+      "refused), "
+      "%.0f evictions, %.0f write-backs; hit rate %.3f of unique rows\n",
+      name, dist.c_str(), static_cast<double>(st.lookups) / calls,
+      static_cast<double>(st.unique_rows) / calls, static_cast<double>(st.hits) / calls,
+      static_cast<double>(st.misses) / calls, static_cast<double>(st.conflict_misses) / calls,
+      static_cast<double>(st.lfu_rejections) / calls, static_cast<double>(st.evictions) / calls,
+      static_cast<double>(st.writebacks) / calls,
+      st.unique_rows ? static_cast<double>(st.hits) / static_cast<double>(st.unique_rows) : 0.0);
+}
 
 bool g_failed = false;
 
@@ -529,6 +550,15 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         static_cast<long long>(emb_cached->cache_slots()),
         100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows));
   }
+  std::unique_ptr<SecondTouch<S>> emb_cached_st;  // mpe_cached_st: as mpe_cached with SecondTouchLru<32>
+  if (has("mpe_cached_st")) {
+    mpe::EmbeddingConfig cc = cfg;
+    cc.cache_rows = std::max<std::int64_t>(
+        32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
+    emb_cached_st = std::make_unique<SecondTouch<S>>(cc, be);
+    mpe::io::import_table(*emb_cached_st, 0, mpe::interop::FbgemmFused{},
+                          std::span<const std::uint8_t>(fbt.p, total));
+  }
   std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
               prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
               secs(t0, clk::now()));
@@ -574,6 +604,11 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
           emb_cached->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                               std::span<float>(out, static_cast<std::size_t>(B * D)));
           sbs::g_phases.on = false;
+        };
+      } else if (v == "mpe_cached_st") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          emb_cached_st->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                                 std::span<float>(out, static_cast<std::size_t>(B * D)));
         };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {
@@ -624,18 +659,8 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       sbs::g_phases.secs.clear();
       sbs::g_phases.order.clear();
     }
-    if (emb_cached) {
-      const mpe::CacheStats st = emb_cached->stats();
-      const double calls = static_cast<double>(o.reps);
-      std::printf(
-          "# mpe_cached %s: per call %.0f lookups, %.0f unique rows, %.0f hits, %.0f misses (%.0f conflict), "
-          "%.0f evictions, %.0f write-backs; hit rate %.3f of unique rows\n",
-          dist.c_str(), static_cast<double>(st.lookups) / calls, static_cast<double>(st.unique_rows) / calls,
-          static_cast<double>(st.hits) / calls, static_cast<double>(st.misses) / calls,
-          static_cast<double>(st.conflict_misses) / calls, static_cast<double>(st.evictions) / calls,
-          static_cast<double>(st.writebacks) / calls,
-          st.unique_rows ? static_cast<double>(st.hits) / static_cast<double>(st.unique_rows) : 0.0);
-    }
+    if (emb_cached) print_cache_stats("mpe_cached", dist, *emb_cached, o.reps);
+    if (emb_cached_st) print_cache_stats("mpe_cached_st", dist, *emb_cached_st, o.reps);
     for (auto& v : vs) v.run(pool.batch(0), v.out.data());
     const Variant* fb = nullptr;
     for (auto& v : vs)

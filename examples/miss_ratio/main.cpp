@@ -39,7 +39,7 @@ namespace {
 using namespace miss_ratio;
 
 struct Result {
-  std::uint64_t unique_rows = 0, misses = 0, conflicts = 0;
+  std::uint64_t unique_rows = 0, misses = 0, conflicts = 0, rejections = 0;
   double seconds = 0;
 };
 
@@ -62,6 +62,7 @@ Result run_cache(const Trace& t, std::int64_t cache_rows, int threads) {
   r.unique_rows = ce.stats().unique_rows;
   r.misses = ce.stats().misses;
   r.conflicts = ce.stats().conflict_misses;
+  r.rejections = ce.stats().lfu_rejections;
   return r;
 }
 
@@ -93,14 +94,14 @@ void report(const std::string& label, const Trace& t, const std::vector<double>&
   }
   std::uint64_t lookups = 0;
   for (const auto& b : t.batches) lookups += b.indices.size();
-  std::cout
-      << "\n### " << label << "\n\n"
-      << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
-      << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
-      << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
-      << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | W-TinyLFU<32> | Belady (MIN) | "
-         "W-TinyLFU - Belady |\n"
-      << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::cout << "\n### " << label << "\n\n"
+            << t.batches.size() << " batches, " << lookups << " lookups, " << stream.size()
+            << " unique-row lookups (per batch), " << distinct << " distinct rows of " << total
+            << "; compulsory miss ratio " << pct(distinct, stream.size()) << "\n\n"
+            << "| cache (% of rows) | rows | LRU<32> | LFU<32> | direct-mapped | W-TinyLFU<32> | "
+               "SecondTouchLru<32> "
+               "(its fills) | Belady (MIN) | W-TinyLFU - Belady |\n"
+            << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const double f : sizes) {
     const auto c = std::max<std::int64_t>(
         32, static_cast<std::int64_t>(std::llround(f / 100.0 * static_cast<double>(total))));
@@ -108,15 +109,19 @@ void report(const std::string& label, const Trace& t, const std::vector<double>&
     const Result lfu = run_cache<mpe::Lfu<32>>(t, c, threads);
     const Result dm = run_cache<mpe::DirectMapped>(t, c, threads);
     const Result wt = run_cache<mpe::WTinyLfu<32>>(t, c, threads);
+    const Result st = run_cache<mpe::SecondTouchLru<32>>(t, c, threads);
     const std::uint64_t opt = belady_misses(stream, total, c);
     if (lru.unique_rows != stream.size() || lfu.unique_rows != stream.size() ||
-        dm.unique_rows != stream.size() || wt.unique_rows != stream.size()) {
+        dm.unique_rows != stream.size() || wt.unique_rows != stream.size() ||
+        st.unique_rows != stream.size()) {
       throw std::logic_error("unique-row counts disagree with the trace");
     }
     std::cout << "| " << f << " % | " << c << " | " << pct(lru.misses, lru.unique_rows) << " | "
               << pct(lfu.misses, lfu.unique_rows) << " | " << pct(dm.misses, dm.unique_rows) << " | "
-              << pct(wt.misses, wt.unique_rows) << " | " << pct(opt, stream.size()) << " | "
-              << points(wt.misses, opt, stream.size()) << " |" << std::endl;
+              << pct(wt.misses, wt.unique_rows) << " | " << pct(st.misses, st.unique_rows) << " ("
+              << pct(st.misses - st.conflicts - st.rejections, st.unique_rows) << ") | "
+              << pct(opt, stream.size()) << " | " << points(wt.misses, opt, stream.size()) << " |"
+              << std::endl;
   }
 }
 
@@ -124,7 +129,8 @@ void report(const std::string& label, const Trace& t, const std::vector<double>&
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped, W-TinyLFU and Belady (MIN)"};
+      "mpe miss_ratio: cache miss ratio vs size for LRU, LFU, direct-mapped, W-TinyLFU, second-touch LRU and "
+      "Belady (MIN)"};
   std::int64_t rows = 1000000, bags = 2048, pooling = 32, batches = 100;
   std::vector<double> exponents{0.8, 1.05, 1.2};
   std::vector<double> sizes{0.5, 1, 2, 5, 10, 20};

@@ -119,6 +119,9 @@ TEST_CASE("admission in one pass (1 thread) = two launches (2 threads): W-TinyLF
 TEST_CASE("admission in one pass (1 thread) = two launches (2 threads): direct-mapped, INT8, SGD") {
   one_vs_two_threads<mpe::Int8Rowwise, mpe::DirectMapped>(300, mpe::Sgd{0.3f});
 }
+TEST_CASE("admission in one pass (1 thread) = two launches (2 threads): second-touch LRU<32>, INT8, SGD") {
+  one_vs_two_threads<mpe::Int8Rowwise, mpe::SecondTouchLru<32>>(256, mpe::Sgd{0.3f});
+}
 TEST_CASE("a policy without set_local keeps the two launches: 1 thread = 2 threads") {
   one_vs_two_threads<mpe::Int8Rowwise, GlobalHits>(256, mpe::Sgd{0.3f});
 }

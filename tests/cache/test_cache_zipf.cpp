@@ -31,7 +31,8 @@ using mpe_test::run_trace;
 }  // namespace
 
 TEST_CASE_TEMPLATE("Zipf traces: the cache equals the simulator (Fp32: outputs and weights exact)", P,
-                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::Lru<16>, mpe::Lfu<16>) {
+                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::Lru<16>, mpe::Lfu<16>, mpe::SecondTouchLru<4>,
+                   mpe::SecondTouchLru<16>) {
   for (const double s : {0.8, 1.05, 1.2}) {
     for (const std::int64_t cache_rows : {50, 500}) {  // 1 % and 10 % of 5000 rows
       CAPTURE(s);
@@ -52,7 +53,7 @@ TEST_CASE_TEMPLATE("Zipf traces: the cache equals the simulator (Fp32: outputs a
 }
 
 TEST_CASE_TEMPLATE("Zipf traces, Int8Rowwise store: decisions and byte counters equal the simulator's", P,
-                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped) {
+                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::SecondTouchLru<4>) {
   Harness<mpe::Int8Rowwise, P> h({kRows0, kRows1}, kD, 250);
   run_trace(h, zipf_trace(1.05, 77));
   const mpe::CacheStats st = h.ce().stats();
@@ -62,7 +63,7 @@ TEST_CASE_TEMPLATE("Zipf traces, Int8Rowwise store: decisions and byte counters 
 }
 
 TEST_CASE_TEMPLATE("the same slots and bits with 1 and 2 host threads", P, mpe::Lru<4>, mpe::Lfu<4>,
-                   mpe::DirectMapped) {
+                   mpe::DirectMapped, mpe::SecondTouchLru<4>) {
   Harness<mpe::Fp32, P> one({kRows0, kRows1}, kD, 250, mpe::HostBackend{.num_threads = 1});
   Harness<mpe::Fp32, P> two({kRows0, kRows1}, kD, 250, mpe::HostBackend{.num_threads = 2});
   const auto trace = zipf_trace(1.05, 5);

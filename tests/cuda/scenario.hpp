@@ -243,7 +243,8 @@ Result run_training(const Backend& be, const Scenario& sc) {
   X(S, mpe::DirectMapped, mpe::StochasticRounding) \
   X(S, mpe::DirectMapped, mpe::NearestRounding)    \
   X(S, mpe::WTinyLfu<4>, mpe::StochasticRounding)  \
-  X(S, mpe::WTinyLfu<4>, mpe::NearestRounding)
+  X(S, mpe::WTinyLfu<4>, mpe::NearestRounding)     \
+  X(S, mpe::SecondTouchLru<4>, mpe::StochasticRounding)
 
 #define MPE_TEST_HOST_INSTANTIATE(S, C, R)                                                             \
   template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, \

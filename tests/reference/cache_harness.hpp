@@ -31,9 +31,16 @@ template <int W>
 struct IsWTinyLfu<mpe::WTinyLfu<W>> : std::true_type {};
 
 template <class Policy>
+struct IsSecondTouchLru : std::false_type {};
+template <int W>
+struct IsSecondTouchLru<mpe::SecondTouchLru<W>> : std::true_type {};
+
+template <class Policy>
 constexpr SimPolicy sim_policy() {
   if constexpr (IsWTinyLfu<Policy>::value) {
     return SimPolicy::WTinyLfu;
+  } else if constexpr (IsSecondTouchLru<Policy>::value) {
+    return SimPolicy::SecondTouchLru;
   } else if constexpr (Policy::uses_sketch) {
     return SimPolicy::Lfu;
   } else if constexpr (std::is_same_v<Policy, mpe::DirectMapped>) {

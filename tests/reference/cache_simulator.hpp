@@ -28,6 +28,12 @@
 ///   multiple of 10 x slots that the cumulative number of increments has passed since
 ///   construction (DESIGN.md: "all counters halved every 10 x cache_rows increments").
 ///
+/// Second-touch LRU (SimPolicy::SecondTouchLru), from mpe/cache/second_touch_lru.hpp's
+/// comment: LFU's sketch, counted and halved the same way; misses of a set in order of
+/// min(estimate, 2) descending, then ascending row; LRU's victim; a miss replaces an occupied
+/// victim only if its estimate is at least 2, otherwise it is rejected (uncached). An empty
+/// way is always taken.
+///
 /// W-TinyLFU (SimPolicy::WTinyLfu), from the rules in mpe/cache/wtinylfu.hpp's comment:
 /// - Sketch as LFU's, but a batch's update is conservative: each unique row's 4 counters
 ///   become max(counter, estimate before the batch + 1).
@@ -53,7 +59,7 @@
 
 namespace mpe_test {
 
-enum class SimPolicy { Lru, Lfu, DirectMapped, WTinyLfu };
+enum class SimPolicy { Lru, Lfu, DirectMapped, WTinyLfu, SecondTouchLru };
 
 /// The CacheStats counters the cache decides (same meaning as mpe::CacheStats).
 struct SimStats {
@@ -186,7 +192,7 @@ class CacheSimulator {
     if (num_sets_ == 0) return result;
     const std::set<std::int64_t> uniq(rows.begin(), rows.end());
     stats_.unique_rows += uniq.size();
-    if (policy_ == SimPolicy::Lfu) {
+    if (policy_ == SimPolicy::Lfu || policy_ == SimPolicy::SecondTouchLru) {
       mpe::SketchRef ref{counters_.data(), width_};
       for (std::int64_t r : uniq) {
         for (int k = 0; k < mpe::SketchRef::depth; ++k) ++counters_[static_cast<std::size_t>(ref.cell(r, k))];
@@ -218,6 +224,10 @@ class CacheSimulator {
         std::stable_sort(misses.begin(), misses.end(),
                          [&](std::int64_t a, std::int64_t b) { return estimate(a) > estimate(b); });
       }
+      if (policy_ == SimPolicy::SecondTouchLru) {
+        const auto seen = [&](std::int64_t r) { return estimate(r) >= 2; };
+        std::stable_partition(misses.begin(), misses.end(), seen);
+      }
       for (std::int64_t r : misses) {
         std::int64_t victim = -1;
         std::uint64_t victim_score = 0;
@@ -246,7 +256,9 @@ class CacheSimulator {
           result[r] = -1;
           continue;
         }
-        if (policy_ == SimPolicy::Lfu && !empty && !(estimate(r) > victim_score)) {
+        const bool refused = (policy_ == SimPolicy::Lfu && !(estimate(r) > victim_score)) ||
+                             (policy_ == SimPolicy::SecondTouchLru && estimate(r) < 2);
+        if (!empty && refused) {
           ++stats_.lfu_rejections;
           result[r] = -1;
           continue;
@@ -276,7 +288,10 @@ class CacheSimulator {
     return result;
   }
 
-  bool sketched() const { return policy_ == SimPolicy::Lfu || policy_ == SimPolicy::WTinyLfu; }
+  bool sketched() const {
+    return policy_ == SimPolicy::Lfu || policy_ == SimPolicy::WTinyLfu ||
+           policy_ == SimPolicy::SecondTouchLru;
+  }
 
   /// Least recent occupied slot of segment `seg` in `set` (skipping rows in `locked`
   /// unless it is null), or -1.

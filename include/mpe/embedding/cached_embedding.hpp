@@ -45,9 +45,10 @@ class MixedDimEmbedding;  // mpe/embedding/mixed_dim_embedding.hpp
 ///
 /// Every row of the T tables lives in a store of `Storage` format (row-wise quantized
 /// INT8/INT4 or FP8 E4M3/E5M2, FP16, BF16 or FP32). With `cache_rows > 0` a set-associative
-/// FP32 cache (`CachePolicy`: Lru<W>, Lfu<W>, DirectMapped, WTinyLfu<W>) holds the hot
-/// rows: they are read and trained in FP32; rows without a slot are read and updated in
-/// the store directly.
+/// FP32 cache (`CachePolicy`: Lru<W>, Lfu<W>, DirectMapped, SecondTouchLru<W>, WTinyLfu<W>)
+/// holds the hot rows: they are read and trained in FP32; rows without a slot (a policy's
+/// admission refused them, or their set had no unlocked way) bypass the cache: they are read
+/// and updated in the store directly.
 /// Every write to the store rounds with `Rounding` (StochasticRounding, NearestRounding).
 /// Optimizer state is held in `StatePrecision` (StateFp32, the default; StateBf16 or
 /// StateFp16: 2 bytes per state value, written with `Rounding`, and held in FP32 beside

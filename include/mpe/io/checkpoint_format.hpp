@@ -63,6 +63,7 @@
 /// |---|---|---|
 /// | `Lru<W>`, `DirectMapped` | `lru`, `direct_mapped` | empty |
 /// | `Lfu<W>` | `lfu` | count-min sketch, 4 lines x width u32 counters, line-major (width: smallest power of two >= max(16, 2 x slots)) |
+/// | `SecondTouchLru<W>` | `second_touch_lru` | the same sketch |
 /// | `WTinyLfu<W>` | `wtinylfu` | the same sketch, then one byte per slot (segment: 0 window, 1 probation, 2 protected; meaningless for an empty slot), zero-padded to a multiple of 4 bytes |
 // clang-format on
 ///

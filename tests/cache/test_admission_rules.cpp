@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Admission rules (#39): each policy's rule for a miss worked by hand on one set, and the
+// bypass a refused row takes (pooled from and trained in the store, exactly as in a
+// store-only table). The decisions on long traces are compared slot by slot with the
+// plain-loop simulator in test_cache_zipf.cpp and test_cache_rules.cpp (every policy of
+// tests/reference/policy_lists.hpp, SecondTouchLru included).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "mpe/mpe.hpp"
+#include "reference/embedding_bag.hpp"
+
+namespace {
+
+constexpr int kD = 4;
+
+template <class Emb>
+std::vector<std::int64_t> resident(const Emb& e) {
+  const auto r = e.ref();
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(r.cache.num_sets * r.cache.ways));
+  for (std::size_t s = 0; s < rows.size(); ++s) rows[s] = r.cache.tags[s];
+  return rows;
+}
+
+// One batch of one bag per row (B = rows.size(), T = 1): forward, then backward with SGD.
+template <class Emb>
+std::vector<float> step(Emb& e, const std::vector<std::int64_t>& rows, float grad) {
+  std::vector<std::int64_t> offsets(rows.size() + 1);
+  for (std::size_t i = 0; i <= rows.size(); ++i) offsets[i] = static_cast<std::int64_t>(i);
+  std::vector<float> out(rows.size() * kD), g(rows.size() * kD, grad);
+  e.forward(rows, offsets, out);
+  e.backward(g, mpe::Sgd{0.5f});
+  return out;
+}
+
+mpe::EmbeddingConfig config(std::int64_t cache_rows) {
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {100};
+  cfg.dim = kD;
+  cfg.cache_rows = cache_rows;
+  cfg.seed = 11;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("second touch: a first touch takes only an empty way; the second replaces the least recent row") {
+  // One set of two ways (cache_rows = 2): every row maps to it.
+  mpe::CachedEmbedding<mpe::Fp32, mpe::SecondTouchLru<2>, mpe::NearestRounding> e(config(2));
+  e.init_uniform(-0.1f, 0.1f);
+  REQUIRE(e.num_sets() == 1);
+
+  step(e, {10, 20}, 0.25f);  // batch 1: two first touches, two empty ways: both filled
+  auto st = e.stats();
+  CHECK(st.misses == 2);
+  CHECK(st.lfu_rejections == 0);
+  auto rows = resident(e);
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::int64_t>{10, 20});
+
+  step(e, {30}, 0.25f);  // batch 2: a first touch, no empty way: refused (bypass)
+  st = e.stats();
+  CHECK(st.misses == 3);
+  CHECK(st.lfu_rejections == 1);
+  CHECK(st.evictions == 0);
+  rows = resident(e);
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::int64_t>{10, 20});
+
+  step(e, {20}, 0.25f);  // batch 3: a hit; 20 becomes the most recent
+  step(e, {30}, 0.25f);  // batch 4: second touch of 30: admitted, evicts 10 (least recent)
+  st = e.stats();
+  CHECK(st.hits == 1);
+  CHECK(st.lfu_rejections == 1);
+  CHECK(st.evictions == 1);
+  CHECK(st.writebacks == 1);  // 10 was trained in the cache (dirty)
+  rows = resident(e);
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::int64_t>{20, 30});
+}
+
+TEST_CASE("second touch against plain LRU on the same batches: LRU admits the first touch") {
+  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<2>, mpe::NearestRounding> e(config(2));
+  e.init_uniform(-0.1f, 0.1f);
+  step(e, {10, 20}, 0.25f);
+  step(e, {30}, 0.25f);  // LRU: 30 evicts 10 (ways tie on last use: the lowest way)
+  const auto st = e.stats();
+  CHECK(st.lfu_rejections == 0);
+  CHECK(st.evictions == 1);
+  auto rows = resident(e);
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::int64_t>{20, 30});
+}
+
+TEST_CASE_TEMPLATE("a refused row bypasses the cache: pooled and trained in the store as store-only", S,
+                   mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Fp16) {
+  using Cached = mpe::CachedEmbedding<S, mpe::SecondTouchLru<2>, mpe::StochasticRounding>;
+  using StoreOnly = mpe::CachedEmbedding<S, mpe::Lru<2>, mpe::StochasticRounding>;
+  Cached c(config(2));
+  StoreOnly s(config(0));
+  c.init_uniform(-0.1f, 0.1f);
+  s.init_uniform(-0.1f, 0.1f);
+  // Batch 1 fills the set with 10 and 20 (their updates then run in FP32 in the cache);
+  // batches 2 and 3 touch rows 30 and 40 once each: refused, so their forward reads the
+  // store and their update is stochastically rounded into the store, keyed by (seed, row,
+  // step) as in the store-only table, which has run the same steps.
+  step(c, {10, 20}, 0.25f);
+  step(s, {10, 20}, 0.25f);
+  for (const std::int64_t r : {30, 40}) {
+    const auto out_c = step(c, {r}, -0.75f);
+    const auto out_s = step(s, {r}, -0.75f);
+    CHECK(ref::same_bits(out_c, out_s));
+  }
+  CHECK(c.stats().lfu_rejections == 2);
+  for (const std::int64_t r : {30, 40}) {
+    std::vector<float> wc(kD), ws(kD);
+    c.get_weights(wc, r);
+    s.get_weights(ws, r);
+    CHECK(ref::same_bits(wc, ws));  // the same rounded store row
+  }
+  // The cached rows trained in FP32 instead (the table differs there), as they should.
+  std::vector<float> wc(kD), ws(kD);
+  c.get_weights(wc, 10);
+  s.get_weights(ws, 10);
+  CHECK(!ref::same_bits(wc, ws));
+}
