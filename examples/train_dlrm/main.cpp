@@ -61,6 +61,7 @@ std::string label_of(const RunSpec& s) {
   std::string l = s.storage;
   if (s.cache != "none" && s.cache_fraction > 0) l += "+" + s.cache + percent(s.cache_fraction);
   if (s.storage != "fp32") l += s.rounding == "stochastic" ? "/sr" : "/rn";
+  if (s.base_dim > 0 && s.dim != s.base_dim) l += "@d" + std::to_string(s.dim);
   if (s.optimizer != "sgd" || s.state_precision != "fp32") l += " " + s.optimizer + "/" + s.state_precision;
   return l;
 }
@@ -93,13 +94,54 @@ std::vector<RunSpec> paper_sweep(const RunSpec& base) {
   return v;
 }
 
+RunSpec parse_config(const std::string& text, const RunSpec& base);
+
+// The memory/log-loss frontier (--sweep frontier): the FP32 reference and dense-only, each
+// store at the run's D with and without a small cache, and smaller D (a uniform D/2 and D/4
+// for every table: the simplest mixed-dimension choice) with the low-precision stores.
+// Memory counts weights, cache, metadata and optimizer state.
+std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
+  std::vector<std::string> labels = {"dense-only",    "fp32",    "fp16/sr",       "int8/sr",        "int8+lru5%/sr",
+                                     "int8+stlru5%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr"};
+  for (int div : {2, 4}) {
+    const std::string d = "@d" + std::to_string(std::max(1, base.dim / div));
+    for (const char* c : {"fp32", "int8+lru1%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int4+lru5%/sr"})
+      labels.push_back(std::string(c) + d);
+  }
+  std::vector<RunSpec> v;
+  for (const auto& l : labels) v.push_back(parse_config(l, base));
+  return v;
+}
+
 // Parses a config label as printed in the table: "dense-only", "fp32",
-// "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "fp16+direct0.5%/sr", ...
+// "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "fp16+direct0.5%/sr", and any of them with
+// "@d<D>" at the end: that config's embedding dimension instead of --dim ("int4+lru1%/sr@d16").
 RunSpec parse_config(const std::string& text, const RunSpec& base) {
   RunSpec s = base;
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("--configs: cannot parse '" + text + "': " + why);
   };
+  std::string body = text;
+  if (const auto at = text.rfind("@d"); at != std::string::npos) {
+    const std::string n = text.substr(at + 2);
+    body = text.substr(0, at);
+    std::size_t used = 0;
+    int dim = 0;
+    try {
+      dim = std::stoi(n, &used);
+    } catch (const std::logic_error&) {
+      throw bad("@d needs a dimension, e.g. @d16");
+    }
+    if (used != n.size() || dim < 1 || dim > 4096) throw bad("@d<D> needs D in [1, 4096]");
+    s.dim = dim;
+    s.base_dim = base.dim;
+  }
+  if (body != text) {
+    RunSpec r = parse_config(body, s);
+    r.base_dim = base.dim;
+    r.label = label_of(r);
+    return r;
+  }
   if (text == "dense" || text == "dense-only") {
     s.storage = "dense";
     s.cache = "none";
@@ -124,7 +166,8 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
     std::size_t i = 0;
     while (i < c.size() && std::isalpha(static_cast<unsigned char>(c[i]))) ++i;
     s.cache = c.substr(0, i);
-    if (s.cache != "lru" && s.cache != "lfu" && s.cache != "direct") throw bad("cache must be lru, lfu or direct");
+    if (s.cache != "lru" && s.cache != "lfu" && s.cache != "direct" && s.cache != "stlru")
+      throw bad("cache must be lru, lfu, direct or stlru (second-touch LRU)");
     try {
       std::size_t used = 0;
       s.cache_fraction = std::stod(c.substr(i), &used) / 100.0;
@@ -303,6 +346,9 @@ nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
         {"dim", a.spec.dim},
         {"total_rows", r0.total_rows},
         {"memory_bytes", r0.memory_bytes},
+        {"memory_ratio", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
+        {"logloss_delta_pct", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(100.0 * mean_sd(a.rel).mean)},
+        {"logloss_delta_pct_sd", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(100.0 * mean_sd(a.rel).sd)},
         {"store_bytes", r0.store_bytes},
         {"cache_bytes", r0.cache_bytes},
         {"metadata_bytes", r0.metadata_bytes},
@@ -340,7 +386,7 @@ bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, dou
   s << (svg ? "set terminal svg size 1000,650 dynamic font 'sans,11'\n" : "set terminal pngcairo size 1000,650 font 'sans,10'\n");
   s << "set output '" << path << "'\n";
   s << "set title \"" << title << "\" noenhanced\n";
-  s << "set xlabel 'embedding memory (MiB, store + cache + metadata)'\nset ylabel 'test log loss'\n";
+  s << "set xlabel 'embedding memory (MiB, store + cache + metadata + optimizer state)'\nset ylabel 'test log loss'\n";
   s << "set logscale x\nset grid\nset key bottom right\n";
   double dense = -1;
   for (const auto& a : aggs)
@@ -429,13 +475,13 @@ int main(int argc, char** argv) {
 
   auto* g_cfg = "Configuration";
   app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "dense"}));
-  app.add_option("--cache", base.cache, "cache policy (none = no cache)")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "none"}));
+  app.add_option("--cache", base.cache, "cache policy: lru, lfu, direct, stlru (second-touch LRU: a miss replaces a row only from its second touch), none")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "stlru", "none"}));
   app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
   app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
   app.add_option("--optimizer", base.optimizer, "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")->group(g_cfg)->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
   app.add_option("--state-precision", base.state_precision, "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; cached rows keep theirs in FP32)")->group(g_cfg)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
-  app.add_option("--sweep", o.sweep, "none, or paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}")->group(g_cfg)->check(CLI::IsMember({"none", "paper"}));
+  app.add_option("--sweep", o.sweep, "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer state) vs log loss, each store with and without a cache at D, D/2 and D/4")->group(g_cfg)->check(CLI::IsMember({"none", "paper", "frontier"}));
   app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only (instead of --storage/--cache/...)")->group(g_cfg)->delimiter(',');
   app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
 
@@ -498,6 +544,8 @@ int main(int argc, char** argv) {
     std::vector<RunSpec> specs;
     if (o.sweep == "paper") {
       specs = paper_sweep(base);
+    } else if (o.sweep == "frontier") {
+      specs = frontier_sweep(base);
     } else if (!o.configs.empty()) {
       for (const auto& c : o.configs) specs.push_back(parse_config(c, base));
     } else {
@@ -541,7 +589,7 @@ int main(int argc, char** argv) {
           std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
                     << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
                     << "  " << fmt("%.1f", r.train_seconds) << "s\n";
-        if (sp.storage == "fp32" && sp.cache == "none") fp32_ll = r.logloss;
+        if (sp.storage == "fp32" && sp.cache == "none" && sp.dim == base.dim) fp32_ll = r.logloss;
         if (r.bayes_logloss >= 0) bayes = r.bayes_logloss;
         aggs[i].runs.push_back(std::move(r));
       }
@@ -550,10 +598,23 @@ int main(int argc, char** argv) {
           if (a.spec.storage != "dense") a.rel.push_back((a.runs.back().logloss - fp32_ll) / fp32_ll);
     }
 
+    // Memory against the FP32 config of this run (same D, same optimizer, FP32 state) where it
+    // ran; otherwise against an FP32 table of the config's own D (RunResult::fp32_bytes).
+    std::size_t fp32_memory = 0;
+    for (const auto& a : aggs)
+      if (a.spec.storage == "fp32" && a.spec.cache == "none" && a.spec.dim == base.dim && !a.runs.empty())
+        fp32_memory = a.runs.front().memory_bytes;
+    for (auto& a : aggs)
+      for (auto& r : a.runs)
+        if (r.memory_bytes && fp32_memory)
+          r.reduction = static_cast<double>(fp32_memory) / static_cast<double>(r.memory_bytes);
+
     std::cout << "data: " << data.description << "\n"
               << "D = " << base.dim << ", batch " << base.batch_size << ", lr " << base.lr << " (embeddings "
               << base.emb_lr << "), epochs " << base.epochs << ", seeds " << base.seed << ".." << base.seed + static_cast<std::uint64_t>(o.seeds) - 1
-              << ", " << total << " embedding rows; memory reduction = 4*D*rows / (store + cache + metadata)\n";
+              << ", " << total << " embedding rows; memory = store + cache + metadata + optimizer state, vs FP32 = "
+              << (fp32_memory ? "the fp32 config's memory / this memory" : "4*D*rows (+ FP32 state) / this memory")
+              << "\n";
     print_table(aggs, o.seeds, bayes);
 
     if (!o.json.empty()) {

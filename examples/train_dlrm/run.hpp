@@ -20,6 +20,7 @@ struct RunSpec {
   double cache_fraction = 0.05;       // of all rows of all tables
   std::string rounding = "stochastic";  // stochastic | nearest
   int dim = 16;
+  int base_dim = 0;                   // the run's --dim when this config overrides it ("@d<D>"), else 0
   std::uint64_t seed = 1;
   int epochs = 1;
   int batch_size = 256;
@@ -39,10 +40,11 @@ struct RunSpec {
 struct RunResult {
   RunSpec spec;
   std::int64_t total_rows = 0, cache_rows = 0;
-  std::size_t memory_bytes = 0;  // store + cache + metadata
+  std::size_t memory_bytes = 0;  // store + cache + metadata + optimizer state (every byte the tables train in)
   std::size_t store_bytes = 0, cache_bytes = 0, metadata_bytes = 0, optimizer_bytes = 0;
-  double fp32_bytes = 0;         // 4 * D * total_rows: an FP32 store of the same tables
-  double reduction = 0;          // fp32_bytes / memory_bytes (0 for dense-only)
+  double fp32_bytes = 0;         // an FP32 store of the same tables at this D, plus FP32 optimizer state
+  double reduction = 0;          // fp32_bytes / memory_bytes (0 for dense-only); main.cpp replaces it by the
+                                 // FP32 config's memory_bytes / memory_bytes when the FP32 config ran
   double hit_rate = 0;           // hits / (hits + misses) over training (NaN without cache)
   std::uint64_t hits = 0, misses = 0, evictions = 0, writebacks = 0, saturated_rows = 0;
   double logloss = 0, auc = 0, accuracy = 0;

@@ -97,7 +97,13 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   res.spec = spec;
   for (auto r : data.table_rows) res.total_rows += r;
   res.cache_rows = cache_rows;
-  res.fp32_bytes = 4.0 * D * static_cast<double>(res.total_rows);
+  // FP32 weights and FP32 optimizer state of the same optimizer at this D (floats per row:
+  // sgd 0, rowwise_adagrad 1, adagrad D, adam 2D; as each OptimizerRule's state_floats).
+  const double state_floats = spec.optimizer == "rowwise_adagrad" ? 1.0
+                              : spec.optimizer == "adagrad"       ? D
+                              : spec.optimizer == "adam"          ? 2.0 * D
+                                                                  : 0.0;
+  res.fp32_bytes = 4.0 * (D + state_floats) * static_cast<double>(res.total_rows);
 
   Batch batch;
   std::vector<float> emb_out, emb_grad;
@@ -153,7 +159,7 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
     res.cache_bytes = m.cache_bytes;
     res.metadata_bytes = m.metadata_bytes;
     res.optimizer_bytes = m.optimizer_bytes;
-    res.memory_bytes = m.store_bytes + m.cache_bytes + m.metadata_bytes;
+    res.memory_bytes = m.store_bytes + m.cache_bytes + m.metadata_bytes + m.optimizer_bytes;
     res.reduction = res.fp32_bytes / static_cast<double>(res.memory_bytes);
   } else {
     res.hit_rate = std::numeric_limits<double>::quiet_NaN();
@@ -224,6 +230,12 @@ RunResult run_cache(const RunSpec& spec, const DataSetup& data) {
     return run_instantiation<Storage, mpe::Lru<32>, Rounding>(spec, data, 32);
   if (spec.cache == "lfu") return run_instantiation<Storage, mpe::Lfu<32>, Rounding>(spec, data, 32);
   if (spec.cache == "direct") return run_instantiation<Storage, mpe::DirectMapped, Rounding>(spec, data, 1);
+  if (spec.cache == "stlru") {
+    // Second-touch LRU: with stochastic rounding only (the example's build time).
+    if constexpr (std::is_same_v<Rounding, mpe::StochasticRounding>)
+      return run_instantiation<Storage, mpe::SecondTouchLru<32>, Rounding>(spec, data, 32);
+    throw std::invalid_argument("--cache stlru is built with --rounding stochastic only");
+  }
   throw std::invalid_argument("unknown cache policy '" + spec.cache + "'");
 }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Checks a `train_dlrm --sweep frontier --json F` file (CTest train_dlrm_frontier_json):
+every record has the frontier's fields; memory_ratio is the fp32 record's memory_bytes over
+the record's own; memory_bytes is store + cache + metadata + optimizer state; the fp32
+record's paired log-loss delta is 0 and every other delta is the mean of its runs' paired
+deltas against the fp32 runs of the same seeds.
+
+    python3 check_frontier.py frontier.json
+"""
+import json
+import math
+import sys
+
+recs = json.load(open(sys.argv[1]))
+errors = []
+need = ["config", "memory_bytes", "memory_ratio", "logloss", "logloss_delta_pct", "auc", "dim", "runs"]
+by = {r["config"]: r for r in recs}
+fp32 = by.get("fp32")
+if fp32 is None:
+    sys.exit("no fp32 record")
+fp32_ll = {run["seed"]: run["logloss"] for run in fp32["runs"]}
+for r in recs:
+    for k in need:
+        if k not in r:
+            errors.append(f"{r.get('config')}: no field {k}")
+    if r["config"] == "dense-only":
+        continue
+    parts = r["store_bytes"] + r["cache_bytes"] + r["metadata_bytes"] + r["optimizer_bytes"]
+    if r["memory_bytes"] != parts:
+        errors.append(f"{r['config']}: memory_bytes {r['memory_bytes']} != parts {parts}")
+    want = fp32["memory_bytes"] / r["memory_bytes"]
+    if not math.isclose(r["memory_ratio"], want, rel_tol=1e-12):
+        errors.append(f"{r['config']}: memory_ratio {r['memory_ratio']} != {want}")
+    deltas = [100.0 * (run["logloss"] - fp32_ll[run["seed"]]) / fp32_ll[run["seed"]] for run in r["runs"]]
+    want_d = sum(deltas) / len(deltas)
+    if not math.isclose(r["logloss_delta_pct"], want_d, rel_tol=1e-9, abs_tol=1e-12):
+        errors.append(f"{r['config']}: logloss_delta_pct {r['logloss_delta_pct']} != {want_d}")
+if fp32["memory_ratio"] != 1 or fp32["logloss_delta_pct"] != 0:
+    errors.append("fp32: ratio must be 1 and delta 0")
+small = [r for r in recs if r["config"].endswith(f"@d{max(1, fp32['dim'] // 4)}")]
+if not small or any(r["dim"] != max(1, fp32["dim"] // 4) for r in small):
+    errors.append("the D/4 configs are missing or have the wrong dim")
+if errors:
+    print("\n".join(errors))
+    sys.exit(1)
+print(f"check_frontier: {len(recs)} records consistent; best ratio "
+      f"{max(r['memory_ratio'] or 0 for r in recs if r['config'] != 'dense-only'):.2f}x")
