@@ -9,6 +9,7 @@ $CUDA_HOME/include/cccl, $CUDA_PATH/include/cccl or /usr/local/cuda/include/cccl
 by $MPE_CCCL_INCLUDE. mpe's own headers are read from ../include (this file's parent
 repository), so build from a checkout. Parallel compilation: MAX_JOBS (default 2 here).
 """
+import glob
 import os
 import sys
 
@@ -42,8 +43,10 @@ if not os.path.exists(os.path.join(MPE_INCLUDE, "mpe", "mpe.hpp")):
 os.environ.setdefault("MAX_JOBS", "2")
 
 CSRC = os.path.join("mpe_torch", "csrc")
-SOURCES = [os.path.join(CSRC, f) for f in
-           ("binding.cpp", "registry.cpp", "group_fp32.cpp", "group_fp16.cpp", "group_int8.cpp", "group_int4.cpp")]
+# The binding, the registry and one translation unit per storage format (group_<storage>.cpp;
+# FP32's and INT8's other cache policies in group_<storage>_caches.cpp), compiled in parallel.
+SOURCES = [os.path.join(CSRC, f) for f in ("binding.cpp", "registry.cpp")] + sorted(
+    os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, CSRC, "group_*.cpp")))
 
 setup(
     name="mpe_torch",

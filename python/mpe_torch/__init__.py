@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """mpe_torch: PyTorch table-batched embedding bags over mpe's mixed-precision cached embeddings.
 
-``TableBatchedEmbeddingBags`` keeps its tables in mpe's low-precision store (fp32, fp16, int8
-or int4 row-wise) with an optional FP32 LRU cache of hot rows, takes FBGEMM TBE's input
+``TableBatchedEmbeddingBags`` keeps its tables in mpe's low-precision store (fp32, fp16, bf16,
+int8 or int4 row-wise, FP8 E4M3/E5M2 row-wise) with an optional FP32 cache of hot rows (LRU,
+LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
 (table-major int64 CSR) and returns the pooled vectors as a ``(B, sum D_t)`` float32 tensor.
 The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
@@ -20,21 +21,25 @@ from torch import nn
 from . import _C
 
 __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "STORAGES", "CACHES",
-           "ROUNDINGS", "OPTIMIZERS"]
+           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
 
 CheckpointError = _C.CheckpointError
 
-STORAGES = ("fp32", "fp16", "int8", "int4")
-CACHES = ("none", "lru")
-ROUNDINGS = ("stochastic", "nearest")
-OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
-_DEFAULT_EPS = {"sgd": 1e-8, "rowwise_adagrad": 1e-8, "adagrad": 1e-10, "adam": 1e-8}
+# The names each choice accepts: the C++ variant lists of the extension (csrc/variants.hpp), each
+# variant named by mpe's own name (less "_rowwise"). Which combinations are compiled:
+# built_combinations().
+STORAGES = tuple(_C.storages())
+CACHES = tuple(_C.caches())  # "none", then mpe's cache policies
+ROUNDINGS = tuple(_C.roundings())
+STATE_PRECISIONS = tuple(_C.state_precisions())
+OPTIMIZERS = tuple(_C.optimizers())  # mpe::KnownOptimizers
+EXPORT_FORMATS = tuple(_C.export_formats())  # row formats with an FBGEMM layout (export_table's format=)
 _STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
 
 
 def built_combinations():
-    """The storage/cache/rounding combinations compiled into this build, as strings
-    ``"int8/lru/stochastic"``. Cache ``none`` is ``Lru<32>`` with no cache rows."""
+    """The storage/cache/rounding/state_precision combinations compiled into this build, as
+    strings ``"int8/lru/stochastic/fp32"``. Cache ``none`` is ``Lru<32>`` with no cache rows."""
     return list(_C.built_combinations())
 
 
@@ -79,16 +84,24 @@ class TableBatchedEmbeddingBags(nn.Module):
             of the output, of the gradient and of the indices per step when there is more than
             one group; one set of workspaces and one cache per group). All groups take a
             training step together or none does.
-        storage: ``"fp32"``, ``"fp16"``, ``"int8"`` (FBGEMM fused 8-bit row-wise) or ``"int4"``
-            (fused 4-bit row-wise).
-        cache: ``"none"`` or ``"lru"`` (``Lru<32>``: 32-way set-associative FP32 cache).
-        cache_fraction: cache rows as a fraction of each group's rows (rounded; at least 32
-            when > 0). 0 with ``cache="lru"`` means no cache; > 0 needs ``cache="lru"``.
+        storage: ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int8"`` (FBGEMM fused 8-bit row-wise),
+            ``"int4"`` (fused 4-bit row-wise), ``"fp8_e4m3"`` or ``"fp8_e5m2"`` (OCP FP8 codes with
+            an f32 scale per row); ``STORAGES``.
+        cache: ``"none"``, ``"lru"`` (``Lru<32>``: 32-way set-associative FP32 cache),
+            ``"lfu"`` (``Lfu<32>``), ``"direct_mapped"``, ``"second_touch_lru"``
+            (``SecondTouchLru<32>``) or ``"wtinylfu"`` (``WTinyLfu<32>``);
+            ``CACHES``.
+        cache_fraction: cache rows as a fraction of each group's rows (rounded; at least the
+            policy's ways when > 0). 0 with a cache policy means no cache; > 0 needs one.
         rounding: ``"stochastic"`` or ``"nearest"``: how every write to the store rounds.
+        state_precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``: how the optimizer state is
+            stored (mpe's ``StateFp32``/``StateBf16``/``StateFp16``; the 16-bit ones are written
+            with ``rounding`` and held in FP32 beside a cached row); ``STATE_PRECISIONS``.
         optimizer: ``"sgd"``, ``"rowwise_adagrad"`` (FBGEMM's EXACT_ROWWISE_ADAGRAD),
             ``"adagrad"`` or ``"adam"`` (sparse/lazy, FBGEMM's ADAM), fused into backward.
         learning_rate: the optimizer's learning rate (change it with ``set_learning_rate``).
-        eps: the optimizer's epsilon; default 1e-8 (rowwise_adagrad, adam) or 1e-10 (adagrad).
+        eps: the optimizer's epsilon; default mpe's (1e-8 for rowwise_adagrad and adam, 1e-10
+            for adagrad).
         beta1, beta2: Adam's moment decays.
         pooling_mode: ``"sum"`` or ``"mean"`` (or fbgemm_gpu's ``PoolingMode.SUM`` / ``.MEAN``).
         seed: seed of the stochastic-rounding stream and of ``init_uniform``; group 0 uses it
@@ -97,15 +110,16 @@ class TableBatchedEmbeddingBags(nn.Module):
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
     Raises:
-        ValueError: bad specs or hyperparameters (mpe's message), unknown names, or a
-            storage/cache/rounding combination that is not built (the message lists the
-            built ones, see ``built_combinations()``).
+        ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
+            message lists the valid ones), or a storage/cache/rounding/state_precision
+            combination that is not built (the message lists the built ones, see
+            ``built_combinations()``).
         TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
-                 seed=0):
+                 seed=0, state_precision="fp32"):
         super().__init__()
         pairs = []
         try:
@@ -125,12 +139,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         optimizer = _name(optimizer, "optimizer")
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
+        state_precision = _name(state_precision, "state_precision")
         if eps is None:
-            eps = _DEFAULT_EPS.get(optimizer, 1e-8)
+            eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
-                            rounding=rounding, pooling_mode=pooling_mode, optimizer=optimizer, seed=int(seed))
-        self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, pooling_mode, optimizer,
-                           float(learning_rate), float(eps), float(beta1), float(beta2), int(seed))
+                            rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
+                            optimizer=optimizer, seed=int(seed))
+        self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
+                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), int(seed))
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -246,19 +262,23 @@ class TableBatchedEmbeddingBags(nn.Module):
             layout: ``"fbgemm_fused"``: FBGEMM's fused row-wise rows (int8: D codes, f32 scale,
                 f32 bias, as ``torch.ops.fbgemm.FloatToFused8BitRowwiseQuantized``; int4:
                 ceil(D/2) bytes, f16 scale, f16 bias, as ``FloatToFusedNBitRowwiseQuantizedSBHalf``;
-                fp16/fp32: plain rows). ``"tbe_inference"``: the weights of fbgemm_gpu's
+                fp16/bf16/fp32: plain rows). ``"tbe_inference"``: the weights of fbgemm_gpu's
                 ``IntNBitTableBatchedEmbeddingBagsCodegen`` / TorchRec's quantized EBC (f16 scale,
-                f16 bias, then the codes, each row padded to ``alignment``).
+                f16 bias, then the codes, each row padded to ``alignment``; fp32, fp16, int8 and
+                int4 rows only: no bf16).
             format: ``None`` (the store's own format: a byte move, except int8 to
                 ``tbe_inference``, which re-quantizes to f16 scale/bias), or ``"fp32"``,
-                ``"fp16"``, ``"int8"``, ``"int4"`` (dequantize and re-encode, round to nearest).
+                ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"`` (``EXPORT_FORMATS``: dequantize and
+                re-encode, round to nearest). FBGEMM has no FP8 row layout: an fp8_e4m3/fp8_e5m2
+                store exports only converted (``format=`` one of these), and ``format=None``
+                raises ValueError saying so.
             alignment: ``fbgemm_fused``: int8 code padding (1 = FBGEMM's CPU op, 4 = its CUDA
                 op); ``tbe_inference``: row alignment (1 = the TBE's CPU default, 16 = CUDA).
             scale_bias_last: ``tbe_inference`` with FBGEMM's ``reverse_qparam``.
 
         Flushes the cache first (dirty rows are written back, counted in ``stats()``).
-        Raises ValueError (bad layout/format/alignment, a value the format cannot hold),
-        IndexError (bad table).
+        Raises ValueError (bad layout/format/alignment, a format without that layout, a value
+        the format cannot hold), IndexError (bad table).
         """
         return self._tbe.export_table(int(table), layout, int(alignment), bool(scale_bias_last),
                                       "" if format is None else str(format))
@@ -266,7 +286,9 @@ class TableBatchedEmbeddingBags(nn.Module):
     def import_table(self, table, data, layout="fbgemm_fused", alignment=1, scale_bias_last=False):
         """Replaces table ``table`` with ``data``: a ``(rows, row_bytes)`` torch.uint8 CPU
         contiguous tensor in ``layout`` (see ``export_table``) of the store's own format (int8
-        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4). Exact byte conversion;
+        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4, fp32/fp16 plain rows in both
+        layouts, bf16 plain rows in ``fbgemm_fused``; an FP8 store, or bf16 with
+        ``tbe_inference``, raises ValueError: FBGEMM has no such rows). Exact byte conversion;
         rows decoding beyond the format's range by at most one quantization step (FBGEMM's
         quantizers near +-65504) are saturated and counted. Every row is validated before
         anything changes; the table's cache lines are dropped. Returns the number of saturated
@@ -293,7 +315,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def groups(self):
         """List of dicts, one per group (distinct D): dim, tables (spec indices), type
-        (``storage/cache/rounding`` of mpe), cache_slots, seed, stats, memory."""
+        (``storage/cache/rounding/state_precision`` as mpe names them), cache_slots, seed, stats,
+        memory."""
         return [dict(g) for g in self._tbe.groups()]
 
     # ---- state_dict ----
@@ -353,5 +376,6 @@ class TableBatchedEmbeddingBags(nn.Module):
         c = self._config
         return (f"specs={c['specs']}, storage={c['storage']!r}, cache={c['cache']!r}, "
                 f"cache_fraction={c['cache_fraction']}, rounding={c['rounding']!r}, "
+                f"state_precision={c['state_precision']!r}, "
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
                 f"learning_rate={self.get_learning_rate():g}, groups={self.num_groups}")

@@ -79,14 +79,28 @@ def test_mpe_input_messages(m):
 
 
 def test_names():
-    with pytest.raises(ValueError, match="bf16/none/stochastic is not built; built: fp32/none/stochastic, "):
-        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf16")
-    with pytest.raises(ValueError, match="cache = 'lfu' is not built; built storage/cache/rounding: .*int4/lru/nearest"):
-        mpe_torch.TableBatchedEmbeddingBags(SPECS, cache="lfu", cache_fraction=0.1)
-    with pytest.raises(ValueError, match="fp32/none/up is not built"):
+    # an unknown name: ValueError listing every valid one (from the extension's variant lists)
+    with pytest.raises(ValueError, match="storage = 'bf8' is not one of 'fp32', 'fp16', 'bf16', 'int8', 'int4', "
+                                         "'fp8_e4m3', 'fp8_e5m2'$"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf8")
+    with pytest.raises(ValueError, match="cache = 'arc' is not one of 'none', 'lru', 'lfu', 'direct_mapped', "
+                                         "'wtinylfu'$"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, cache="arc", cache_fraction=0.1)
+    with pytest.raises(ValueError, match="rounding = 'up' is not one of 'stochastic', 'nearest'$"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, rounding="up")
-    with pytest.raises(ValueError, match="optimizer = 'lamb' is not one of"):
+    with pytest.raises(ValueError, match="state_precision = 'fp8' is not one of 'fp32', 'bf16', 'fp16'$"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, state_precision="fp8")
+    with pytest.raises(ValueError, match="optimizer = 'lamb' is not one of 'sgd', 'rowwise_adagrad', 'adagrad', "
+                                         "'adam'$"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="lamb")
+    with pytest.raises(ValueError, match="optimizer = 'lamb' is not one of"):  # with eps given too
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="lamb", eps=1e-8)
+    # known names, a combination not compiled: the message lists the built ones
+    with pytest.raises(ValueError, match="bf16/wtinylfu/stochastic/fp32 is not built; built: fp32/none/stochastic/fp32, "
+                                         ".*int8/wtinylfu/stochastic/fp32"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf16", cache="wtinylfu", cache_fraction=0.5)
+    with pytest.raises(ValueError, match="fp8_e5m2/lru/stochastic/bf16 is not built"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="fp8_e5m2", state_precision="bf16")
     with pytest.raises(ValueError, match="pooling_mode = 'max'"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, pooling_mode="max")
     with pytest.raises(ValueError, match="cache = 'none' with cache_fraction"):
@@ -105,7 +119,7 @@ def test_names():
         mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, layout="x")
     with pytest.raises(ValueError, match="format = 'int2'"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, format="int2")
-    assert len(mpe_torch.built_combinations()) == 16
+    assert len(mpe_torch.built_combinations()) == len(set(mpe_torch.built_combinations()))
 
 
 def test_set_learning_rate(m):

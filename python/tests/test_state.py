@@ -16,6 +16,23 @@ CONFIGS = [
          optimizer="adam", learning_rate=0.01),
     dict(specs=[(300, 4), (50, 12)], storage="fp16", cache="none", rounding="stochastic", optimizer="adagrad",
          learning_rate=0.1),
+    # the other storage formats, cache policies and optimizer-state precisions
+    dict(specs=[(300, 16), (50, 16)], storage="bf16", cache="lru", cache_fraction=0.2, rounding="stochastic",
+         optimizer="sgd", learning_rate=0.1),
+    dict(specs=[(300, 8), (50, 3)], storage="fp8_e4m3", cache="lru", cache_fraction=0.3, rounding="stochastic",
+         optimizer="rowwise_adagrad", learning_rate=0.05),
+    dict(specs=[(300, 8), (50, 8)], storage="fp8_e5m2", cache="none", rounding="nearest", optimizer="adam",
+         learning_rate=0.01),
+    dict(specs=[(300, 16), (50, 16)], storage="int8", cache="wtinylfu", cache_fraction=0.3, rounding="stochastic",
+         optimizer="adam", learning_rate=0.01),
+    dict(specs=[(300, 8), (50, 4)], storage="int8", cache="lru", cache_fraction=0.3, rounding="stochastic",
+         optimizer="adam", learning_rate=0.01, state_precision="bf16"),
+    dict(specs=[(300, 8), (50, 8)], storage="fp32", cache="none", rounding="stochastic", optimizer="adagrad",
+         learning_rate=0.1, state_precision="bf16"),
+    dict(specs=[(300, 8), (50, 8)], storage="fp32", cache="lru", cache_fraction=0.3, rounding="stochastic",
+         optimizer="adagrad", learning_rate=0.1, state_precision="bf16"),
+    dict(specs=[(300, 8)], storage="int8", cache="lru", cache_fraction=0.3, rounding="stochastic",
+         optimizer="rowwise_adagrad", learning_rate=0.05, state_precision="fp16"),
 ]
 
 
@@ -45,7 +62,8 @@ def snapshot(m):
     return [m.get_weights(t) for t in range(m.num_tables)], m.stats(), m.step
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['storage']}-{c['cache']}-{c['optimizer']}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['storage']}-{c['cache']}-{c['optimizer']}-"
+                                                    f"{c.get('state_precision', 'fp32')}")
 def test_resume_bit_identical(cfg):
     data = batches(cfg["specs"], 12, seed=7)
     sched = lambda k: cfg["learning_rate"] * (1 + 0.1 * (k % 3))  # noqa: E731

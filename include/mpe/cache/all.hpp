@@ -26,3 +26,16 @@
 #include "mpe/cache/lru.hpp"
 #include "mpe/cache/second_touch_lru.hpp"
 #include "mpe/cache/wtinylfu.hpp"
+
+namespace mpe {
+
+/// A list of cache policies (a type list: see KnownCachePolicies).
+template <class... Policies>
+struct CachePolicyList {};
+
+/// Every cache policy of the library, at `Ways` ways where the policy has a way count (the
+/// PyTorch binding's choices are this list at 32 ways). A new policy adds one entry here.
+template <int Ways = 32>
+using KnownCachePolicies = CachePolicyList<Lru<Ways>, Lfu<Ways>, DirectMapped, SecondTouchLru<Ways>, WTinyLfu<Ways>>;
+
+}  // namespace mpe

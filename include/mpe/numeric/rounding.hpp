@@ -69,4 +69,11 @@ struct RoundDown {
 };
 }  // namespace detail
 
+/// A list of rounding policies (a type list: see KnownRoundings).
+template <class... Roundings>
+struct RoundingList {};
+
+/// The rounding policies a store write may use.
+using KnownRoundings = RoundingList<StochasticRounding, NearestRounding>;
+
 }  // namespace mpe

@@ -145,4 +145,12 @@ MPE_HOST_DEVICE inline bool encode_state(StateFormat f, const float* src, std::i
 }
 
 }  // namespace num
+
+/// A list of optimizer-state precisions (a type list: see KnownStatePrecisions).
+template <class... Precisions>
+struct StatePrecisionList {};
+
+/// Every optimizer-state precision.
+using KnownStatePrecisions = StatePrecisionList<StateFp32, StateBf16, StateFp16>;
+
 }  // namespace mpe

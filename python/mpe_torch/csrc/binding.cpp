@@ -95,13 +95,34 @@ mpe::Pooling parse_pooling(const std::string& p) {
   throw std::invalid_argument("mpe_torch: pooling_mode = '" + p + "' is not one of 'sum', 'mean'");
 }
 
-OptKind parse_optimizer(const std::string& o) {
-  if (o == "sgd") return OptKind::Sgd;
-  if (o == "rowwise_adagrad") return OptKind::RowwiseAdagrad;
-  if (o == "adagrad") return OptKind::Adagrad;
-  if (o == "adam") return OptKind::Adam;
-  throw std::invalid_argument("mpe_torch: optimizer = '" + o +
-                              "' is not one of 'sgd', 'rowwise_adagrad', 'adagrad', 'adam'");
+std::string quoted_names(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "'" : ", '") + s + "'";
+  return out;
+}
+
+int parse_optimizer(const std::string& o) {
+  const int i = index_of(Optimizers{}, o);
+  if (i < 0)
+    throw std::invalid_argument("mpe_torch: optimizer = '" + o + "' is not one of " +
+                                quoted_names(names(Optimizers{})));
+  return i;
+}
+
+/// The cache policy names the module accepts: "none", then the Caches list.
+std::vector<std::string> cache_names() {
+  std::vector<std::string> v{std::string(kNoCacheName)};
+  for (auto& n : names(Caches{})) v.push_back(n);
+  return v;
+}
+
+/// The optimizer's default eps: its struct's default member initializer (1e-8 if it has none).
+double default_eps(const std::string& optimizer) {
+  double eps = 1e-8;
+  visit_index(Optimizers{}, parse_optimizer(optimizer), [&]<class O>() {
+    if constexpr (requires { O{}.eps; }) eps = O{}.eps;
+  });
+  return eps;
 }
 
 LayoutSpec parse_layout(const std::string& layout, int64_t alignment, bool scale_bias_last) {
@@ -123,14 +144,14 @@ LayoutSpec parse_layout(const std::string& layout, int64_t alignment, bool scale
   return l;
 }
 
-Target parse_target(const std::string& f) {
-  if (f.empty() || f == "same") return Target::Same;
-  if (f == "fp32") return Target::Fp32;
-  if (f == "fp16") return Target::Fp16;
-  if (f == "int8") return Target::Int8;
-  if (f == "int4") return Target::Int4;
-  throw std::invalid_argument("mpe_torch: format = '" + f +
-                              "' is not one of None, 'fp32', 'fp16', 'int8', 'int4'");
+/// kSameFormat for None/"same", else the index of `f` in ExportFormats.
+int parse_target(const std::string& f) {
+  if (f.empty() || f == "same") return kSameFormat;
+  const int i = index_of(ExportFormats{}, f);
+  if (i < 0)
+    throw std::invalid_argument("mpe_torch: format = '" + f + "' is not one of None, " +
+                                quoted_names(names(ExportFormats{})));
+  return i;
 }
 
 py::dict stats_dict(const mpe::CacheStats& s) {
@@ -168,24 +189,23 @@ class Tbe {
  public:
   Tbe(const std::vector<std::pair<int64_t, int64_t>>& specs, const std::string& storage,
       const std::string& cache, double cache_fraction, const std::string& rounding,
-      const std::string& pooling, const std::string& optimizer, double learning_rate, double eps,
-      double beta1, double beta2, uint64_t seed)
+      const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
+      double learning_rate, double eps, double beta1, double beta2, uint64_t seed)
       : pooling_(parse_pooling(pooling)) {
     if (specs.empty())
       throw std::invalid_argument("mpe_torch: specs is empty; give at least one (rows, D) table");
     if (!(cache_fraction >= 0.0 && cache_fraction <= 1.0))
       throw std::invalid_argument("mpe_torch: cache_fraction = " + std::to_string(cache_fraction) +
                                   " must be in [0, 1]");
-    if (cache != "none" && cache != "lru") {
-      std::string list;
-      for (const auto& c : built_combinations()) list += (list.empty() ? "" : ", ") + c;
-      throw std::invalid_argument("mpe_torch: cache = '" + cache +
-                                  "' is not built; built storage/cache/rounding: " + list);
-    }
-    if (cache == "none" && cache_fraction > 0)
-      throw std::invalid_argument("mpe_torch: cache = 'none' with cache_fraction = " +
-                                  std::to_string(cache_fraction) + " > 0; use cache='lru'");
-    opt_.kind = parse_optimizer(optimizer);
+    const bool no_cache = cache == kNoCacheName;
+    if (!no_cache && index_of(Caches{}, cache) < 0)
+      throw std::invalid_argument("mpe_torch: cache = '" + cache + "' is not one of " +
+                                  quoted_names(cache_names()));
+    if (no_cache && cache_fraction > 0)
+      throw std::invalid_argument(
+          "mpe_torch: cache = 'none' with cache_fraction = " + std::to_string(cache_fraction) +
+          " > 0; name a cache policy (" + quoted_names(names(Caches{})) + ")");
+    opt_.optimizer = parse_optimizer(optimizer);
     opt_.learning_rate = static_cast<float>(learning_rate);
     opt_.eps = static_cast<float>(eps);
     opt_.beta1 = static_cast<float>(beta1);
@@ -203,9 +223,11 @@ class Tbe {
       rows_.push_back(rows);
       dims_.push_back(dim);
     }
-    cfg.cache_fraction = cache == "lru" ? cache_fraction : 0.0;
+    cfg.cache_fraction = no_cache ? 0.0 : cache_fraction;
     cfg.seed = seed;
-    emb_ = make_group(PolicyNames{storage, cache, rounding}, cfg);
+    emb_ = make_group(
+        PolicyNames{storage, no_cache ? std::string(py_name<NoCache>()) : cache, rounding, state_precision},
+        cfg);
   }
 
   int64_t num_tables() const { return static_cast<int64_t>(rows_.size()); }
@@ -300,8 +322,7 @@ class Tbe {
   double learning_rate() const { return opt_.learning_rate; }
   py::dict optimizer_params() const {
     py::dict d;
-    const char* names[] = {"sgd", "rowwise_adagrad", "adagrad", "adam"};
-    d["optimizer"] = names[static_cast<int>(opt_.kind)];
+    d["optimizer"] = names(Optimizers{})[static_cast<std::size_t>(opt_.optimizer)];
     d["learning_rate"] = opt_.learning_rate;
     d["eps"] = opt_.eps;
     d["beta1"] = opt_.beta1;
@@ -337,7 +358,7 @@ class Tbe {
                           const std::string& format) {
     check_table(t);
     const LayoutSpec l = parse_layout(layout, alignment, scale_bias_last);
-    const Target target = parse_target(format);
+    const int target = parse_target(format);
     const std::size_t rb = emb_->export_row_bytes(t, l, target);
     std::vector<std::uint8_t> bytes;
     {
@@ -356,7 +377,7 @@ class Tbe {
     check_table(t);
     const LayoutSpec l = parse_layout(layout, alignment, scale_bias_last);
     check_tensor("import_table", "data", data, at::kByte, 2);
-    const std::size_t rb = emb_->export_row_bytes(t, l, Target::Same);
+    const std::size_t rb = emb_->export_row_bytes(t, l, kSameFormat);
     if (data.size(0) != rows_[t] || static_cast<std::size_t>(data.size(1)) != rb)
       throw std::invalid_argument("mpe_torch.TableBatchedEmbeddingBags.import_table: data has shape " +
                                   shape_str(data) + ", expected (" + std::to_string(rows_[t]) + ", " +
@@ -440,14 +461,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mpe_torch._C: the C++ core of mpe_torch.TableBatchedEmbeddingBags (use the Python class).";
   py::register_exception<mpe::checkpoint_error>(m, "CheckpointError", PyExc_RuntimeError);
   m.def("built_combinations", &mpe_torch::built_combinations,
-        "The storage/cache/rounding combinations compiled into this build.");
+        "The storage/cache/rounding/state_precision combinations compiled into this build.");
+  // The variant lists (csrc/variants.hpp), as the Python API names them.
+  m.def("storages", [] { return mpe_torch::names(mpe_torch::Storages{}); });
+  m.def("caches", &mpe_torch::cache_names);
+  m.def("roundings", [] { return mpe_torch::names(mpe_torch::Roundings{}); });
+  m.def("state_precisions", [] { return mpe_torch::names(mpe_torch::StatePrecisions{}); });
+  m.def("optimizers", [] { return mpe_torch::names(mpe_torch::Optimizers{}); });
+  m.def("export_formats", [] { return mpe_torch::names(mpe_torch::ExportFormats{}); });
+  m.def("default_eps", &mpe_torch::default_eps, py::arg("optimizer"));
   py::class_<Tbe>(m, "Tbe")
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
-                    double, const std::string&, const std::string&, const std::string&, double, double,
-                    double, double, uint64_t>(),
+                    double, const std::string&, const std::string&, const std::string&, const std::string&,
+                    double, double, double, double, uint64_t>(),
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
-           py::arg("rounding"), py::arg("pooling"), py::arg("optimizer"), py::arg("learning_rate"),
-           py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"))
+           py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
+           py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"))
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
       .def_property_readonly("forward_id", &Tbe::forward_id)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // mpe_torch: the type-erased interface over one mpe::MixedDimEmbedding instantiation.
-// No torch headers here, so the instantiation translation units (group_<storage>.cpp)
+// No torch headers here, so the instantiation translation units (group_<storage>*.cpp)
 // compile without them.
 #pragma once
 
@@ -12,26 +12,39 @@
 #include <string>
 #include <vector>
 
+#include "variants.hpp"
+
 namespace mpe_torch {
 
-/// Optimizer chosen by name at construction; hyperparameters may change per step.
-enum class OptKind { Sgd, RowwiseAdagrad, Adagrad, Adam };
-
+/// Optimizer chosen by name at construction (its index in `Optimizers`); hyperparameters may
+/// change per step. Each optimizer takes the fields it has (learning_rate, eps, beta1, beta2).
 struct OptSpec {
-  OptKind kind = OptKind::Sgd;
+  int optimizer = 0;
   float learning_rate = 0.01f;
   float eps = 1e-8f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
 };
 
+/// The optimizer value of type O for the hyperparameters of `s` (the fields O has).
+template <class O>
+O make_optimizer(const OptSpec& s) {
+  O o{};
+  o.learning_rate = s.learning_rate;
+  if constexpr (requires { o.eps; }) o.eps = s.eps;
+  if constexpr (requires { o.beta1; }) o.beta1 = s.beta1;
+  if constexpr (requires { o.beta2; }) o.beta2 = s.beta2;
+  return o;
+}
+
 /// Returns mpe's message for unusable hyperparameters (OptimizerRule<Opt>::check), or "".
 std::string check_optimizer(const OptSpec& o);
 
 /// FBGEMM / TorchRec row layouts of mpe::interop.
 enum class Layout { Fused, TbeInference };
-/// Row format of an export: the store's own, or a converting export.
-enum class Target { Same, Fp32, Fp16, Int8, Int4 };
+/// Row format of an export: the store's own (kSameFormat), or the index of a converting
+/// export's format in `ExportFormats`.
+inline constexpr int kSameFormat = -1;
 
 struct LayoutSpec {
   Layout layout = Layout::Fused;
@@ -39,7 +52,7 @@ struct LayoutSpec {
   bool scale_bias_last = false;  // TbeInference only
 };
 
-/// One mpe::MixedDimEmbedding<Storage, Cache, Rounding> (all T tables, any mix of D),
+/// One mpe::MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision> (all T tables, any mix of D),
 /// type-erased. Table indices are the module's (spec order).
 class Group {
  public:
@@ -55,8 +68,8 @@ class Group {
   /// Verifies all of `bytes` and only then replaces the state (MixedDimEmbedding::load_bytes).
   virtual void load_bytes(std::span<const std::uint8_t> bytes) = 0;
   virtual std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& layout,
-                                                 Target target) = 0;
-  virtual std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& layout, Target target) const = 0;
+                                                 int target) = 0;
+  virtual std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& layout, int target) const = 0;
   virtual std::int64_t import_table(std::int64_t table, const LayoutSpec& layout,
                                     std::span<const std::uint8_t> bytes) = 0;
   virtual void get_weights(std::int64_t table, std::span<float> out) const = 0;
@@ -79,24 +92,26 @@ class Group {
   virtual std::string type_name() const = 0;
 };
 
-/// Policy names as the Python API spells them.
+/// Policy names as the Python API spells them (py_name of the variant lists).
 struct PolicyNames {
-  std::string storage;   // fp32 | fp16 | int8 | int4
-  std::string cache;     // lru (cache_rows = 0: none)
-  std::string rounding;  // stochastic | nearest
+  std::string storage;          // Storages
+  std::string cache;            // Caches ("none" arrives here as "lru" with no cache rows)
+  std::string rounding;         // Roundings
+  std::string state_precision;  // StatePrecisions
 };
 
-/// The combinations compiled into this build, as "storage/cache/rounding".
+/// The combinations compiled into this build, as "storage/cache/rounding/state_precision".
 std::vector<std::string> built_combinations();
 
-/// Builds the object, or throws std::invalid_argument listing the built combinations.
+/// Builds the object, or throws std::invalid_argument naming the valid names (an unknown
+/// name) or listing the built combinations (a combination not built).
 std::unique_ptr<Group> make_group(const PolicyNames& names, const mpe::MixedDimConfig& cfg);
 
-// One factory per storage format, each in its own translation unit (group_<storage>.cpp).
-// They return nullptr for a cache/rounding not built.
-std::unique_ptr<Group> make_group_fp32(const PolicyNames&, const mpe::MixedDimConfig&);
-std::unique_ptr<Group> make_group_fp16(const PolicyNames&, const mpe::MixedDimConfig&);
-std::unique_ptr<Group> make_group_int8(const PolicyNames&, const mpe::MixedDimConfig&);
-std::unique_ptr<Group> make_group_int4(const PolicyNames&, const mpe::MixedDimConfig&);
+/// The factory of storage S with cache C (the roundings and state precisions `is_built` allows;
+/// nullptr for another). Defined in group_impl.hpp and instantiated explicitly by the
+/// group_<storage>*.cpp translation units, one per storage format (the other cache policies
+/// of FP32 and INT8 in their own), so they compile in parallel.
+template <class S, class C>
+std::unique_ptr<Group> make_group_of(const PolicyNames& names, const mpe::MixedDimConfig& cfg);
 
 }  // namespace mpe_torch

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: the Fp32 instantiations (cache Lru<32> or none x {stochastic, nearest}).
+// mpe_torch: the Fp32 instantiations: cache Lru<32> (and none): both roundings with FP32 state, stochastic
+// rounding with BF16/FP16 state (variants.hpp, is_built).
 #include "group_impl.hpp"
 
 namespace mpe_torch {
-std::unique_ptr<Group> make_group_fp32(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
-  return make_group_for<mpe::Fp32>(n, cfg);
-}
+template std::unique_ptr<Group> make_group_of<mpe::Fp32, mpe::Lru<32>>(const PolicyNames&,
+                                                                       const mpe::MixedDimConfig&);
 }  // namespace mpe_torch

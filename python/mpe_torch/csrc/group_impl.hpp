@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: GroupImpl<Storage, Cache, Rounding>, the Group over one MixedDimEmbedding
-// instantiation. Included by the group_<storage>.cpp translation units only.
+// mpe_torch: GroupImpl<Storage, Cache, Rounding, StatePrecision>, the Group over one
+// MixedDimEmbedding instantiation, and make_group_of<S, C>. Included by the
+// group_<storage>*.cpp translation units only.
 #pragma once
 
 #include <mpe/io/fbgemm.hpp>
@@ -14,10 +15,10 @@
 
 namespace mpe_torch {
 
-template <class S, class C, class R>
+template <class S, class C, class R, class P>
 class GroupImpl final : public Group {
  public:
-  using Emb = mpe::MixedDimEmbedding<S, C, R>;
+  using Emb = mpe::MixedDimEmbedding<S, C, R, P>;
 
   explicit GroupImpl(const mpe::MixedDimConfig& cfg) : emb_(cfg) {}
 
@@ -31,63 +32,60 @@ class GroupImpl final : public Group {
     emb_.forward_inference(indices, offsets, out, pooling, psw);
   }
   void backward(std::span<const float> grad_output, const OptSpec& o) override {
-    switch (o.kind) {
-      case OptKind::Sgd:
-        emb_.backward(grad_output, mpe::Sgd{o.learning_rate});
-        return;
-      case OptKind::RowwiseAdagrad:
-        emb_.backward(grad_output, mpe::RowwiseAdagrad{o.learning_rate, o.eps});
-        return;
-      case OptKind::Adagrad:
-        emb_.backward(grad_output, mpe::Adagrad{o.learning_rate, o.eps});
-        return;
-      case OptKind::Adam:
-        emb_.backward(grad_output, mpe::Adam{o.learning_rate, o.beta1, o.beta2, o.eps});
-        return;
-    }
-    throw std::invalid_argument("mpe_torch: unknown optimizer kind");
+    bool done = false;
+    visit_index(Optimizers{}, o.optimizer, [&]<class O>() {
+      emb_.backward(grad_output, make_optimizer<O>(o));
+      done = true;
+    });
+    if (!done)
+      throw std::invalid_argument("mpe_torch: unknown optimizer index " + std::to_string(o.optimizer));
   }
   std::vector<std::uint8_t> save_bytes() const override { return emb_.save_bytes(); }
   void load_bytes(std::span<const std::uint8_t> bytes) override { emb_.load_bytes(bytes, "state_dict"); }
 
-  std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& l, Target target) const override {
-    const std::int32_t D = emb_.dim(table);
-    switch (target) {
-      case Target::Same:
-        return row_bytes_as<S>(l, D);
-      case Target::Fp32:
-        return row_bytes_as<mpe::Fp32>(l, D);
-      case Target::Fp16:
-        return row_bytes_as<mpe::Fp16>(l, D);
-      case Target::Int8:
-        return row_bytes_as<mpe::Int8Rowwise>(l, D);
-      case Target::Int4:
-        return row_bytes_as<mpe::Int4Rowwise>(l, D);
-    }
-    throw std::invalid_argument("mpe_torch: unknown export format");
+  std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& l, int target) const override {
+    std::size_t bytes = 0;
+    with_format(target, l, [&]<class T>() {
+      const std::int32_t D = emb_.dim(table);
+      if (l.layout == Layout::Fused) {
+        if constexpr (has_fused_layout<T>)
+          bytes = mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
+      } else {
+        if constexpr (has_tbe_layout<T>)
+          bytes = mpe::interop::external_row_bytes<T>(
+              mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
+      }
+    });
+    return bytes;
   }
-  std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& l, Target target) override {
-    switch (target) {
-      case Target::Same:
-        return export_as<void>(table, l);
-      case Target::Fp32:
-        return export_as<mpe::Fp32>(table, l);
-      case Target::Fp16:
-        return export_as<mpe::Fp16>(table, l);
-      case Target::Int8:
-        return export_as<mpe::Int8Rowwise>(table, l);
-      case Target::Int4:
-        return export_as<mpe::Int4Rowwise>(table, l);
-    }
-    throw std::invalid_argument("mpe_torch: unknown export format");
+  std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& l, int target) override {
+    std::vector<std::uint8_t> out;
+    with_format(target, l, [&]<class T>() {
+      const auto [g, local] = emb_.locate(table);
+      if (l.layout == Layout::Fused) {
+        if constexpr (has_fused_layout<T>)
+          out = mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
+      } else {
+        if constexpr (has_tbe_layout<T>)
+          out = mpe::io::export_table<T>(emb_.group(g), local,
+                                         mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
+      }
+    });
+    return out;
   }
   std::int64_t import_table(std::int64_t table, const LayoutSpec& l,
                             std::span<const std::uint8_t> bytes) override {
+    check_layout<S>(kSameFormat, l);
     const auto [g, local] = emb_.locate(table);
-    if (l.layout == Layout::Fused)
-      return mpe::io::import_table(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment}, bytes);
-    return mpe::io::import_table(emb_.group(g), local,
-                                 mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, bytes);
+    if (l.layout == Layout::Fused) {
+      if constexpr (has_fused_layout<S>)
+        return mpe::io::import_table(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment}, bytes);
+    } else {
+      if constexpr (has_tbe_layout<S>)
+        return mpe::io::import_table(emb_.group(g), local,
+                                     mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, bytes);
+    }
+    return 0;  // not reached: check_layout threw
   }
 
   void get_weights(std::int64_t table, std::span<float> out) const override { emb_.get_weights(table, out); }
@@ -106,35 +104,57 @@ class GroupImpl final : public Group {
   std::uint64_t group_seed(std::size_t g) const override { return emb_.group(g).config().seed; }
   mpe::CacheStats group_stats(std::size_t g) const override { return emb_.group(g).stats(); }
   mpe::MemoryFootprint group_memory(std::size_t g) const override { return emb_.group(g).memory(); }
-  std::string type_name() const override { return std::string(S::name) + "/" + C::name + "/" + R::name; }
+  std::string type_name() const override {
+    return std::string(S::name) + "/" + C::name + "/" + R::name + "/" + P::name;
+  }
 
  private:
+  /// Throws std::invalid_argument unless row format T (`target`: kSameFormat for the store's
+  /// own) has `l`'s layout.
   template <class T>
-  static std::size_t row_bytes_as(const LayoutSpec& l, std::int32_t D) {
-    if (l.layout == Layout::Fused)
-      return mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
-    return mpe::interop::external_row_bytes<T>(mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
+  static void check_layout(int target, const LayoutSpec& l) {
+    const bool ok = l.layout == Layout::Fused ? has_fused_layout<T> : has_tbe_layout<T>;
+    if (ok) return;
+    const bool same = target == kSameFormat;
+    throw std::invalid_argument(
+        std::string("mpe_torch: ") + (same ? "this module's storage, " : "format ") + "'" +
+        std::string(py_name<T>()) + "', has no " +
+        (l.layout == Layout::Fused
+             ? "'fbgemm_fused' layout (FBGEMM's fused rows: fp32, fp16, bf16, int8, int4)"
+             : "'tbe_inference' layout (FBGEMM's inference TBE: fp32, fp16, int8, int4)") +
+        (same
+             ? "; export_table converts with format= one of those; import_table reads the store's own format "
+               "only"
+             : ""));
   }
-  template <class T>
-  std::vector<std::uint8_t> export_as(std::int64_t table, const LayoutSpec& l) {
-    const auto [g, local] = emb_.locate(table);
-    if (l.layout == Layout::Fused)
-      return mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
-    return mpe::io::export_table<T>(emb_.group(g), local,
-                                    mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
+  /// Calls f.template operator()<T>() with T the row format of an export (`target`: the
+  /// store's own, S, or ExportFormats' entry), after check_layout<T>.
+  template <class F>
+  static void with_format(int target, const LayoutSpec& l, F&& f) {
+    auto run = [&]<class T>() {
+      check_layout<T>(target, l);
+      f.template operator()<T>();
+    };
+    if (target == kSameFormat)
+      run.template operator()<S>();
+    else
+      visit_index(ExportFormats{}, target, run);
   }
 
   Emb emb_;
 };
 
-/// The factory of one storage format: the caches and roundings built for it.
-template <class S>
-std::unique_ptr<Group> make_group_for(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
-  if (n.cache != "lru" && n.cache != "none") return nullptr;  // none: Lru<32> with cache_fraction = 0
-  if (n.rounding == "stochastic")
-    return std::make_unique<GroupImpl<S, mpe::Lru<32>, mpe::StochasticRounding>>(cfg);
-  if (n.rounding == "nearest") return std::make_unique<GroupImpl<S, mpe::Lru<32>, mpe::NearestRounding>>(cfg);
-  return nullptr;
+template <class S, class C>
+std::unique_ptr<Group> make_group_of(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
+  std::unique_ptr<Group> g;
+  for_each_type(Roundings{}, [&]<class R>() {
+    for_each_type(StatePrecisions{}, [&]<class P>() {
+      if constexpr (is_built<S, C, R, P>())
+        if (!g && py_name<R>() == n.rounding && py_name<P>() == n.state_precision)
+          g = std::make_unique<GroupImpl<S, C, R, P>>(cfg);
+    });
+  });
+  return g;
 }
 
 }  // namespace mpe_torch

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: the Int8Rowwise instantiations (cache Lru<32> or none x {stochastic, nearest}).
+// mpe_torch: the Int8Rowwise instantiations: cache Lru<32> (and none): both roundings with FP32 state,
+// stochastic rounding with BF16/FP16 state (variants.hpp, is_built).
 #include "group_impl.hpp"
 
 namespace mpe_torch {
-std::unique_ptr<Group> make_group_int8(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
-  return make_group_for<mpe::Int8Rowwise>(n, cfg);
-}
+template std::unique_ptr<Group> make_group_of<mpe::Int8Rowwise, mpe::Lru<32>>(const PolicyNames&,
+                                                                              const mpe::MixedDimConfig&);
 }  // namespace mpe_torch

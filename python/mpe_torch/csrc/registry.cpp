@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: which instantiations exist, and the optimizer hyperparameter checks.
-#include <mpe/optim/all.hpp>
+// mpe_torch: name -> type dispatch over the variant lists (variants.hpp), which combinations
+// are built, and the optimizer hyperparameter checks.
 #include <stdexcept>
 
 #include "group.hpp"
@@ -8,50 +8,65 @@
 namespace mpe_torch {
 
 namespace {
-const char* const kStorages[] = {"fp32", "fp16", "int8", "int4"};
-const char* const kCaches[] = {"none", "lru"};
-const char* const kRoundings[] = {"stochastic", "nearest"};
+
+std::string join(const std::vector<std::string>& v, bool quote) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + (quote ? "'" + s + "'" : s);
+  return out;
+}
+
+template <class L>
+void check_name(const char* what, const std::string& name, L list) {
+  if (index_of(list, name) < 0)
+    throw std::invalid_argument(std::string("mpe_torch: ") + what + " = '" + name + "' is not one of " +
+                                join(names(list), true));
+}
+
 }  // namespace
 
 std::vector<std::string> built_combinations() {
   std::vector<std::string> out;
-  for (const char* s : kStorages)
-    for (const char* c : kCaches)
-      for (const char* r : kRoundings) out.push_back(std::string(s) + "/" + c + "/" + r);
+  for_each_type(Storages{}, [&]<class S>() {
+    for_each_type(Caches{}, [&]<class C>() {
+      for_each_type(Roundings{}, [&]<class R>() {
+        for_each_type(StatePrecisions{}, [&]<class P>() {
+          if constexpr (is_built<S, C, R, P>()) {
+            const std::string rest = "/" + std::string(py_name<R>()) + "/" + std::string(py_name<P>());
+            if constexpr (std::is_same_v<C, NoCache>)
+              out.push_back(std::string(py_name<S>()) + "/" + std::string(kNoCacheName) + rest);
+            out.push_back(std::string(py_name<S>()) + "/" + std::string(py_name<C>()) + rest);
+          }
+        });
+      });
+    });
+  });
   return out;
 }
 
 std::unique_ptr<Group> make_group(const PolicyNames& n, const mpe::MixedDimConfig& cfg) {
+  check_name("storage", n.storage, Storages{});
+  check_name("cache", n.cache, Caches{});  // "none" arrives as NoCache's name
+  check_name("rounding", n.rounding, Roundings{});
+  check_name("state_precision", n.state_precision, StatePrecisions{});
   std::unique_ptr<Group> g;
-  if (n.storage == "fp32")
-    g = make_group_fp32(n, cfg);
-  else if (n.storage == "fp16")
-    g = make_group_fp16(n, cfg);
-  else if (n.storage == "int8")
-    g = make_group_int8(n, cfg);
-  else if (n.storage == "int4")
-    g = make_group_int4(n, cfg);
-  if (!g) {
-    std::string list;
-    for (const auto& c : built_combinations()) list += (list.empty() ? "" : ", ") + c;
-    throw std::invalid_argument("mpe_torch: storage/cache/rounding = " + n.storage + "/" + n.cache + "/" +
-                                n.rounding + " is not built; built: " + list);
-  }
+  for_each_type(Storages{}, [&]<class S>() {
+    for_each_type(Caches{}, [&]<class C>() {
+      if constexpr (any_built<S, C>())
+        if (!g && py_name<S>() == n.storage && py_name<C>() == n.cache) g = make_group_of<S, C>(n, cfg);
+    });
+  });
+  if (!g)
+    throw std::invalid_argument("mpe_torch: storage/cache/rounding/state_precision = " + n.storage + "/" +
+                                n.cache + "/" + n.rounding + "/" + n.state_precision +
+                                " is not built; built: " + join(built_combinations(), false));
   return g;
 }
 
 std::string check_optimizer(const OptSpec& o) {
-  switch (o.kind) {
-    case OptKind::Sgd:
-      return mpe::OptimizerRule<mpe::Sgd>::check(mpe::Sgd{o.learning_rate});
-    case OptKind::RowwiseAdagrad:
-      return mpe::OptimizerRule<mpe::RowwiseAdagrad>::check(mpe::RowwiseAdagrad{o.learning_rate, o.eps});
-    case OptKind::Adagrad:
-      return mpe::OptimizerRule<mpe::Adagrad>::check(mpe::Adagrad{o.learning_rate, o.eps});
-    case OptKind::Adam:
-      return mpe::OptimizerRule<mpe::Adam>::check(mpe::Adam{o.learning_rate, o.beta1, o.beta2, o.eps});
-  }
-  return "unknown optimizer kind";
+  std::string why = "unknown optimizer index " + std::to_string(o.optimizer);
+  visit_index(Optimizers{}, o.optimizer,
+              [&]<class O>() { why = mpe::OptimizerRule<O>::check(make_optimizer<O>(o)); });
+  return why;
 }
 
 }  // namespace mpe_torch
