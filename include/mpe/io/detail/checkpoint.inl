@@ -299,6 +299,7 @@ struct CheckpointAccess {
     std::uint64_t st[fmt::kNumStats];
     ckpt::stats_to_array(counters.stats, st);
     for (auto x : st) b.put(x);
+    b.put(static_cast<std::uint64_t>(e.call_seq_));  // calls (version 4)
     b.put(fmt::kNumSections);
     const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
     std::memcpy(b.v.data() + 12, &H, 4);
@@ -518,6 +519,27 @@ struct CheckpointAccess {
     }
     std::uint64_t st[fmt::kNumStats] = {};
     for (std::uint32_t i = 0; i < n_stats; ++i) st[i] = c.get<std::uint64_t>("stats");
+    // The call counter that numbers deferred errors (version 4): the next call is number
+    // calls + 1, an i64.
+    constexpr std::uint64_t kMaxCalls = static_cast<std::uint64_t>(INT64_MAX) - 1;
+    std::uint64_t calls = 0;
+    if (version >= 4) {
+      calls = c.get<std::uint64_t>("calls");
+      if (calls < populate_counter) {
+        c.fail("calls = " + std::to_string(calls) + " is below populate_counter = " +
+               std::to_string(populate_counter) + " (every populate is one prefetch() or forward() call)");
+      }
+      if (calls > kMaxCalls) {
+        c.fail("calls = " + std::to_string(calls) +
+               " cannot be continued (the next call's number would not fit in an i64)");
+      }
+    } else {
+      // Versions 1 to 3 do not count the calls; they imply populate_counter + step (every
+      // populate was one prefetch() or forward() call, every completed step one backward()
+      // call), held at most kMaxCalls so that every such file loads as it always did.
+      calls = std::min(populate_counter, kMaxCalls);
+      calls += std::min(step, kMaxCalls - calls);
+    }
     expect_eq("n_sections", c.get<std::uint32_t>("n_sections"), n_sections);
     if (c.pos != c.end) c.fail(std::to_string(c.end - c.pos) + " unexpected bytes at the end of the header");
     // ---- sections ----
@@ -671,6 +693,7 @@ struct CheckpointAccess {
     counters.decay_clock = decay_clock;
     e.backend_.copy_from_host(e.counters_.data(), &counters, sizeof counters);
     e.populate_counter_ = populate_counter;
+    e.call_seq_ = calls;
     e.opt_name_ = opt_name;
     for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
       b->valid = false;
