@@ -464,7 +464,7 @@ struct CheckpointAccess {
               static_cast<std::uint64_t>(e.stride_));
     expect_eq("num_sets", c.get<std::int64_t>("num_sets"), static_cast<std::int64_t>(e.num_sets_));
     expect_eq("cache_slots", c.get<std::int64_t>("cache_slots"), static_cast<std::int64_t>(e.cache_slots()));
-    // Version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
+    // From version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
     // only metadata those versions had: 4 lines of that width; 0 for the other policies).
     const std::int64_t policy_words = C::meta_words(e.cache_slots());
     if (version >= 3) {
@@ -504,7 +504,7 @@ struct CheckpointAccess {
              quote(opt_name.empty() ? "none" : opt_name) + " (" + std::to_string(known_state_floats) +
              " at dim " + std::to_string(e.config_.dim) + ")");
     }
-    // The state's precision (version 3; versions 1 and 2 hold FP32 state): a mismatch is a
+    // The state's precision (from version 3; versions 1 and 2 hold FP32 state): a mismatch is a
     // usage error, not a bad file.
     const std::string precision = version >= 3 ? c.str("state_precision") : std::string("fp32");
     if (precision != P::name) {
@@ -754,7 +754,7 @@ struct CheckpointAccess {
           st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
         if (!Rule::state_ok(st.data(), D)) refuse("section 'optimizer': row " + std::to_string(r));
       }
-      // Version 3, compact precisions: the FP32 state of the occupied cache slots.
+      // From version 3, compact precisions: the FP32 state of the occupied cache slots.
       if (!P::cached || payload[io::checkpoint::kOptimizerCacheSection] == nullptr) return;
       for (index_t s = 0; s < e.cache_slots(); ++s) {
         index_t tag;
