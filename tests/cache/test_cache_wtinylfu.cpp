@@ -235,7 +235,7 @@ TEST_CASE("WTinyLfu checkpoint: section named by the policy; a bad segment is re
   auto bytes = ckt::read_bytes(dir / "ok.ckpt");
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + 8, 4);
-  CHECK(version == 3);
+  CHECK(version == 4);
   const auto sec = section_of(bytes, "wtinylfu");
   const std::int64_t slots = e.cache_slots();
   REQUIRE(sec.size() == static_cast<std::size_t>(mpe::WTinyLfu<4>::meta_words(slots) * 4));

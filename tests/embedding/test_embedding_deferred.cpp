@@ -480,3 +480,55 @@ TEST_CASE_TEMPLATE("async path with more occurrences than table rows (launch bou
     ref::check_stats_equal(base.second, other.second);
   }
 }
+
+TEST_CASE_TEMPLATE("#40 item 7: after save() and load() a deferred error names the uninterrupted run's call",
+                   B, mpe::HostBackend, ref::AsyncHostBackend) {
+  // The call counter that numbers deferred errors is part of the checkpoint. `run` trains
+  // 3 pipelined steps (a prefetch pending at the save), saves, and goes on; `resumed` is a
+  // fresh object that loads the file and makes the same calls. The last one fails (an
+  // index outside its table): synchronize() must name the same call number in both.
+  using E = Emb<B>;
+  const Stream s(false);
+  const mpe::EmbeddingConfig cfg = small_config(mpe::Validation::Deferred);
+  std::vector<float> out(static_cast<std::size_t>(kB) * kTables.size() * kD);
+  const auto batch = [&](int k) -> const ref::Batch& { return s.batches[static_cast<std::size_t>(k)]; };
+  const auto grad = [&](int k) -> const std::vector<float>& { return s.grads[static_cast<std::size_t>(k)]; };
+  const auto path =
+      std::filesystem::temp_directory_path() / ("mpe_deferred_calls_" + std::to_string(::getpid()));
+  E run(cfg, B{});
+  run.set_weights(s.init);
+  run.prefetch(batch(0).indices, batch(0).offsets);  // call 1
+  for (int k = 0; k < 3; ++k) {                      // calls 2 to 10
+    run.forward(batch(k).indices, batch(k).offsets, out, mpe::Pooling::Sum, batch(k).weights);
+    run.prefetch(batch(k + 1).indices, batch(k + 1).offsets);
+    run.backward(grad(k), mpe::RowwiseAdagrad{0.3f});
+  }
+  run.save(path);
+  E resumed(cfg, B{});
+  resumed.load(path);
+  std::filesystem::remove(path);
+  // forward(3) consumes the pending prefetch (call 11), backward(3) (call 12), then a forward
+  // with indices[2] = 1000 (call 13).
+  const auto go_on = [&](E& e) {
+    e.forward(batch(3).indices, batch(3).offsets, out, mpe::Pooling::Sum, batch(3).weights);
+    e.backward(grad(3), mpe::RowwiseAdagrad{0.3f});
+    auto idx = batch(4).indices;
+    idx[2] = 1000;
+    e.forward(idx, batch(4).offsets, out, mpe::Pooling::Sum, batch(4).weights);
+    std::string what;
+    try {
+      e.synchronize();
+    } catch (const std::invalid_argument& x) {
+      what = x.what();
+    }
+    return what;
+  };
+  const std::string uninterrupted = go_on(run);
+  const std::string after_load = go_on(resumed);
+  CAPTURE(uninterrupted);
+  CAPTURE(after_load);
+  REQUIRE_FALSE(uninterrupted.empty());
+  CHECK(after_load == uninterrupted);
+  CHECK(uninterrupted.find("forward (deferred, call 13)") != std::string::npos);
+  CHECK(uninterrupted.find("indices[2] = 1000") != std::string::npos);
+}

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -417,6 +418,18 @@ TEST_CASE("mixed D: NonFinite::Skip skips every group and counts once") {
   CHECK(e.stats().skipped_steps == 2);
 }
 
+/// The call counter of a CachedEmbedding (the header's `u64 calls`, the last field before
+/// `u32 n_sections` and the header CRC; docs/checkpoint_format.md).
+template <class G>
+std::uint64_t calls_of(const G& g) {
+  const std::vector<std::uint8_t> b = mpe::io::save_to_bytes(g);
+  std::uint32_t H;
+  std::memcpy(&H, b.data() + 12, 4);
+  std::uint64_t calls;
+  std::memcpy(&calls, b.data() + H - 16, 8);
+  return calls;
+}
+
 TEST_CASE("mixed D: checkpoints resume bit-identically; bad bytes change nothing") {
   using E = mpe::MixedDimEmbedding<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding, mpe::StateBf16>;
   const mpe::MixedDimConfig cfg{kSpecs, 0.1, 21};
@@ -440,6 +453,9 @@ TEST_CASE("mixed D: checkpoints resume bit-identically; bad bytes change nothing
   train(a, 0, 2, nullptr);
   a.prefetch(batches[2].indices, batches[2].offsets);  // a pending prefetch is part of the state
   const std::vector<std::uint8_t> bytes = a.save_bytes();
+  std::vector<std::uint64_t> calls_at_save;  // every group's call counter (#40 item 7)
+  for (std::size_t g = 0; g < a.num_groups(); ++g) calls_at_save.push_back(calls_of(a.group(g)));
+  CHECK(calls_at_save[0] == 5u);  // 2 forward(), 2 backward(), 1 prefetch()
   const auto dir = std::filesystem::temp_directory_path() / ("mpe_mixed_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   a.save(dir / "a.mpe");
@@ -454,6 +470,8 @@ TEST_CASE("mixed D: checkpoints resume bit-identically; bad bytes change nothing
 
   E b(cfg);
   b.load_bytes(bytes);
+  CHECK(b.save_bytes() == bytes);
+  for (std::size_t g = 0; g < b.num_groups(); ++g) CHECK(calls_of(b.group(g)) == calls_at_save[g]);
   train(b, 2, 5, &got_mem);
   E c(cfg);
   c.load(dir / "a.mpe");
@@ -464,6 +482,8 @@ TEST_CASE("mixed D: checkpoints resume bit-identically; bad bytes change nothing
   CHECK(all_weights(c) == all_weights(a));
   CHECK(b.step() == a.step());
   CHECK(b.stats().hits == a.stats().hits);
+  CHECK(b.save_bytes() == a.save_bytes());  // the whole state, every group's call counter included
+  CHECK(c.save_bytes() == a.save_bytes());
 
   // Every single-byte corruption site class: header, a group's bytes, the checksum.
   const auto before = b.save_bytes();

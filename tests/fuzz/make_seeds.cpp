@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writes the checkpoint fuzzer's seed corpus: valid checkpoints (format version 3) of the
+// Writes the checkpoint fuzzer's seed corpus: valid checkpoints (format version 4) of the
 // three fuzzed embeddings after 0, 1, 3 and 7 training steps, and after 7 steps with a
 // prefetch pending. Usage: fuzz_checkpoint_seeds <dir>
 #include <cstdio>

@@ -59,7 +59,7 @@ struct Parsed {
   std::string opt_name, state_precision;
   std::vector<std::int64_t> table_rows;
   std::int32_t dim = 0, align = 0;
-  std::uint64_t stride = 0, seed = 0, step = 0, populate = 0, sketch_inc = 0;
+  std::uint64_t stride = 0, seed = 0, step = 0, populate = 0, sketch_inc = 0, calls = 0;
   std::int64_t sets = 0, slots = 0, width = 0;
   std::vector<std::uint64_t> stats;
   std::size_t header_bytes = 0;
@@ -84,7 +84,7 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   REQUIRE(std::string(b.begin(), b.begin() + 8) == "MPECKPT1");
   in.p = 8;
   r.version = in.get<std::uint32_t>();
-  CHECK((r.version >= 1u && r.version <= 3u));
+  CHECK((r.version >= 1u && r.version <= 4u));
   const int n_sections = r.version == 1u ? 7 : r.version == 2u ? 8 : 9;
   r.header_bytes = in.get<std::uint32_t>();
   r.storage = in.str();
@@ -112,6 +112,7 @@ Parsed parse(const std::vector<std::uint8_t>& b) {
   if (r.version >= 3u) r.state_precision = in.str();
   r.n_stats = in.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < r.n_stats; ++i) r.stats.push_back(in.get<std::uint64_t>());
+  if (r.version >= 4u) r.calls = in.get<std::uint64_t>();
   CHECK(in.get<std::uint32_t>() == static_cast<std::uint32_t>(n_sections));
   CHECK(in.p + 4 == r.header_bytes);
   CHECK(in.get<std::uint32_t>() == crc_ref(b.data(), r.header_bytes - 4));
@@ -207,8 +208,11 @@ TEST_CASE("checkpoint file follows the documented layout") {
   CHECK(r.stats[0] == s.lookups);
   CHECK(r.stats[2] == s.hits);
   CHECK(r.stats[11] == s.skipped_steps);
-  CHECK(r.version == 3u);
+  CHECK(r.version == 4u);
   CHECK(r.state_precision == "fp32");
+  // calls: 5 forward() and 5 backward() calls, and the prefetch() of steps 0 and 3
+  CHECK(r.calls == 12u);
+  CHECK(r.populate <= r.calls);
   CHECK(r.names == std::vector<std::string>{"store", "cache_rows", "tags", "last_use", "dirty", "lfu",
                                             "optimizer", "pending_batch", "optimizer_cache"});
   // optimizer_cache is empty: FP32 state keeps no copy beside the cached rows

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoints mid-pipeline and values a file cannot hold: a save with a prefetch pending
-// resumes exactly (the minimal case, and under Validation::Deferred); version-1 and
-// version-2 files still load; a file whose checksums are valid but whose values the state cannot hold
+// resumes exactly (the minimal case, and under Validation::Deferred); version-1, version-2
+// and version-3 files still load (the call counter they imply); a file whose checksums are
+// valid but whose values the state cannot hold
 // (store rows that decode to NaN/inf, non-finite cached rows, optimizer state outside its
 // domain, an unknown optimizer kind, a bad pending batch) is refused with
 // mpe::checkpoint_error naming section, row and value, and the object is unchanged.
@@ -16,7 +17,7 @@ namespace {
 namespace fmt = mpe::io::checkpoint;
 using A = mpe::detail::CheckpointAccess;
 
-// ---- a small independent walker of the documented layout (versions 1 to 3) ----
+// ---- a small independent walker of the documented layout (versions 1 to 4) ----
 struct Layout {
   std::size_t header_bytes = 0, version_at = 8, n_sections_at = 0;
   std::vector<std::string> names;
@@ -51,7 +52,7 @@ Layout walk(const std::vector<std::uint8_t>& b) {
   return l;
 }
 
-/// Offset of the header's `str optimizer` field (versions 2 and 3), walking the documented header.
+/// Offset of the header's `str optimizer` field (versions 2 to 4), walking the documented header.
 std::size_t optimizer_field(const std::vector<std::uint8_t>& b) {
   std::size_t p = 16;
   auto skip_str = [&] {
@@ -85,6 +86,45 @@ std::size_t section(const Layout& l, const std::string& name) {
   }
   FAIL("no section " << name);
   return 0;
+}
+
+/// Offset of the header's `u64 calls` field (version 4): the last field before n_sections.
+std::size_t calls_field(const Layout& l) { return l.n_sections_at - 8; }
+
+/// The version-3 form of a version-4 file: the same bytes without the header's `u64 calls`.
+std::vector<std::uint8_t> to_v3(const std::vector<std::uint8_t>& b) {
+  REQUIRE(get32(b, 8) == 4);
+  const Layout l = walk(b);
+  const std::size_t at = calls_field(l);
+  std::vector<std::uint8_t> v(b.begin(), b.begin() + static_cast<long>(at));
+  v.insert(v.end(), b.begin() + static_cast<long>(at + 8), b.end());
+  put32(v, 8, 3);
+  put32(v, 12, static_cast<std::uint32_t>(l.header_bytes - 8));
+  const std::uint64_t size = v.size();
+  std::memcpy(v.data() + v.size() - 12, &size, 8);
+  resign(v);
+  return v;
+}
+
+/// `snap` (ckt::snapshot of an object, header first) with the header's call counter set to
+/// `calls` and the header checksum recomputed: the snapshot of an object that loaded the
+/// same state with that counter.
+std::vector<std::uint8_t> with_calls(std::vector<std::uint8_t> snap, std::uint64_t calls) {
+  const std::size_t H = get32(snap, 12);
+  std::memcpy(snap.data() + H - 16, &calls, 8);  // then u32 n_sections, u32 header CRC
+  put32(snap, H - 4, fmt::crc32c(snap.data(), H - 4));
+  return snap;
+}
+
+/// The message synchronize() throws for `e`'s recorded deferred error ("" if none).
+template <class E>
+std::string deferred_error(E& e) {
+  try {
+    e.synchronize();
+  } catch (const std::invalid_argument& x) {
+    return x.what();
+  }
+  return "";
 }
 
 /// The version-2 form of a version-3 file of Lru, Lfu or DirectMapped with FP32 state:
@@ -219,23 +259,51 @@ TEST_CASE("a pending batch that is not used after load changes nothing: a differ
   CHECK(ckt::snapshot(a) == ckt::snapshot(b));
 }
 
-TEST_CASE("version-1 and version-2 checkpoints still load; other versions are refused") {
+TEST_CASE("version-1, version-2 and version-3 checkpoints still load; other versions are refused") {
   using E = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding>;
   const auto c = ckt::small_config(9);
   const auto dir = ckt::temp_dir("v1");
   E a(c);
   a.init_uniform(-0.5f, 0.5f);
   for (std::uint64_t k = 0; k < 5; ++k) ckt::train_step(a, k, mpe::RowwiseAdagrad{0.1f});
-  a.save(dir / "v3.ckpt");
-  const auto b3 = ckt::read_bytes(dir / "v3.ckpt");
+  a.save(dir / "v4.ckpt");
+  const auto b4 = ckt::read_bytes(dir / "v4.ckpt");
+  REQUIRE(get32(b4, 8) == 4);
+  std::uint64_t calls, populate;
+  std::memcpy(&calls, b4.data() + calls_field(walk(b4)), 8);
+  std::memcpy(&populate, b4.data() + optimizer_field(b4) - 2 * 8, 8);  // populate_counter, decay_clock
+  CHECK(calls == 12u);    // 5 forward() and 5 backward() calls, the prefetch() of steps 0 and 3
+  CHECK(populate == 5u);  // the 2 prefetches and the 3 forwards that did not consume one
+  // Versions 1 to 3 hold no call count: an object that loads one holds the calls the file
+  // implies, populate_counter + step = 10 (the forwards that consumed a prefetch are not
+  // counted), and every other part of `a`'s state.
+  const std::vector<std::uint8_t> old = with_calls(ckt::snapshot(a), populate + a.step());
+  // Version 3: the same file without the header's `calls`.
+  const auto b3 = to_v3(b4);
   REQUIRE(get32(b3, 8) == 3);
   REQUIRE(walk(b3).names[5] == "lfu");
+  {
+    E loaded(c);
+    CHECK(load_error(loaded, b3).empty());
+    CHECK(ckt::snapshot(loaded) == old);
+    // Under Validation::Deferred the next call after that load is number 11.
+    auto cd = c;
+    cd.validation = mpe::Validation::Deferred;
+    E deferred(cd);
+    CHECK(load_error(deferred, b3).empty());
+    ckt::Batch bad = ckt::make_batch(c, 6, 5);
+    REQUIRE_FALSE(bad.indices.empty());
+    bad.indices[0] = 1000;
+    std::vector<float> out(bad.grad.size());
+    deferred.forward(bad.indices, bad.offsets, out);
+    CHECK(deferred_error(deferred).find("forward (deferred, call 11)") != std::string::npos);
+  }
   // Version 2: the policy section is named `sketch`, the header holds the sketch width.
   auto b = to_v2(b3);
   {
     E loaded(c);
     CHECK(load_error(loaded, b).empty());
-    CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
+    CHECK(ckt::snapshot(loaded) == old);
   }
   {  // versions 1 and 2 hold FP32 state: an object with another state precision refuses them
     using Bf = mpe::CachedEmbedding<mpe::Int4Rowwise, mpe::Lfu<4>, mpe::StochasticRounding, mpe::HostBackend,
@@ -273,14 +341,14 @@ TEST_CASE("version-1 and version-2 checkpoints still load; other versions are re
   resign(v1);
   E loaded(c);
   CHECK(load_error(loaded, v1).empty());
-  CHECK(ckt::snapshot(loaded) == ckt::snapshot(a));
-  for (std::uint32_t v : {0u, 4u, 99u}) {
-    auto bad = b3;
+  CHECK(ckt::snapshot(loaded) == old);
+  for (std::uint32_t v : {0u, 5u, 99u}) {
+    auto bad = b4;
     put32(bad, 8, v);
     resign(bad);
     E e(c);
     expect_refused(e, bad,
-                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 3"});
+                   {"format version " + std::to_string(v) + " in file; this build reads versions 1 to 4"});
   }
   auto wrong_count = b;  // a version-2 header claiming 7 sections
   put32(wrong_count, l.n_sections_at, 7);
@@ -509,4 +577,56 @@ TEST_CASE("#40 item 7: load refuses step = 2^64 - 1 (the next step would wrap); 
   bool finite = true;
   for (float x : w) finite = finite && std::isfinite(x);
   CHECK(finite);
+}
+
+TEST_CASE(
+    "#40 item 7: the call counter is checkpointed; load refuses calls below populate_counter or past 2^63 - "
+    "2") {
+  using E = mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding>;
+  mpe::EmbeddingConfig c;
+  c.table_rows = {10};
+  c.dim = 4;
+  c.cache_rows = 4;
+  c.seed = 2;
+  E src(c);
+  src.init_uniform(-1.0f, 1.0f);
+  const std::vector<std::int64_t> idx = {1, 2, 7}, off = {0, 2, 3}, bad_idx = {1, 2, 70};
+  std::vector<float> out(8), grad(8, 0.25f);
+  src.prefetch(idx, off);
+  src.forward(idx, off, out);
+  src.backward(grad, mpe::Sgd{0.1f});
+  const std::vector<std::uint8_t> good = mpe::io::save_to_bytes(src);
+  const std::size_t calls_at = calls_field(walk(good));
+  std::uint64_t calls, populate;
+  std::memcpy(&calls, good.data() + calls_at, 8);
+  std::memcpy(&populate, good.data() + optimizer_field(good) - 2 * 8, 8);  // populate_counter, decay_clock
+  REQUIRE(calls == 3u);                                                    // prefetch, forward, backward
+  REQUIRE(populate == 1u);  // the prefetch (the forward consumed it)
+  auto with = [&](std::uint64_t v) {
+    auto b = good;
+    std::memcpy(b.data() + calls_at, &v, 8);
+    resign(b);
+    return b;
+  };
+  E dst(c);
+  dst.init_uniform(-2.0f, 2.0f);  // another state, to see that nothing changes
+  expect_refused(dst, with(0), {"calls = 0 is below populate_counter = 1"});
+  const auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  expect_refused(dst, with(max), {"calls = 9223372036854775807 cannot be continued"});
+  expect_refused(dst, with(~std::uint64_t{0}), {"calls = 18446744073709551615 cannot be continued"});
+  // The bounds themselves load, and a deferred error after the load is numbered from them.
+  auto cd = c;
+  cd.validation = mpe::Validation::Deferred;
+  for (const std::uint64_t v : {populate, calls, max - 1}) {
+    CAPTURE(v);
+    E e(cd);
+    REQUIRE(load_error(e, with(v)).empty());
+    std::uint64_t saved;
+    const std::vector<std::uint8_t> again = mpe::io::save_to_bytes(e);
+    std::memcpy(&saved, again.data() + calls_at, 8);
+    CHECK(saved == v);
+    e.forward(bad_idx, off, out);
+    CHECK(deferred_error(e).find("forward (deferred, call " + std::to_string(v + 1) + ")") !=
+          std::string::npos);
+  }
 }

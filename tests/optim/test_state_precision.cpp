@@ -377,7 +377,7 @@ void check_precision_resume(std::int32_t D) {
   const std::vector<std::uint8_t> file = ckt::read_bytes(path);
   std::uint32_t version;
   std::memcpy(&version, file.data() + 8, 4);
-  CHECK(version == 3u);  // every precision writes version 3 (FP32: an empty optimizer_cache)
+  CHECK(version == 4u);  // every precision writes version 4 (FP32: an empty optimizer_cache)
   mpe::EmbeddingConfig other = c;
   other.seed = 99;
   E b(other);

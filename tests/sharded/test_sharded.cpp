@@ -540,12 +540,25 @@ TEST_CASE("checkpoints: per-rank shards + manifest; exact resume; plan or rank-c
   };
   steps(a, 0, 5);
   a.save(dir);
+  // Each local table's whole state at the save, its call counter included (#40 item 7).
+  std::vector<std::vector<std::uint8_t>> at_save;
+  for (std::size_t gi = 0; gi < a.num_local_tables(); ++gi) at_save.push_back(io::save_to_bytes(a.local(gi)));
   steps(a, 5, 10);
   std::vector<float> wa(static_cast<std::size_t>(a.total_rows()) * kD), wb(wa.size());
   a.get_weights(wa);
   ShardedEmbedding<Int8Rowwise, Lru<4>, StochasticRounding, MpiComm> b(config(40), p, comm);
   b.load(dir);
   CHECK(b.step() == 5);
+  REQUIRE(b.num_local_tables() == at_save.size());
+  for (std::size_t gi = 0; gi < at_save.size(); ++gi) {
+    const std::vector<std::uint8_t> loaded = io::save_to_bytes(b.local(gi));
+    CHECK(loaded == at_save[gi]);
+    std::uint32_t H;
+    std::memcpy(&H, loaded.data() + 12, 4);
+    std::uint64_t calls;  // the header's `u64 calls`, before u32 n_sections and the header CRC
+    std::memcpy(&calls, loaded.data() + H - 16, 8);
+    CHECK(calls == 10u);  // 5 forward() and 5 backward() calls of this local table
+  }
   steps(b, 5, 10);
   b.get_weights(wb);
   CHECK(same_bits(wa.data(), wb.data(), wa.size()));

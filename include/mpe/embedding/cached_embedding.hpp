@@ -199,7 +199,10 @@ class CachedEmbedding {
 
   /// Replaces the state with the checkpoint at `path` after verifying all of it (magic,
   /// version, policies, shapes, checksums, every value in its format's range, the
-  /// optimizer's state domain). Throws mpe::checkpoint_error for a bad file and
+  /// optimizer's state domain). The state includes the call counter that numbers deferred
+  /// errors (synchronize()), so a resumed run names the calls the uninterrupted one would
+  /// (a version 1 to 3 file holds no count: the counter becomes the calls it implies, see
+  /// docs/checkpoint_format.md). Throws mpe::checkpoint_error for a bad file and
   /// std::invalid_argument naming both precisions when the file's optimizer-state
   /// precision is not StatePrecision (versions 1 and 2 hold FP32 state), leaving the
   /// object unchanged either way; throws a pending deferred error first (like
@@ -217,10 +220,11 @@ class CachedEmbedding {
 
   /// Waits for all queued work; then, under Validation::Deferred, throws the first error
   /// recorded since the last report (std::invalid_argument naming the call, its number
-  /// (1-based, counting every prefetch/forward/backward call of this object), the argument
-  /// and the value, and how many later calls failed their own validation) and clears it.
-  /// set_weights() and load() throw it the same way before doing anything (call them
-  /// again). Under Validation::Synchronous it only waits.
+  /// (1-based, counting every prefetch/forward/backward call of this object, continued from
+  /// the checkpoint after load()), the argument and the value, and how many later calls
+  /// failed their own validation) and clears it. set_weights() and load() throw it the
+  /// same way before doing anything (call them again). Under Validation::Synchronous it
+  /// only waits.
   void synchronize();
 
   /// Bytes as allocated, by purpose. optimizer_bytes = rows * S * StatePrecision::value_bytes
@@ -386,7 +390,7 @@ class CachedEmbedding {
   detail::Buffer<float, Backend> cache_state_;       // (slots, S) FP32 state of cached rows (compact only)
   std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
-  std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors)
+  std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors; checkpointed)
   detail::Buffer<detail::Counters, Backend> counters_;  // (1) stats, step, decay clock
   Batch current_, pending_, staging_;
   detail::Buffer<detail::CallRecord, Backend> record_;       // (1) verdict of the running call

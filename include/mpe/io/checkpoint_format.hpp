@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/io/checkpoint_format.hpp
 /// @brief The on-disk format of `CachedEmbedding::save()` / `load()` ("MPECKPT1",
-/// version 3; version 1 and 2 files still load), and the CRC-32C that protects it.
+/// version 4; version 1, 2 and 3 files still load), and the CRC-32C that protects it.
 ///
 /// Every integer is little-endian; floats are IEEE binary32 bit patterns, little-endian
 /// (the format is only read and written on little-endian hosts; a static_assert says so).
 /// A string is `u16 length` + that many bytes (no terminator). Every object, whatever its
-/// policies and StatePrecision, writes version 3. The file is, in order:
+/// policies and StatePrecision, writes version 4. The file is, in order:
 ///
 /// **Header** (offsets from the start of the file)
 ///
@@ -14,7 +14,7 @@
 /// | offset | field | notes |
 /// |---|---|---|
 /// | 0  | `char magic[8]` | `"MPECKPT1"` |
-/// | 8  | `u32 version` | 3 (older versions: see "Versions 1 and 2" below) |
+/// | 8  | `u32 version` | 4 (older versions: see "Versions 1 to 3" below) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
 /// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"`, `"wtinylfu"` |
@@ -33,6 +33,7 @@
 /// |    | `u32 optimizer_state_floats` | S, state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D); 0 before the first applied step |
 /// |    | `str state_precision` | `StatePrecision::name`: `"fp32"`, `"bf16"`, `"fp16"` |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order, 12 (load() accepts fewer: the rest read 0) |
+/// |    | `u64 calls` | prefetch(), forward() and backward() calls so far, failed ones included: the next call is number calls + 1, the number a deferred validation error names; at least `populate_counter`, below 2^63 - 1 |
 /// |    | `u32 n_sections` | 9 |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
 // clang-format on
@@ -76,23 +77,30 @@
 /// row and every occupied slot's `optimizer_cache` entry against the optimizer's state
 /// domain.
 ///
-/// **Versions 1 and 2** (load() reads both; it refuses any other version, naming it).
-/// They differ from version 3 only in these points:
+/// **Versions 1 to 3** (load() reads all three; it refuses any other version, naming it).
+/// They differ from version 4 only in these points:
 ///
 // clang-format off
-/// | item | version 2 | version 1 |
-/// |---|---|---|
-/// | `policy_words` | `i64 sketch_width`: the LFU sketch width (the section holds 4 lines of it), 0 for the other policies | as version 2 |
-/// | `decay_clock` | `u64 sketch_increments`: the same clock, for LFU | as version 2 |
-/// | `str optimizer` | as version 3 | `u32 optimizer_kind`: 0 none, 1 `sgd`, 2 `rowwise_adagrad` |
-/// | `str state_precision` | absent: the state is FP32 | absent: the state is FP32 |
-/// | sections | 8: no `optimizer_cache` | 7: no `pending_batch`, no `optimizer_cache` |
-/// | section 5 | named `sketch`: the LFU sketch, empty for other policies | as version 2 |
+/// | item | version 3 | version 2 | version 1 |
+/// |---|---|---|---|
+/// | `u64 calls` | absent: load() sets the call counter to populate_counter + step (see below) | as version 3 | as version 3 |
+/// | `policy_words` | as version 4 | `i64 sketch_width`: the LFU sketch width (the section holds 4 lines of it), 0 for the other policies | as version 2 |
+/// | `decay_clock` | as version 4 | `u64 sketch_increments`: the same clock, for LFU | as version 2 |
+/// | `str optimizer` | as version 4 | as version 4 | `u32 optimizer_kind`: 0 none, 1 `sgd`, 2 `rowwise_adagrad` |
+/// | `str state_precision` | as version 4 | absent: the state is FP32 | absent: the state is FP32 |
+/// | sections | as version 4 | 8: no `optimizer_cache` | 7: no `pending_batch`, no `optimizer_cache` |
+/// | section 5 | as version 4 | named `sketch`: the LFU sketch, empty for other policies | as version 2 |
 // clang-format on
 ///
 /// A version 1 or 2 file of `Lru`, `Lfu` or `DirectMapped` thus loads unchanged into an
-/// object with StateFp32: its `sketch` section is exactly the version 3 section of the
-/// same policy, and its `optimizer` section the FP32 state.
+/// object with StateFp32: its `sketch` section is exactly the version 3 and 4 section of
+/// the same policy, and its `optimizer` section the FP32 state. Versions 1 to 3 do not
+/// count the calls; load() sets the counter to the calls such a file implies,
+/// populate_counter + step (every populate was one prefetch() or forward() call, every
+/// completed step one backward() call; at most 2^63 - 2): exact for a loop of forward()
+/// and backward() with no prefetch() and no failed call, below the true count otherwise
+/// (a forward() that consumed a prefetch, a failed call). From version 4 on, deferred
+/// errors after a load are numbered exactly as in the run that never stopped.
 ///
 /// **Trailer**: `char end_magic[8]` = `"MPECKEND"`, `u64 file_bytes` (the whole file,
 /// trailer included), `u32 file_crc` = CRC-32C of every byte before `file_crc`. Nothing
@@ -113,8 +121,10 @@
 /// policy's period; the optimizer is known, its state has that optimizer's size and every
 /// value is in its domain (RowwiseAdagrad: finite and >= 0), for the `optimizer` section
 /// as decoded from its precision and for each occupied slot of `optimizer_cache`; the
-/// pending batch's offsets and indices are valid for the tables. Each failure names the
-/// section, the row or slot, and the value.
+/// pending batch's offsets and indices are valid for the tables; the call counter is at
+/// least `populate_counter` (every populate is one prefetch() or forward() call) and below
+/// 2^63 - 1 (the next call's number is an i64). Each failure names the section, the row or slot (or the
+/// header field), and the value.
 ///
 /// Memory and sync: save() streams the buffers (through a 4 MiB host staging buffer when
 /// the backend's memory is not host memory) and needs no copy of the state. load() reads
@@ -122,7 +132,7 @@
 /// all of it there; only then does it copy the sections into the object's existing buffers
 /// (backend copy_from_host; new optimizer-state buffers, for `optimizer` and
 /// `optimizer_cache`, are allocated first when their sizes change). Both synchronize.
-/// load() adopts the file's seed, step, counters and stats.
+/// load() adopts the file's seed, step, counters (the call counter included) and stats.
 ///
 /// CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial and final
 /// XOR 0xFFFFFFFF; RFC 3720 appendix B.4), check value crc32c("123456789") = 0xE3069283.
@@ -143,12 +153,12 @@ inline constexpr char kMagic[8] = {'M', 'P', 'E', 'C', 'K', 'P', 'T', '1'};
 /// The first 8 bytes of the trailer.
 inline constexpr char kEndMagic[8] = {'M', 'P', 'E', 'C', 'K', 'E', 'N', 'D'};
 /// Version every object writes.
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 /// Oldest version load() reads (version 1: no `pending_batch` section).
 inline constexpr std::uint32_t kMinVersion = 1;
 /// Number of CacheStats counters written (every version).
 inline constexpr std::uint32_t kNumStats = 12;
-/// Sections of version 3.
+/// Sections of versions 3 and 4.
 inline constexpr std::uint32_t kNumSections = 9;
 /// Sections held in the object's buffers (all but `pending_batch`); version 1 has these only.
 inline constexpr std::uint32_t kNumBufferSections = 7;
@@ -158,13 +168,13 @@ inline constexpr const char* kSectionNames[kNumSections] = {"store",     "cache_
                                                             "optimizer", "pending_batch", "optimizer_cache"};
 /// Index of the cache policy's section.
 inline constexpr std::uint32_t kPolicySection = 5;
-/// Index of the `optimizer_cache` section (version 3: FP32 state of the cached rows).
+/// Index of the `optimizer_cache` section (from version 3: FP32 state of the cached rows).
 inline constexpr std::uint32_t kOptimizerCacheSection = 8;
 /// Name of the cache policy's section in a file of `version`: `policy_name` from version 3.
 inline const char* policy_section_name(std::uint32_t version, const char* policy_name) {
   return version >= 3 ? policy_name : kSectionNames[kPolicySection];
 }
-/// Sections of a file of version v (1: 7, 2: 8, 3: 9).
+/// Sections of a file of version v (1: 7, 2: 8, 3 and 4: 9).
 constexpr std::uint32_t sections_of_version(std::uint32_t v) { return v == 1 ? 7u : v == 2 ? 8u : 9u; }
 /// Bytes of the trailer: end magic, file size, file CRC.
 inline constexpr std::size_t kTrailerBytes = 8 + 8 + 4;

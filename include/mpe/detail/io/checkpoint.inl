@@ -299,6 +299,7 @@ struct CheckpointAccess {
     std::uint64_t st[fmt::kNumStats];
     ckpt::stats_to_array(counters.stats, st);
     for (auto x : st) b.put(x);
+    b.put(static_cast<std::uint64_t>(e.call_seq_));  // calls (version 4)
     b.put(fmt::kNumSections);
     const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
     std::memcpy(b.v.data() + 12, &H, 4);
@@ -463,7 +464,7 @@ struct CheckpointAccess {
               static_cast<std::uint64_t>(e.stride_));
     expect_eq("num_sets", c.get<std::int64_t>("num_sets"), static_cast<std::int64_t>(e.num_sets_));
     expect_eq("cache_slots", c.get<std::int64_t>("cache_slots"), static_cast<std::int64_t>(e.cache_slots()));
-    // Version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
+    // From version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
     // only metadata those versions had: 4 lines of that width; 0 for the other policies).
     const std::int64_t policy_words = C::meta_words(e.cache_slots());
     if (version >= 3) {
@@ -503,7 +504,7 @@ struct CheckpointAccess {
              quote(opt_name.empty() ? "none" : opt_name) + " (" + std::to_string(known_state_floats) +
              " at dim " + std::to_string(e.config_.dim) + ")");
     }
-    // The state's precision (version 3; versions 1 and 2 hold FP32 state): a mismatch is a
+    // The state's precision (from version 3; versions 1 and 2 hold FP32 state): a mismatch is a
     // usage error, not a bad file.
     const std::string precision = version >= 3 ? c.str("state_precision") : std::string("fp32");
     if (precision != P::name) {
@@ -518,6 +519,27 @@ struct CheckpointAccess {
     }
     std::uint64_t st[fmt::kNumStats] = {};
     for (std::uint32_t i = 0; i < n_stats; ++i) st[i] = c.get<std::uint64_t>("stats");
+    // The call counter that numbers deferred errors (version 4): the next call is number
+    // calls + 1, an i64.
+    constexpr std::uint64_t kMaxCalls = static_cast<std::uint64_t>(INT64_MAX) - 1;
+    std::uint64_t calls = 0;
+    if (version >= 4) {
+      calls = c.get<std::uint64_t>("calls");
+      if (calls < populate_counter) {
+        c.fail("calls = " + std::to_string(calls) + " is below populate_counter = " +
+               std::to_string(populate_counter) + " (every populate is one prefetch() or forward() call)");
+      }
+      if (calls > kMaxCalls) {
+        c.fail("calls = " + std::to_string(calls) +
+               " cannot be continued (the next call's number would not fit in an i64)");
+      }
+    } else {
+      // Versions 1 to 3 do not count the calls; they imply populate_counter + step (every
+      // populate was one prefetch() or forward() call, every completed step one backward()
+      // call), held at most kMaxCalls so that every such file loads as it always did.
+      calls = std::min(populate_counter, kMaxCalls);
+      calls += std::min(step, kMaxCalls - calls);
+    }
     expect_eq("n_sections", c.get<std::uint32_t>("n_sections"), n_sections);
     if (c.pos != c.end) c.fail(std::to_string(c.end - c.pos) + " unexpected bytes at the end of the header");
     // ---- sections ----
@@ -671,6 +693,7 @@ struct CheckpointAccess {
     counters.decay_clock = decay_clock;
     e.backend_.copy_from_host(e.counters_.data(), &counters, sizeof counters);
     e.populate_counter_ = populate_counter;
+    e.call_seq_ = calls;
     e.opt_name_ = opt_name;
     for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
       b->valid = false;
@@ -731,7 +754,7 @@ struct CheckpointAccess {
           st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
         if (!Rule::state_ok(st.data(), D)) refuse("section 'optimizer': row " + std::to_string(r));
       }
-      // Version 3, compact precisions: the FP32 state of the occupied cache slots.
+      // From version 3, compact precisions: the FP32 state of the occupied cache slots.
       if (!P::cached || payload[io::checkpoint::kOptimizerCacheSection] == nullptr) return;
       for (index_t s = 0; s < e.cache_slots(); ++s) {
         index_t tag;
