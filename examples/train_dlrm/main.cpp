@@ -13,6 +13,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -101,11 +102,12 @@ RunSpec parse_config(const std::string& text, const RunSpec& base);
 // for every table: the simplest mixed-dimension choice) with the low-precision stores.
 // Memory counts weights, cache, metadata and optimizer state.
 std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
-  std::vector<std::string> labels = {"dense-only",    "fp32",    "fp16/sr",       "int8/sr",        "int8+lru5%/sr",
-                                     "int8+stlru5%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr"};
+  std::vector<std::string> labels = {"dense-only",      "fp32",    "fp16/sr",       "int8/sr",         "int8+lru5%/sr",
+                                     "int8+stlru5%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2/sr",
+                                     "int2+lru1%/sr",   "int2+stlru1%/sr"};
   for (int div : {2, 4}) {
     const std::string d = "@d" + std::to_string(std::max(1, base.dim / div));
-    for (const char* c : {"fp32", "int8+lru1%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int4+lru5%/sr"})
+    for (const char* c : {"fp32", "int8+lru1%/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2+lru1%/sr", "int2+stlru1%/sr"})
       labels.push_back(std::string(c) + d);
   }
   std::vector<RunSpec> v;
@@ -114,8 +116,9 @@ std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
 }
 
 // Parses a config label as printed in the table: "dense-only", "fp32",
-// "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "fp16+direct0.5%/sr", and any of them with
-// "@d<D>" at the end: that config's embedding dimension instead of --dim ("int4+lru1%/sr@d16").
+// "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "int2+lru1%/sr", "fp16+direct0.5%/sr", and any of
+// them with "@d<D>" at the end: that config's embedding dimension instead of --dim
+// ("int4+lru1%/sr@d16").
 RunSpec parse_config(const std::string& text, const RunSpec& base) {
   RunSpec s = base;
   auto bad = [&](const std::string& why) {
@@ -176,8 +179,9 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
       throw bad("cache percentage must be a number in (0, 100]");
     }
   }
-  if (main_part != "fp32" && main_part != "fp16" && main_part != "int8" && main_part != "fp8" && main_part != "int4")
-    throw bad("storage must be fp32, fp16, int8, fp8 or int4");
+  const char* const storages[] = {"fp32", "fp16", "int8", "fp8", "int4", "int2"};
+  if (std::find(std::begin(storages), std::end(storages), main_part) == std::end(storages))
+    throw bad("storage must be fp32, fp16, int8, fp8, int4 or int2");
   s.storage = main_part;
   s.label = label_of(s);
   return s;
@@ -191,6 +195,7 @@ RunResult run_one(const RunSpec& s, const DataSetup& d) {
   if (s.storage == "int8") return run_int8(s, d);
   if (s.storage == "fp8") return run_fp8(s, d);
   if (s.storage == "int4") return run_int4(s, d);
+  if (s.storage == "int2") return run_int2(s, d);
   throw std::invalid_argument("unknown storage '" + s.storage + "'");
 }
 
@@ -474,7 +479,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-seed", o.data_seed, "synthetic: seed of the hidden model and the sample stream")->group(g_data);
 
   auto* g_cfg = "Configuration";
-  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "dense"}));
+  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "int2", "dense"}));
   app.add_option("--cache", base.cache, "cache policy: lru, lfu, direct, stlru (second-touch LRU: a miss replaces a row only from its second touch), none")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "stlru", "none"}));
   app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
   app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));

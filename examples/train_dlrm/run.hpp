@@ -15,7 +15,7 @@ namespace dlrm {
 
 struct RunSpec {
   std::string label;                  // e.g. "int8+lru5%/sr"
-  std::string storage = "int8";       // fp32 | fp16 | int8 | int4 | dense (no embeddings)
+  std::string storage = "int8";       // fp32 | fp16 | int8 | fp8 | int4 | int2 | dense (no embeddings)
   std::string cache = "lru";          // lru | lfu | direct | none
   double cache_fraction = 0.05;       // of all rows of all tables
   std::string rounding = "stochastic";  // stochastic | nearest
@@ -68,6 +68,7 @@ RunResult run_fp16(const RunSpec&, const DataSetup&);
 RunResult run_int8(const RunSpec&, const DataSetup&);
 RunResult run_fp8(const RunSpec&, const DataSetup&);
 RunResult run_int4(const RunSpec&, const DataSetup&);
+RunResult run_int2(const RunSpec&, const DataSetup&);
 RunResult run_dense_only(const RunSpec&, const DataSetup&);
 
 // Sharded runs over MPI (sharded.cpp; built when MPI is found, else stubs in main.cpp).

@@ -132,6 +132,7 @@ TEST_CASE_TEMPLATE("laned pooling and gradient sums (32 lanes) give the one-lane
                    Policy<mpe::Bf16, mpe::WTinyLfu<4>, mpe::StochasticRounding>,
                    Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
                    Policy<mpe::Int4Rowwise, mpe::DirectMapped, mpe::StochasticRounding>,
+                   Policy<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
                    Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
                    Policy<mpe::Fp8E5M2Rowwise, mpe::Lfu<4>, mpe::NearestRounding>) {
   static_assert(ref::AsyncHostBackend::lane_width == 32);  // CudaBackend::lane_width

@@ -12,7 +12,7 @@
 // sums <= 3 rows, so its extra error has variance <= 3 q^2 / 4 and adds, in expectation,
 // F = 0.5 * T * D * 3 q^2 / 4 = 6 q^2 to L. The residual norms then differ by at most
 // the norm of that error (triangle inequality): |sqrt(L_q) - sqrt(L_32)| <= sqrt(F).
-// q for rows in [-1, 1] (range 2): Int8 2/255, Int4 2/15, Fp16 2^-10 (relative spacing
+// q for rows in [-1, 1] (range 2): Int8 2/255, Int4 2/15, Int2 2/3, Fp16 2^-10 (relative spacing
 // at |x| <= 1), FP8 rows the step of the top binade of the scaled row (x / scale <= FP8_MAX
 // with scale = max|x| / FP8_MAX, max|x| <= 1): E4M3 32/448 = 1/14, E5M2 8192/57344 = 1/7
 // (smaller elements have smaller steps, so this bounds every element). We allow 2F:
@@ -95,6 +95,7 @@ template <class S>
 double quant_step() {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) return 2.0 / 255;
   if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) return 2.0 / 15;
+  if constexpr (std::is_same_v<S, mpe::Int2Rowwise>) return 2.0 / 3;
   if constexpr (std::is_same_v<S, mpe::Fp8E4M3Rowwise>) return 1.0 / 14;
   if constexpr (std::is_same_v<S, mpe::Fp8E5M2Rowwise>) return 1.0 / 7;
   return std::ldexp(1.0, -10);  // Fp16
@@ -111,6 +112,8 @@ TEST_CASE_TEMPLATE("quantized training loss follows the FP32 run within the quan
                    Policy<mpe::Int8Rowwise, mpe::DirectMapped, mpe::StochasticRounding>,
                    Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
                    Policy<mpe::Int4Rowwise, mpe::Lru<4>, mpe::NearestRounding>,
+                   Policy<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Int2Rowwise, mpe::Lru<4>, mpe::NearestRounding>,
                    Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
                    Policy<mpe::Fp8E4M3Rowwise, mpe::Lru<4>, mpe::NearestRounding>,
                    Policy<mpe::Fp8E5M2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,

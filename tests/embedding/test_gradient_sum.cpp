@@ -281,7 +281,8 @@ TEST_CASE("laned Sgd refuses a row sum that overflows as the host does, and chan
 }
 
 TEST_CASE_TEMPLATE("store_lanes over any lane count writes store()'s bytes and flag", S, mpe::Fp32, mpe::Fp16,
-                   mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Fp8E4M3Rowwise, mpe::Fp8E5M2Rowwise) {
+                   mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise, mpe::Fp8E4M3Rowwise,
+                   mpe::Fp8E5M2Rowwise) {
   std::mt19937_64 rng(17);
   for (const int D : {1, 3, 4, 5, 64, 127, 130}) {
     for (int kind = 0; kind < 4; ++kind) {  // random, with NaN/inf/huge, constant, tiny range

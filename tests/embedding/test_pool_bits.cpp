@@ -118,3 +118,4 @@ TEST_CASE("forward pooling bits: Fp32") { check_storage<mpe::Fp32>(); }
 TEST_CASE("forward pooling bits: Fp16") { check_storage<mpe::Fp16>(); }
 TEST_CASE("forward pooling bits: Int8Rowwise") { check_storage<mpe::Int8Rowwise>(); }
 TEST_CASE("forward pooling bits: Int4Rowwise") { check_storage<mpe::Int4Rowwise>(); }
+TEST_CASE("forward pooling bits: Int2Rowwise") { check_storage<mpe::Int2Rowwise>(); }

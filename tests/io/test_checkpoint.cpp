@@ -273,6 +273,33 @@ TEST_CASE("load rejects every single-bit flip, every truncation and trailing byt
   CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
 }
 
+TEST_CASE("an int2_rowwise checkpoint resumes exactly; other store formats refuse it and it refuses theirs") {
+  using E2 = mpe::CachedEmbedding<mpe::Int2Rowwise, mpe::Lfu<2>, mpe::StochasticRounding>;
+  const auto dir = ckt::temp_dir("int2");
+  ckt::check_resume<mpe::CachedEmbedding<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>>(dir);
+  const auto c = tiny_config();
+  E2 src = trained<E2>(c, 4);
+  src.save(dir / "int2.ckpt");
+  const auto b2 = ckt::read_bytes(dir / "int2.ckpt");
+  const Parsed r = parse(b2);
+  CHECK(r.storage == "int2_rowwise");
+  CHECK(r.stride == 8u);  // ceil(3/4) + 4 = 5 bytes rounded up to row_alignment 4
+  E2 dst(c);
+  dst.load(dir / "int2.ckpt");
+  CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
+  E4 four(c);
+  const auto before = ckt::snapshot(four);
+  CHECK(load_error(four, b2).find("storage 'int2_rowwise' in file, 'int4_rowwise' here") !=
+        std::string::npos);
+  CHECK(ckt::snapshot(four) == before);
+  E4 src4 = trained<E4>(c, 2);
+  src4.save(dir / "int4.ckpt");
+  const auto dst_before = ckt::snapshot(dst);
+  CHECK(load_error(dst, ckt::read_bytes(dir / "int4.ckpt"))
+            .find("storage 'int4_rowwise' in file, 'int2_rowwise' here") != std::string::npos);
+  CHECK(ckt::snapshot(dst) == dst_before);
+}
+
 TEST_CASE("load names what is wrong") {
   const auto dir = ckt::temp_dir("messages");
   const auto c = tiny_config();

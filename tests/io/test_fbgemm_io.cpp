@@ -4,6 +4,8 @@
 //   fused 8-bit row-wise: D x u8, f32 scale, f32 bias (FBGEMM FloatToFused8BitRowwiseQuantized)
 //   fused 4-bit row-wise: ceil(D/2) x u8 (element 2i low nibble), f16 scale, f16 bias
 //                         (FloatToFusedNBitRowwiseQuantizedSBHalf)
+//   fused 2-bit row-wise: ceil(D/4) x u8 (element 4i+k in bits 2k..2k+1 of byte i), f16
+//                         scale, f16 bias (the same op, bit_rate 2)
 //   TBE inference / TorchRec: f16 scale, f16 bias, codes, row padded to row_alignment
 //                         (fbgemm_gpu quantize_embs / IntNBitTableBatchedEmbeddingBagsCodegen)
 // value = scale * q + bias (computed here with contraction off, like the reference ops).
@@ -32,7 +34,8 @@ Decoded decode(const std::vector<std::uint8_t>& b, std::int64_t rows, int D, int
                std::size_t row_bytes) {
   REQUIRE(b.size() == static_cast<std::size_t>(rows) * row_bytes);
   Decoded d;
-  const std::size_t codes = bits == 8 ? static_cast<std::size_t>(D) : static_cast<std::size_t>(D + 1) / 2;
+  const std::size_t per_byte = static_cast<std::size_t>(8 / bits);  // elements per code byte
+  const std::size_t codes = (static_cast<std::size_t>(D) + per_byte - 1) / per_byte;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint8_t* row = b.data() + static_cast<std::size_t>(r) * row_bytes;
     float scale, bias;
@@ -44,12 +47,15 @@ Decoded decode(const std::vector<std::uint8_t>& b, std::int64_t rows, int D, int
     } else if (bits == 8) {
       scale = f32_at(row + D);
       bias = f32_at(row + D + 4);
-    } else {
+    } else {  // fused N-bit: f16 scale and bias after the code bytes
       scale = f16_at(row + codes);
       bias = f16_at(row + codes + 2);
     }
     for (int i = 0; i < D; ++i) {
-      const unsigned code = bits == 8 ? q[i] : (i % 2 == 0 ? q[i / 2] & 0xfu : q[i / 2] >> 4);
+      // FBGEMM's N-bit packing: element i in byte i / (8/N), shifted by (i % (8/N)) * N
+      const unsigned code = (static_cast<unsigned>(q[static_cast<std::size_t>(i) / per_byte]) >>
+                             (static_cast<std::size_t>(i) % per_byte * static_cast<std::size_t>(bits))) &
+                            ((1u << bits) - 1);
       d.values.push_back(scale * static_cast<float>(code) + bias);
     }
     d.scales.push_back(scale);
@@ -311,4 +317,91 @@ TEST_CASE("issue case: FBGEMM's own INT4 rows near the FP16 maximum import satur
   e.get_weights(after);
   CHECK(after == w);
   CHECK(e.stats().saturated_rows == 1);
+}
+
+TEST_CASE(
+    "Int2Rowwise with dirty cache rows: fused 2-bit and TBE INT2 bytes decode to the store; import "
+    "restores") {
+  using E = mpe::CachedEmbedding<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  const auto c = io_config(16);
+  E a(c);
+  a.init_uniform(-1.0f, 1.0f);
+  for (std::uint64_t k = 0; k < 8; ++k) ckt::train_step(a, k, mpe::Sgd{0.5f});
+  const auto w_a = table_weights(a, 0);  // cached rows: FP32 values
+  const std::uint64_t wb = a.stats().writebacks;
+  const auto fused = mpe::io::export_table(a, 0, mpe::interop::FbgemmFused{});
+  CHECK(a.stats().writebacks > wb);                         // the export flushed dirty rows
+  const Decoded d = decode(fused, 30, 5, 2, false, 2 + 4);  // ceil(5/4) code bytes + f16 scale, bias
+  for (std::size_t i = 0; i < w_a.size(); ++i) {
+    // a flushed row rounds each value stochastically to one of its two neighbouring grid
+    // points: within one quantization step (scale) of the FP32 value
+    CHECK(std::fabs(d.values[i] - w_a[i]) <= d.scales[i / 5] * (1.0f + 1e-3f));
+  }
+  for (std::int64_t r = 0; r < 30; ++r)
+    CHECK((fused[static_cast<std::size_t>(r) * 6 + 1] >> 2) == 0);  // unused bits
+  const auto tbe = mpe::io::export_table(a, 0, mpe::interop::TbeInference{16});
+  const Decoded t = decode(tbe, 30, 5, 2, true, 16);  // 4 + 2 bytes padded to 16
+  CHECK(ckt::same_bits(t.values, d.values));          // the same codes and f16 parameters, moved
+
+  E b(c);
+  mpe::io::import_table(b, 0, mpe::interop::FbgemmFused{}, fused);
+  CHECK(ckt::same_bits(table_weights(b, 0), d.values));
+  E b2(c);
+  mpe::io::import_table(b2, 0, mpe::interop::TbeInference{16}, tbe);
+  CHECK(ckt::same_bits(table_weights(b2, 0), d.values));
+
+  // hand-encoded TBE INT2 rows of table 1: f16 scale, f16 bias, 2 code bytes, padding to 8
+  std::vector<std::uint8_t> rows(17 * 8, 0);
+  std::vector<float> expect;
+  for (int r = 0; r < 17; ++r) {
+    const float scale = 0.25f * static_cast<float>(r % 4);  // exact in f16; 0 = constant row
+    const float bias = -1.0f + 0.0625f * static_cast<float>(r);
+    const std::uint16_t sh = mpe::num::half_bits_exact(scale), bh = mpe::num::half_bits_exact(bias);
+    std::uint8_t* p = rows.data() + r * 8;
+    p[0] = static_cast<std::uint8_t>(sh);
+    p[1] = static_cast<std::uint8_t>(sh >> 8);
+    p[2] = static_cast<std::uint8_t>(bh);
+    p[3] = static_cast<std::uint8_t>(bh >> 8);
+    for (int i = 0; i < 5; ++i) {
+      const unsigned q = static_cast<unsigned>(r * 3 + i * 5) % 4;
+      p[4 + i / 4] = static_cast<std::uint8_t>(p[4 + i / 4] | q << (2 * (i % 4)));
+      expect.push_back(scale * static_cast<float>(q) + bias);
+    }
+  }
+  mpe::io::import_table(b, 1, mpe::interop::TbeInference{8}, rows);
+  CHECK(ckt::same_bits(table_weights(b, 1), expect));
+  ckt::train_step(b, 9, mpe::RowwiseAdagrad{0.1f});  // training continues
+}
+
+TEST_CASE("issue case: FBGEMM's own INT2 rows near the FP16 maximum import saturated and counted") {
+  // FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef, bit_rate 2, of [0, 65504, 0, 0]: bias 0,
+  // scale = nearest FP16 of 65504 / 3 = 21840 (0x7555), codes {0, 3, 0, 0} (one byte, 0x0C);
+  // code 3 decodes to 65520, beyond FP16.
+  const std::vector<std::uint8_t> fbgemm = {0x0C, 0x55, 0x75, 0x00, 0x00};
+  REQUIRE(f16_at(fbgemm.data() + 1) == 21840.0f);
+  mpe::EmbeddingConfig c;
+  c.table_rows = {2, 1};
+  c.dim = 4;
+  c.cache_rows = 4;
+  mpe::CachedEmbedding<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding> e(c);
+  std::vector<std::uint8_t> two_rows = fbgemm;
+  const std::vector<std::uint8_t> plain = {0xE4, 0x00, 0x3C, 0x00, 0x00};  // codes 0..3, scale 1, bias 0
+  two_rows.insert(two_rows.end(), plain.begin(), plain.end());
+  CHECK(mpe::io::import_table(e, 0, mpe::interop::FbgemmFused{}, two_rows) == 1);
+  CHECK(e.stats().saturated_rows == 1);
+  std::vector<float> w(8);
+  e.get_weights(w);
+  // Re-quantized from [0, 65504, 0, 0] by Int2Rowwise (round to nearest): the rounded-up
+  // scale 21840 would read 65520, so the FP16 just below, 21824, is taken: 3 * 21824 = 65472.
+  CHECK(w == std::vector<float>{0, 65472, 0, 0, 0, 1, 2, 3});
+  CHECK_NOTHROW(e.set_weights(w));  // what it reads back round-trips
+  // A row beyond the range by more than one step is still refused, changing nothing.
+  std::vector<std::uint8_t> bad = {0x0C, 0x00, 0x78, 0x00, 0x00};  // scale 32768: 98304
+  bad.insert(bad.end(), plain.begin(), plain.end());
+  std::vector<float> before(8);
+  e.get_weights(before);
+  CHECK_THROWS_AS(mpe::io::import_table(e, 0, mpe::interop::FbgemmFused{}, bad), std::invalid_argument);
+  std::vector<float> after(8);
+  e.get_weights(after);
+  CHECK(after == before);
 }

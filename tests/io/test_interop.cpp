@@ -50,26 +50,35 @@ float bf16(std::uint16_t h) {
 }
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
+/// The FBGEMM fused N-bit formats (f16 scale and bias after the packed codes).
 template <class S>
-constexpr bool is_q = std::is_same_v<S, mpe::Int8Rowwise> || std::is_same_v<S, mpe::Int4Rowwise>;
+constexpr bool is_nbit = std::is_same_v<S, mpe::Int4Rowwise> || std::is_same_v<S, mpe::Int2Rowwise>;
 template <class S>
-constexpr int kQmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255 : 15;
+constexpr bool is_q = std::is_same_v<S, mpe::Int8Rowwise> || is_nbit<S>;
+template <class S>
+constexpr int kQmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255
+                                                          : (std::is_same_v<S, mpe::Int4Rowwise> ? 15 : 3);
 template <class S>
 std::size_t code_bytes(int D) {
-  return std::is_same_v<S, mpe::Int8Rowwise> ? static_cast<std::size_t>(D)
-                                             : static_cast<std::size_t>(D + 1) / 2;
+  if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) return static_cast<std::size_t>(D);
+  if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) return static_cast<std::size_t>(D + 1) / 2;
+  return static_cast<std::size_t>(D + 3) / 4;
 }
 template <class S>
 int code_at(const std::uint8_t* codes, int d) {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) return codes[d];
-  return (codes[d / 2] >> (4 * (d % 2))) & 15;  // element 2i low nibble, 2i+1 high nibble
+  if constexpr (std::is_same_v<S, mpe::Int4Rowwise>)
+    return (codes[d / 2] >> (4 * (d % 2))) & 15;  // element 2i low nibble, 2i+1 high nibble
+  return (codes[d / 4] >> (2 * (d % 4))) & 3;     // element 4i+k in bits 2k..2k+1 of byte i
 }
 template <class S>
 void set_code(std::uint8_t* codes, int d, int q) {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
     codes[d] = static_cast<std::uint8_t>(q);
-  } else {
+  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
     codes[d / 2] = static_cast<std::uint8_t>(codes[d / 2] | (q << (4 * (d % 2))));
+  } else {
+    codes[d / 4] = static_cast<std::uint8_t>(codes[d / 4] | (q << (2 * (d % 4))));
   }
 }
 template <class S>
@@ -85,7 +94,8 @@ float deq(float scale, int q, float bias) { return scale * static_cast<float>(q)
 // ---------- independent decoders of the external layouts ----------
 
 /// FBGEMM fused: Int8 = D codes (padded to code_alignment), f32 scale, f32 bias; Int4 =
-/// ceil(D/2) code bytes, f16 scale, f16 bias; plain formats = D elements.
+/// ceil(D/2) code bytes, Int2 = ceil(D/4) code bytes, then f16 scale, f16 bias; plain
+/// formats = D elements.
 template <class S>
 std::vector<float> decode_fused(const std::uint8_t* p, int D, int code_alignment = 1) {
   std::vector<float> out(static_cast<std::size_t>(D));
@@ -94,7 +104,7 @@ std::vector<float> decode_fused(const std::uint8_t* p, int D, int code_alignment
     if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
       const std::size_t cb = round_up(static_cast<std::size_t>(D), static_cast<std::size_t>(code_alignment));
       v = deq(f32le(p + cb), p[d], f32le(p + cb + 4));
-    } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
+    } else if constexpr (is_nbit<S>) {
       const std::size_t nb = code_bytes<S>(D);
       v = deq(static_cast<float>(ref_half(u16(p + nb))), code_at<S>(p, d),
               static_cast<float>(ref_half(u16(p + nb + 2))));
@@ -164,7 +174,7 @@ Bytes encode_external(int rows, std::size_t eb, int D, bool tbe, bool last, int 
   for (int r = 0; r < rows; ++r) {
     std::uint8_t* p = out.data() + r * eb;
     if constexpr (is_q<S>) {
-      const bool f16_params = tbe || std::is_same_v<S, mpe::Int4Rowwise>;
+      const bool f16_params = tbe || is_nbit<S>;
       const std::size_t cb =
           std::is_same_v<S, mpe::Int8Rowwise> && !tbe
               ? round_up(static_cast<std::size_t>(D), static_cast<std::size_t>(code_alignment))
@@ -202,7 +212,7 @@ const int kRows = 6;
 }  // namespace
 
 TEST_CASE_TEMPLATE("FbgemmFused: export decodes to mpe's values; import reads FBGEMM's values", S, mpe::Fp32,
-                   mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise) {
+                   mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
   std::mt19937 gen(21);
   for (int D : kDims) {
     for (int align : {1, 4, 16}) {
@@ -210,10 +220,13 @@ TEST_CASE_TEMPLATE("FbgemmFused: export decodes to mpe's values; import reads FB
         if (ca == 4 && !std::is_same_v<S, mpe::Int8Rowwise>) continue;
         const io::FbgemmFused layout{ca};
         const std::size_t eb = io::external_row_bytes<S>(layout, D);
-        // published sizes: D + 8 (codes padded to code_alignment), ceil(D/2) + 4, 4D, 2D
+        // published sizes: D + 8 (codes padded to code_alignment), ceil(D/2) + 4, ceil(D/4) + 4,
+        // 4D, 2D
         if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) CHECK(eb == round_up(D, ca) + 8);
         if constexpr (std::is_same_v<S, mpe::Int4Rowwise>)
           CHECK(eb == static_cast<std::size_t>((D + 1) / 2 + 4));
+        if constexpr (std::is_same_v<S, mpe::Int2Rowwise>)
+          CHECK(eb == static_cast<std::size_t>((D + 3) / 4 + 4));
         if constexpr (std::is_same_v<S, mpe::Fp32>) CHECK(eb == static_cast<std::size_t>(4 * D));
         if constexpr (std::is_same_v<S, mpe::Fp16> || std::is_same_v<S, mpe::Bf16>)
           CHECK(eb == static_cast<std::size_t>(2 * D));
@@ -259,7 +272,7 @@ TEST_CASE_TEMPLATE("FbgemmFused: export decodes to mpe's values; import reads FB
 }
 
 TEST_CASE_TEMPLATE("TbeInference (TorchRec): export decodes to mpe's values; import reads TBE values", S,
-                   mpe::Fp32, mpe::Fp16, mpe::Int8Rowwise, mpe::Int4Rowwise) {
+                   mpe::Fp32, mpe::Fp16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
   std::mt19937 gen(22);
   for (int D : kDims) {
     for (int align : {1, 4}) {
@@ -373,7 +386,7 @@ TEST_CASE("interop: wrong sizes and arguments throw std::invalid_argument and ch
 
 TEST_CASE_TEMPLATE(
     "interop import: a row encoding a value the format cannot hold is rejected, nothing written", S,
-    mpe::Fp32, mpe::Fp16, mpe::Int8Rowwise, mpe::Int4Rowwise) {
+    mpe::Fp32, mpe::Fp16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
   std::mt19937 gen(24);
   const int D = 5, align = 4, rows = 4;
   const std::size_t sb = mpe::row_bytes<S>(D, align);
@@ -388,7 +401,7 @@ TEST_CASE_TEMPLATE(
       poke(b.data() + 2 * eb);  // row 2
       bads.push_back(b);
     };
-    const bool f16_params = tbe || std::is_same_v<S, mpe::Int4Rowwise>;
+    const bool f16_params = tbe || is_nbit<S>;
     if constexpr (is_q<S>) {
       const std::size_t qoff = tbe ? 0 : code_bytes<S>(D);
       if (f16_params) {
@@ -396,7 +409,9 @@ TEST_CASE_TEMPLATE(
         with([&](std::uint8_t* p) { put16(p + qoff + 2, 0x7e00); });  // bias NaN
         with([&](std::uint8_t* p) {  // bias -65504, scale 65504, every code at its top: beyond
           put16(p + qoff, 0x7bff);   // Int4's limit 65504 (fine for Int8, whose limit is 2^126)
-          put16(p + qoff + 2, 0xfbff);
+          // Int2's top code 3 would read 131008, beyond by only one scale (then saturated):
+          // bias +65504 there, reading 262016
+          put16(p + qoff + 2, std::is_same_v<S, mpe::Int2Rowwise> ? 0x7bff : 0xfbff);
           std::uint8_t* codes = tbe ? p + 4 : p;
           for (std::size_t i = 0; i < code_bytes<S>(D); ++i) codes[i] = 0xff;
         });
@@ -513,4 +528,38 @@ TEST_CASE("interop import: the codes a row holds decide its range, not the heade
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("row 0 holds element 1 = 917056") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "interop: fused 2-bit rows near the FP16 maximum import saturated; the unused top bits are cleared") {
+  const int D = 3, align = 4;
+  const std::size_t sb = mpe::row_bytes<mpe::Int2Rowwise>(D, align);
+  const io::FbgemmFused fl{1};
+  REQUIRE(io::external_row_bytes<mpe::Int2Rowwise>(fl, D) == 5);
+  Bytes store(sb, 0x77);
+  // codes {1, 2, 3} in bits 0..5 and junk in bits 6..7 of the one code byte; f16 scale 1.0,
+  // f16 bias 0: reads {1, 2, 3}; the junk bits are not an element and are dropped
+  const Bytes junk = {0x39 | 0xC0, 0x00, 0x3C, 0x00, 0x00};
+  CHECK(io::import_table<mpe::Int2Rowwise>(fl, junk, 1, D, align, store) == 0);
+  CHECK(store[0] == 0x39);
+  const mpe::Int2Rowwise::Reader rd(store.data(), D);
+  CHECK(rd[0] == 1.0f);
+  CHECK(rd[1] == 2.0f);
+  CHECK(rd[2] == 3.0f);
+  Bytes back(5);
+  io::export_table<mpe::Int2Rowwise>(fl, store, 1, D, align, back);
+  CHECK(back == Bytes{0x39, 0x00, 0x3C, 0x00, 0x00});
+  // bias 0, scale 21840 (f16 0x7555, FBGEMM's nearest FP16 of 65504 / 3), code 3: reads
+  // 65520, beyond FP16 by 16 (less than a step): imported saturated, counted, within range
+  const Bytes high = {0x30, 0x55, 0x75, 0x00, 0x00};  // codes {0, 0, 3}
+  CHECK(io::import_table<mpe::Int2Rowwise>(fl, high, 1, D, align, store) == 1);
+  const mpe::Int2Rowwise::Reader sat(store.data(), D);
+  CHECK(sat[0] == 0.0f);
+  CHECK(sat[2] <= 65504.0f);
+  CHECK(sat[2] >= 65504.0f - 21840.0f);
+  // scale 32768 (0x7800): code 3 reads 98304, beyond by more than a step: refused
+  const Bytes far = {0x30, 0x00, 0x78, 0x00, 0x00};
+  Bytes before = store;
+  CHECK_THROWS_AS(io::import_table<mpe::Int2Rowwise>(fl, far, 1, D, align, store), std::invalid_argument);
+  CHECK(store == before);
 }

@@ -7,15 +7,14 @@
 //   TEST_CASE_TEMPLATE_APPLY(my_id, mpe_test::product_t<Combo, mpe_test::Storages, mpe_test::Caches>);
 #pragma once
 
-#include <tuple>
-
 #include <mpe/mpe.hpp>
+#include <tuple>
 
 namespace mpe_test {
 
 /// Every storage format (`StoragePolicy`), FP32 first.
 using Storages = std::tuple<mpe::Fp32, mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise,
-                            mpe::Fp8E4M3Rowwise, mpe::Fp8E5M2Rowwise>;
+                            mpe::Int2Rowwise, mpe::Fp8E4M3Rowwise, mpe::Fp8E5M2Rowwise>;
 /// Every cache policy (`CachePolicy`), at 4 ways where the policy has a way count.
 using Caches = std::tuple<mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::WTinyLfu<4>, mpe::SecondTouchLru<4>>;
 /// Both rounding policies.

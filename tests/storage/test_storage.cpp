@@ -28,7 +28,8 @@ using ref::quant;
       Combo<mpe::Fp16, mpe::NearestRounding>, Combo<mpe::Fp16, mpe::StochasticRounding>,               \
       Combo<mpe::Bf16, mpe::NearestRounding>, Combo<mpe::Bf16, mpe::StochasticRounding>,               \
       Combo<mpe::Int8Rowwise, mpe::NearestRounding>, Combo<mpe::Int8Rowwise, mpe::StochasticRounding>, \
-      Combo<mpe::Int4Rowwise, mpe::NearestRounding>, Combo<mpe::Int4Rowwise, mpe::StochasticRounding>
+      Combo<mpe::Int4Rowwise, mpe::NearestRounding>, Combo<mpe::Int4Rowwise, mpe::StochasticRounding>, \
+      Combo<mpe::Int2Rowwise, mpe::NearestRounding>, Combo<mpe::Int2Rowwise, mpe::StochasticRounding>
 
 constexpr double kU = 0x1p-24;  // unit roundoff of binary32
 
@@ -56,24 +57,37 @@ struct QParams {
   double scale, bias;
 };
 
+/// The row-wise integer formats (min/max scale and bias).
+template <class S>
+constexpr bool is_int_rowwise = std::is_same_v<S, mpe::Int8Rowwise> || std::is_same_v<S, mpe::Int4Rowwise> ||
+                                std::is_same_v<S, mpe::Int2Rowwise>;
+/// Top code: 2^bits - 1.
+template <class S>
+constexpr int kQmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255
+                                                          : (std::is_same_v<S, mpe::Int4Rowwise> ? 15 : 3);
+
 /// Scale and bias of a quantized row, read from the layout (Int8: f32 after D codes; Int4:
-/// f16 after ceil(D/2) code bytes).
+/// f16 after ceil(D/2) code bytes; Int2: f16 after ceil(D/4) code bytes).
 template <class S>
 QParams ref_qparams(const std::uint8_t* row, int D) {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
     return {f32le(row + D), f32le(row + D + 4)};
   } else {
-    const int nb = (D + 1) / 2;
+    const int nb = std::is_same_v<S, mpe::Int4Rowwise> ? (D + 1) / 2 : (D + 3) / 4;
     return {ref_half(u16(row + nb)), ref_half(u16(row + nb + 2))};
   }
 }
 
+/// Code of element d (FBGEMM's fused N-bit packing: column c in byte c / (8/N), shifted
+/// left by (c % (8/N)) * N).
 template <class S>
 int ref_code(const std::uint8_t* row, int d) {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
     return row[d];
-  } else {
+  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
     return (row[d / 2] >> (4 * (d % 2))) & 15;
+  } else {
+    return (row[d / 4] >> (2 * (d % 4))) & 3;
   }
 }
 
@@ -140,9 +154,9 @@ double allowed_error(const std::vector<double>& xs, int d, const std::uint8_t* r
   } else {
     const double mn = *std::min_element(xs.begin(), xs.end()), mx = *std::max_element(xs.begin(), xs.end());
     const QParams qp = ref_qparams<S>(row, D);
-    const int qmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255 : 15;
+    const int qmax = kQmax<S>;
     if (mn == mx) {
-      // constant row: exact for Int8 (f32 bias); Int4's f16 bias is the nearest FP16
+      // constant row: exact for Int8 (f32 bias); Int4's and Int2's f16 bias is the nearest FP16
       return std::is_same_v<S, mpe::Int8Rowwise> ? 0.0 : grid_ulp(std::fabs(x), 10, -14) / 2;
     }
     // The step is the stored scale (checked against (max - min) / qmax elsewhere). Slack
@@ -178,10 +192,10 @@ bool store_and_check(const std::vector<float>& x, const mpe::num::RowRng& rng) {
     REQUIRE(std::fabs(static_cast<double>(g) - xs[static_cast<std::size_t>(d)]) <=
             allowed_error<S, R>(xs, d, row.data(), D));
   }
-  if constexpr (std::is_same_v<S, mpe::Int8Rowwise> || std::is_same_v<S, mpe::Int4Rowwise>) {
+  if constexpr (is_int_rowwise<S>) {
     const double mn = *std::min_element(xs.begin(), xs.end()), mx = *std::max_element(xs.begin(), xs.end());
     const QParams qp = ref_qparams<S>(row.data(), D);
-    const int qmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255 : 15;
+    const int qmax = kQmax<S>;
     INFO("D = " << D << " min " << mn << " max " << mx << " scale " << qp.scale << " bias " << qp.bias);
     if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
       // bias = min exactly; scale = (max - min) / 255 up to two f32 roundings (sub, div), or 0
@@ -192,7 +206,7 @@ bool store_and_check(const std::vector<float>& x, const mpe::num::RowRng& rng) {
     } else if (mn == mx) {
       REQUIRE(qp.scale == 0.0);
     } else {
-      // bias = min rounded down to FP16; scale = (max - bias)/15 rounded up to FP16: the
+      // bias = min rounded down to FP16; scale = (max - bias)/qmax rounded up to FP16: the
       // smallest FP16 >= the f32 quotient (itself within 2 f32 roundings of the exact one)
       REQUIRE(qp.bias == half_round_down(mn));
       const double want = (mx - qp.bias) / qmax;
@@ -211,6 +225,12 @@ bool store_and_check(const std::vector<float>& x, const mpe::num::RowRng& rng) {
     if (mn == mx) {
       REQUIRE(qp.scale == 0.0);
       for (int d = 0; d < D; ++d) REQUIRE(ref_code<S>(row.data(), d) == 0);
+    }
+    if constexpr (!std::is_same_v<S, mpe::Int8Rowwise>) {
+      // the unused high code bits of the last byte (D not a multiple of 8 / N) are 0
+      const int per_byte = std::is_same_v<S, mpe::Int4Rowwise> ? 2 : 4;
+      if (D % per_byte != 0)
+        REQUIRE((row[static_cast<std::size_t>(D / per_byte)] >> (8 / per_byte * (D % per_byte))) == 0);
     }
   }
   for (std::size_t i = S::data_bytes(D); i < row.size(); ++i) {
@@ -291,7 +311,8 @@ TEST_CASE_TEMPLATE("store: unrepresentable values are found and saturate", C, MP
   for (float v : {1e6f, -1e6f, 1e30f, -1e30f, 0x1p127f, std::numeric_limits<float>::max()}) {
     if (std::fabs(v) > S::limit) bad.push_back(v);
   }
-  if constexpr (std::is_same_v<S, mpe::Fp16> || std::is_same_v<S, mpe::Int4Rowwise>) {
+  if constexpr (std::is_same_v<S, mpe::Fp16> || std::is_same_v<S, mpe::Int4Rowwise> ||
+                std::is_same_v<S, mpe::Int2Rowwise>) {
     CHECK(bad.size() == 3 + 6);  // 1e6 and 1e30 are beyond FP16 (the format or its scale/bias)
   }
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) CHECK(bad.size() == 3 + 2);  // 2^127, FLT_MAX
@@ -345,6 +366,7 @@ template <class S>
 StepRow<S> step_row() {
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) return {0.0f, 255.0f, 100.0f, 1.0f, true};
   if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) return {0.0f, 15.0f, 7.0f, 1.0f, false};
+  if constexpr (std::is_same_v<S, mpe::Int2Rowwise>) return {0.0f, 3.0f, 1.0f, 1.0f, false};
   if constexpr (std::is_same_v<S, mpe::Fp16>) return {0.5f, 0.25f, 1.0f, 0x1p-10f, true};
   if constexpr (std::is_same_v<S, mpe::Bf16>) return {0.5f, 0.25f, 1.0f, 0x1p-7f, true};
   return {0.5f, 0.25f, 1.0f, 0x1p-23f, true};
@@ -408,12 +430,13 @@ TEST_CASE_TEMPLATE("store: same seed and counter give the same bytes; stochastic
 TEST_CASE_TEMPLATE("store: the code of the row maximum never wraps past the top code", C, MPE_ALL_COMBOS) {
   using S = typename C::Storage;
   using R = typename C::Rounding;
-  if constexpr (std::is_same_v<S, mpe::Int8Rowwise> || std::is_same_v<S, mpe::Int4Rowwise>) {
+  if constexpr (is_int_rowwise<S>) {
     // Find rows [lo, hi] where hi's pre-rounding code v = (hi - bias) * (1/scale) (the
     // documented formula, in float) lands above the top code qmax: stochastic rounding
     // would then pick qmax + 1 with probability frac(v) (256 -> 0 in a u8, 16 -> 0 in a
-    // nibble) and nearest would too once v >= qmax + 0.5. The clamp must keep qmax.
-    const int qmax = std::is_same_v<S, mpe::Int8Rowwise> ? 255 : 15;
+    // nibble, 4 -> 0 in two bits) and nearest would too once v >= qmax + 0.5. The clamp
+    // must keep qmax.
+    const int qmax = kQmax<S>;
     std::mt19937 gen(12);
     std::uniform_real_distribution<float> u(0.5f, 2.0f);
     int found = 0;
@@ -427,10 +450,10 @@ TEST_CASE_TEMPLATE("store: the code of the row maximum never wraps past the top 
         const float range = hi - lo;
         v = (hi - lo) * (255.0f / range);
       } else {
-        // bias 0 (lo = 0) and hi = 15 * s for an FP16 s: scale = s exactly, v = hi * (1/s)
+        // bias 0 (lo = 0) and hi = qmax * s for an FP16 s: scale = s exactly, v = hi * (1/s)
         const float s = static_cast<float>(ref_half(static_cast<std::uint16_t>(0x3c00 + (gen() % 0x2000))));
         lo = 0.0f;
-        hi = 15.0f * s;
+        hi = static_cast<float>(qmax) * s;
         v = hi * (1.0f / s);
       }
       if (v > static_cast<float>(qmax)) {
@@ -466,29 +489,62 @@ TEST_CASE_TEMPLATE("store: the code of the row maximum never wraps past the top 
   }
 }
 
-TEST_CASE("Int4Rowwise: a range so small that range / 15 underflows FP32 still gets a positive scale") {
+TEST_CASE_TEMPLATE(
+    "Int4Rowwise, Int2Rowwise: a range so small that range / qmax underflows FP32 still gets a "
+    "positive scale",
+    S, mpe::Int4Rowwise, mpe::Int2Rowwise) {
   // Found by the checkpoint fuzzer: [2^-149, 0, 0] made (max - bias) / 15 round to 0, so the
   // FP16 scale was 0 and its inverse inf, and the code of x == bias became 0 * inf = NaN.
+  // (2^-149 / 3 rounds to 0 as well.)
   for (const std::vector<float>& x :
        {std::vector<float>{0x1p-149f, 0.0f, 0.0f}, std::vector<float>{0.0f, -0x1p-149f},
         std::vector<float>{0x1p-148f, 0x1p-149f, 0x1p-148f, 0.0f}}) {
     const int D = static_cast<int>(x.size());
-    auto row = new_row<mpe::Int4Rowwise>(D);
+    auto row = new_row<S>(D);
     for (bool stochastic : {false, true}) {
       const mpe::num::RowRng rng{3, 1, 0, mpe::num::RoundingSite::StoreUpdate};
       if (stochastic) {
-        quant<mpe::Int4Rowwise, mpe::StochasticRounding>(x, row, rng);
+        quant<S, mpe::StochasticRounding>(x, row, rng);
       } else {
-        quant<mpe::Int4Rowwise, mpe::NearestRounding>(x, row, rng);
+        quant<S, mpe::NearestRounding>(x, row, rng);
       }
-      const std::size_t nb = static_cast<std::size_t>(D + 1) / 2;
+      const std::size_t nb = std::is_same_v<S, mpe::Int4Rowwise> ? static_cast<std::size_t>(D + 1) / 2
+                                                                 : static_cast<std::size_t>(D + 3) / 4;
       const std::uint16_t scale_bits = static_cast<std::uint16_t>(row[nb] | row[nb + 1] << 8);
       CHECK(scale_bits == 1);  // 2^-24, the smallest FP16 scale
-      const auto back = dequant<mpe::Int4Rowwise>(row, D);
+      const auto back = dequant<S>(row, D);
       for (int d = 0; d < D; ++d) {
         CHECK(std::isfinite(back[static_cast<std::size_t>(d)]));
         CHECK(std::fabs(back[static_cast<std::size_t>(d)] - x[static_cast<std::size_t>(d)]) <= 0x1p-24f);
       }
+    }
+  }
+}
+
+TEST_CASE("Int2Rowwise: FBGEMM's fused 2-bit bytes for a row on the integer grid") {
+  // FBGEMM FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef, bit_rate 2, of this row: min 0
+  // (bias 0), scale (3 - 0) / 3 = 1, codes = the values; column c goes to byte c / 4 at bit
+  // (c % 4) * 2, then f16 scale 1.0 (0x3C00) and f16 bias 0, little-endian. Every rounding
+  // gives these codes (each value lies on the grid).
+  const std::vector<float> x = {0, 1, 2, 3, 3, 2, 1};
+  const std::vector<std::uint8_t> fbgemm = {0xE4, 0x1B, 0x00, 0x3C, 0x00, 0x00};
+  REQUIRE(mpe::Int2Rowwise::data_bytes(7) == fbgemm.size());
+  for (std::uint64_t r = 0; r < 4; ++r) {
+    const mpe::num::RowRng rng{7, r, 1, mpe::num::RoundingSite::StoreUpdate};
+    auto a = new_row<mpe::Int2Rowwise>(7), b = new_row<mpe::Int2Rowwise>(7);
+    quant<mpe::Int2Rowwise, mpe::NearestRounding>(x, a, rng);
+    quant<mpe::Int2Rowwise, mpe::StochasticRounding>(x, b, rng);
+    CHECK(std::equal(fbgemm.begin(), fbgemm.end(), a.begin()));
+    CHECK(std::equal(fbgemm.begin(), fbgemm.end(), b.begin()));
+    CHECK(dequant<mpe::Int2Rowwise>(a, 7) == x);
+  }
+  // Every code 0..3 at every position of a byte decodes to scale * q + bias.
+  for (int q = 0; q < 4; ++q) {
+    for (int k = 0; k < 4; ++k) {
+      std::vector<std::uint8_t> row = {static_cast<std::uint8_t>(q << (2 * k)), 0x00, 0x48, 0x00, 0xBC};
+      // f16 scale 8 (0x4800), f16 bias -1 (0xBC00); D = 4
+      const mpe::Int2Rowwise::Reader rd(row.data(), 4);
+      for (int d = 0; d < 4; ++d) CHECK(rd[d] == (d == k ? 8.0f * static_cast<float>(q) - 1.0f : -1.0f));
     }
   }
 }

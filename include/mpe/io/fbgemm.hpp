@@ -7,9 +7,11 @@
 ///   - `interop::FbgemmFused{}`: FBGEMM's training-side TBE / fused row-wise layouts —
 ///     fused 8-bit row-wise (D x u8, f32 scale, f32 bias; `FloatToFused8BitRowwiseQuantized`),
 ///     fused N-bit row-wise with N = 4 (ceil(D/2) bytes, element 2i in the low nibble, f16
-///     scale, f16 bias; `FloatToFusedNBitRowwiseQuantizedSBHalf`), FP16 and FP32 (D plain
-///     elements). Which one follows from the store's format (`Int8Rowwise`, `Int4Rowwise`,
-///     `Fp16`, `Fp32`, also `Bf16`), or from `Target` for a converting export.
+///     scale, f16 bias; `FloatToFusedNBitRowwiseQuantizedSBHalf`) or N = 2 (ceil(D/4) bytes,
+///     element 4i+k in bits 2k..2k+1 of byte i, f16 scale, f16 bias; the same op with
+///     bit_rate 2), FP16 and FP32 (D plain elements). Which one follows from the store's
+///     format (`Int8Rowwise`, `Int4Rowwise`, `Int2Rowwise`, `Fp16`, `Fp32`, also `Bf16`), or
+///     from `Target` for a converting export.
 ///   - `interop::TbeInference{row_alignment}`: FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen`
 ///     weights, which TorchRec's quantized EmbeddingBagCollection holds: f16 scale, f16 bias in
 ///     front of the codes (`DEFAULT_SCALE_BIAS_SIZE_IN_BYTES = 4`;
@@ -65,7 +67,8 @@ std::vector<std::uint8_t> table_store_bytes(E& emb, std::int64_t table) {
 /// interop.hpp); with another `Target` every row is dequantized and re-encoded as `Target`
 /// with round-to-nearest (FP32 from any store is exact).
 ///
-/// @tparam Target row format of the output (Fp32, Fp16, Bf16, Int8Rowwise, Int4Rowwise).
+/// @tparam Target row format of the output (Fp32, Fp16, Bf16, Int8Rowwise, Int4Rowwise,
+///         Int2Rowwise).
 /// @throws std::invalid_argument for a table outside [0, T), a row value `Target` cannot
 ///         hold (naming the row and value), or an invalid layout; the store is flushed
 ///         even then.
@@ -107,9 +110,10 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 
 /// Replaces the rows of table `table` with `bytes` ((rows, external row bytes) in `layout`,
 /// host memory) of the store's own format (Int8Rowwise reads fused 8-bit or TBE INT8,
-/// Int4Rowwise fused 4-bit or TBE INT4, Fp16/Fp32/Bf16 plain rows). The conversion is exact
+/// Int4Rowwise fused 4-bit or TBE INT4, Int2Rowwise fused 2-bit or TBE INT2, Fp16/Fp32/Bf16
+/// plain rows). The conversion is exact
 /// (interop.hpp), except for rows that decode beyond the store's limit by at most one
-/// quantization step (FBGEMM's own INT4/INT8 quantization of values near +-65504 gives
+/// quantization step (FBGEMM's own INT2/INT4/INT8 quantization of values near +-65504 gives
 /// them): those are saturated into the range (interop.hpp's saturation rule), counted in
 /// stats().saturated_rows, and their number is returned. Every row is validated before
 /// anything changes.

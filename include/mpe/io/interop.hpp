@@ -5,8 +5,8 @@
 ///
 /// Two external layouts:
 ///
-/// - `FbgemmFused`: FBGEMM's fused row-wise layouts, the ones `Int8Rowwise` and
-///   `Int4Rowwise` store natively.
+/// - `FbgemmFused`: FBGEMM's fused row-wise layouts, the ones `Int8Rowwise`,
+///   `Int4Rowwise` and `Int2Rowwise` store natively.
 ///   * 8-bit (`torch.ops.fbgemm.FloatToFused8BitRowwiseQuantized`, FBGEMM
 ///     `FloatOrHalfToFused8BitRowwiseQuantizedSBFloat`): D x u8 codes, then f32 scale, then
 ///     f32 bias. The CPU op writes D + 8 bytes; fbgemm_gpu's CUDA op pads the codes to a
@@ -14,6 +14,10 @@
 ///     selected here by `code_alignment = 4`.
 ///   * N-bit, N = 4 (`FloatToFusedNBitRowwiseQuantizedSBHalf`): ceil(D/2) bytes, element 2i
 ///     in the low nibble of byte i, 2i+1 in the high nibble, then f16 scale, then f16 bias.
+///   * N-bit, N = 2 (the same op with bit_rate 2; FBGEMM src/QuantUtils.cc
+///     `FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef` writes column c into byte c / 4 at
+///     bit (c % 4) * 2): ceil(D/4) bytes, element 4i+k in bits 2k..2k+1 of byte i, then f16
+///     scale, then f16 bias.
 ///   * Fp32 / Fp16 / Bf16: plain D x element, no parameters.
 /// - `TbeInference`: the weights of FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen`
 ///   (fbgemm_gpu/split_table_batched_embeddings_ops_inference.py), which is also what
@@ -22,12 +26,14 @@
 ///   `_quantize_weight` quantize with `FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf` for INT8
 ///   too, split off the 4-byte scale/shift and hand both to the TBE). Per row:
 ///   f16 scale, f16 bias (`DEFAULT_SCALE_BIAS_SIZE_IN_BYTES = 4`, "GPU and CPU use 16-bit
-///   scale and bias" — for INT8 as well), then the codes (INT8: D bytes; INT4: as above);
+///   scale and bias" — for INT8 as well), then the codes (INT8: D bytes; INT4, INT2 (the
+///   TBE's `SparseType.INT2`): as above);
 ///   `reverse_qparam = True` puts the 4 bytes after the codes instead (`scale_bias_last`).
 ///   Each row is padded to `row_alignment` bytes (`rounded_row_size_in_bytes`; the TBE
 ///   default is 16 on CUDA and 1 on CPU). FP16/FP32 rows are plain, padded likewise. The TBE
-///   asserts an even D for INT4; odd D is accepted here with ceil(D/2) code bytes, as the
-///   fused N-bit op writes them.
+///   asserts an even D for INT4 (a multiple of 4 for INT2: `unpadded_row_size_in_bytes` is
+///   dim / 4 + 4); other D are accepted here with ceil(D/2) (ceil(D/4)) code bytes, as the
+///   fused N-bit op's reference writes them.
 ///
 /// Conversions are exact (a byte move) except `Int8Rowwise` exported to `TbeInference`:
 /// mpe's f32 scale/bias do not fit f16, so the row's dequantized values x are re-quantized
@@ -114,15 +120,43 @@ template <class S>
 inline constexpr bool is_plain_v =
     std::is_same_v<S, Fp32> || std::is_same_v<S, Fp16> || std::is_same_v<S, Bf16>;
 template <class S>
-inline constexpr bool is_quantized_v = std::is_same_v<S, Int8Rowwise> || std::is_same_v<S, Int4Rowwise>;
+inline constexpr bool is_nbit_v = std::is_same_v<S, Int4Rowwise> || std::is_same_v<S, Int2Rowwise>;
+template <class S>
+inline constexpr bool is_quantized_v = std::is_same_v<S, Int8Rowwise> || is_nbit_v<S>;
+
+/// Code of element d in a quantized row's code bytes: a byte (Int8Rowwise), or FBGEMM's
+/// fused N-bit packing, element d in bits (d mod (8/N)) * N of byte d / (8/N) (Int4Rowwise:
+/// element 2i in the low nibble of byte i; Int2Rowwise: element 4i+k in bits 2k..2k+1).
+template <class S>
+unsigned code_at(const std::uint8_t* codes, std::int32_t d) {
+  if constexpr (std::is_same_v<S, Int8Rowwise>) {
+    return codes[d];
+  } else {
+    constexpr int per_byte = 8 / S::bits;
+    return static_cast<unsigned>(codes[d / per_byte] >> ((d % per_byte) * S::bits)) & ((1u << S::bits) - 1);
+  }
+}
+
+/// Zeroes the unused high code bits of the last code byte of an N-bit row (D not a multiple
+/// of 8 / N): mpe's stores keep them 0.
+template <class S>
+void clear_unused_code_bits(std::uint8_t* codes, std::int32_t dim) {
+  if constexpr (is_nbit_v<S>) {
+    constexpr int per_byte = 8 / S::bits;
+    if (const int used = dim % per_byte; used != 0) {
+      codes[dim / per_byte] =
+          static_cast<std::uint8_t>(codes[dim / per_byte] & ((1u << (used * S::bits)) - 1));
+    }
+  }
+}
 
 [[noreturn]] inline void bad_value(std::int64_t row, const char* what, double value, const char* fmt) {
   throw std::invalid_argument("mpe::interop: row " + std::to_string(row) + " holds " + what + " " +
                               std::to_string(value) + ", which " + fmt + " cannot hold");
 }
 
-/// Checks a quantized row (Int8Rowwise: one code byte per element; Int4Rowwise: element 2i
-/// in the low nibble of byte i): finite scale and bias, and every element, decoded exactly
+/// Checks a quantized row (Int8Rowwise: one code byte per element; Int4Rowwise and
+/// Int2Rowwise: FBGEMM's N-bit packing, code_at): finite scale and bias, and every element, decoded exactly
 /// as the store's Reader does (add(mul(scale, q), bias)), finite and within S::limit, or
 /// beyond it by at most |scale| (then the row is to be saturated: returns true). The codes
 /// the row holds decide, not the header's full range: FBGEMM writes scale 1 for a constant
@@ -133,12 +167,7 @@ bool check_quantized(std::int64_t row, const std::uint8_t* codes, std::int32_t d
   if (!num::is_finite(bias)) bad_value(row, "bias", bias, S::name);
   bool saturate = false;
   for (std::int32_t d = 0; d < dim; ++d) {
-    unsigned q;
-    if constexpr (std::is_same_v<S, Int8Rowwise>) {
-      q = codes[d];
-    } else {
-      q = (d & 1) ? static_cast<unsigned>(codes[d >> 1] >> 4) : static_cast<unsigned>(codes[d >> 1] & 0xfu);
-    }
+    const unsigned q = code_at<S>(codes, d);
     const float x = num::add(num::mul(scale, static_cast<float>(q)), bias);
     if (!num::is_finite(x) || (std::fabs(x) > S::limit && std::fabs(x) - S::limit > std::fabs(scale))) {
       bad_value(row, ("element " + std::to_string(d) + " =").c_str(), x, S::name);
@@ -181,8 +210,8 @@ void check_plain(std::int64_t row, const std::uint8_t* p, std::int32_t dim) {
 // ---- byte offsets of the parts of one external row ----
 template <class S>
 std::size_t codes_bytes(std::int32_t dim) {
-  return std::is_same_v<S, Int8Rowwise> ? static_cast<std::size_t>(dim)
-                                        : (static_cast<std::size_t>(dim) + 1) / 2;
+  constexpr std::size_t per_byte = 8 / S::bits;  // 1 (Int8Rowwise), 2 (Int4Rowwise), 4 (Int2Rowwise)
+  return (static_cast<std::size_t>(dim) + per_byte - 1) / per_byte;
 }
 
 }  // namespace detail
@@ -208,7 +237,7 @@ std::size_t external_row_bytes(const FbgemmFused& layout, std::int32_t dim) {
 template <StoragePolicy S>
 std::size_t external_row_bytes(const TbeInference& layout, std::int32_t dim) {
   static_assert(std::is_same_v<S, Fp32> || std::is_same_v<S, Fp16> || detail::is_quantized_v<S>,
-                "mpe::interop: the TBE inference layout has FP32, FP16, INT8 and INT4 rows only");
+                "mpe::interop: the TBE inference layout has FP32, FP16, INT8, INT4 and INT2 rows only");
   detail::check_dim(dim);
   detail::check_pow2("row_alignment", layout.row_alignment);
   std::size_t r;
@@ -234,7 +263,7 @@ void export_one(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t 
     std::memcpy(out, in, static_cast<std::size_t>(dim));
     std::memcpy(out + cb, in + dim, 8);
   } else {
-    std::memcpy(out, in, S::data_bytes(dim));  // Int4Rowwise and plain rows: the same bytes
+    std::memcpy(out, in, S::data_bytes(dim));  // Int4Rowwise, Int2Rowwise and plain rows: the same bytes
   }
 }
 
@@ -245,7 +274,7 @@ bool check_import(const FbgemmFused& layout, const std::uint8_t* in, std::int32_
     const std::size_t cb =
         round_up(static_cast<std::size_t>(dim), static_cast<std::size_t>(layout.code_alignment));
     return check_quantized<S>(row, in, dim, num::load_f32(in + cb), num::load_f32(in + cb + 4));
-  } else if constexpr (std::is_same_v<S, Int4Rowwise>) {
+  } else if constexpr (is_nbit_v<S>) {
     const std::size_t nb = codes_bytes<S>(dim);
     return check_quantized<S>(row, in, dim, num::half_to_float(num::load_u16(in + nb)),
                               num::half_to_float(num::load_u16(in + nb + 2)));
@@ -266,9 +295,7 @@ void import_one(const FbgemmFused& layout, const std::uint8_t* in, std::int32_t 
     std::memcpy(out + dim, in + cb, 8);
   } else {
     std::memcpy(out, in, S::data_bytes(dim));
-    if constexpr (std::is_same_v<S, Int4Rowwise>) {
-      if (dim & 1) out[dim / 2] &= 0x0f;  // the unused high nibble of an odd row
-    }
+    clear_unused_code_bits<S>(out, dim);  // N-bit rows: the unused high bits of the last byte
   }
 }
 
@@ -372,7 +399,7 @@ void import_one(const TbeInference& layout, const std::uint8_t* in, std::int32_t
       num::store_f32(out + cb + 4, num::half_to_float(num::load_u16(qp + 2)));
     } else {
       std::memcpy(out + cb, qp, 4);
-      if (dim & 1) out[dim / 2] &= 0x0f;
+      clear_unused_code_bits<S>(out, dim);
     }
   } else {
     std::memcpy(out, in, S::data_bytes(dim));

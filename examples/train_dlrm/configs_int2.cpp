@@ -1,0 +1,8 @@
+// Int2Rowwise store: its 6 instantiations (3 cache policies x 2 roundings).
+#include "trainer.hpp"
+
+namespace dlrm {
+
+RunResult run_int2(const RunSpec& spec, const DataSetup& data) { return run_storage<mpe::Int2Rowwise>(spec, data); }
+
+}  // namespace dlrm
