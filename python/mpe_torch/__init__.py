@@ -2,7 +2,7 @@
 """mpe_torch: PyTorch table-batched embedding bags over mpe's mixed-precision cached embeddings.
 
 ``TableBatchedEmbeddingBags`` keeps its tables in mpe's low-precision store (fp32, fp16, bf16,
-int8 or int4 row-wise, FP8 E4M3/E5M2 row-wise) with an optional FP32 cache of hot rows (LRU,
+int8, int4 or int2 row-wise, FP8 E4M3/E5M2 row-wise) with an optional FP32 cache of hot rows (LRU,
 LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
 (table-major int64 CSR) and returns the pooled vectors as a ``(B, sum D_t)`` float32 tensor.
 The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
@@ -85,7 +85,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             one group; one set of workspaces and one cache per group). All groups take a
             training step together or none does.
         storage: ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int8"`` (FBGEMM fused 8-bit row-wise),
-            ``"int4"`` (fused 4-bit row-wise), ``"fp8_e4m3"`` or ``"fp8_e5m2"`` (OCP FP8 codes with
+            ``"int4"`` (fused 4-bit row-wise), ``"int2"`` (fused 2-bit row-wise), ``"fp8_e4m3"`` or ``"fp8_e5m2"`` (OCP FP8 codes with
             an f32 scale per row); ``STORAGES``.
         cache: ``"none"``, ``"lru"`` (``Lru<32>``: 32-way set-associative FP32 cache),
             ``"lfu"`` (``Lfu<32>``), ``"direct_mapped"``, ``"second_touch_lru"``
@@ -268,7 +268,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 int4 rows only: no bf16).
             format: ``None`` (the store's own format: a byte move, except int8 to
                 ``tbe_inference``, which re-quantizes to f16 scale/bias), or ``"fp32"``,
-                ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"`` (``EXPORT_FORMATS``: dequantize and
+                ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``, ``"int2"`` (``EXPORT_FORMATS``: dequantize and
                 re-encode, round to nearest). FBGEMM has no FP8 row layout: an fp8_e4m3/fp8_e5m2
                 store exports only converted (``format=`` one of these), and ``format=None``
                 raises ValueError saying so.

@@ -80,11 +80,11 @@ def test_mpe_input_messages(m):
 
 def test_names():
     # an unknown name: ValueError listing every valid one (from the extension's variant lists)
-    with pytest.raises(ValueError, match="storage = 'bf8' is not one of 'fp32', 'fp16', 'bf16', 'int8', 'int4', "
+    with pytest.raises(ValueError, match="storage = 'bf8' is not one of 'fp32', 'fp16', 'bf16', 'int8', 'int4', 'int2', "
                                          "'fp8_e4m3', 'fp8_e5m2'$"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf8")
     with pytest.raises(ValueError, match="cache = 'arc' is not one of 'none', 'lru', 'lfu', 'direct_mapped', "
-                                         "'wtinylfu'$"):
+                                         "'second_touch_lru', 'wtinylfu'$"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, cache="arc", cache_fraction=0.1)
     with pytest.raises(ValueError, match="rounding = 'up' is not one of 'stochastic', 'nearest'$"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, rounding="up")

@@ -54,8 +54,10 @@ def decode_tbe_rows(b, D, bits):
     codes = b[:, 4:]
     if bits == 8:
         q = codes[:, :D].float()
-    else:
+    elif bits == 4:  # element 2i: low nibble of byte i
         q = torch.stack([codes & 0xF, codes >> 4], dim=2).reshape(b.shape[0], -1)[:, :D].float()
+    else:  # 2 bits: element 4i + k in bits 2k..2k+1 of byte i
+        q = torch.stack([(codes >> (2 * k)) & 0x3 for k in range(4)], dim=2).reshape(b.shape[0], -1)[:, :D].float()
     return scale, bias, q
 
 
@@ -66,7 +68,8 @@ def arithmetic_bound(idx, off, B, t, b, scale, bias, q):
     return 2.0 ** -22 * (hi - lo) * mag, rows
 
 
-@pytest.mark.parametrize("storage,bits,sparse", [("int8", 8, SparseType.INT8), ("int4", 4, SparseType.INT4)])
+@pytest.mark.parametrize("storage,bits,sparse", [("int8", 8, SparseType.INT8), ("int4", 4, SparseType.INT4),
+                                                 ("int2", 2, SparseType.INT2)])
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
 @pytest.mark.parametrize("cache", ["none", "lru"])
 def test_tbe_inference_reads_export(storage, bits, sparse, pooling, cache):

@@ -42,17 +42,17 @@ import mpe_torch
 
 # mpe's name of each storage format (the Python names drop "_rowwise").
 MPE_STORAGE = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "int8_rowwise", "int4": "int4_rowwise",
-               "fp8_e4m3": "fp8_e4m3_rowwise", "fp8_e5m2": "fp8_e5m2_rowwise"}
+               "int2": "int2_rowwise", "fp8_e4m3": "fp8_e4m3_rowwise", "fp8_e5m2": "fp8_e5m2_rowwise"}
 FP8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 
 
 def test_lists_name_every_variant():
-    assert mpe_torch.STORAGES == ("fp32", "fp16", "bf16", "int8", "int4", "fp8_e4m3", "fp8_e5m2")
-    assert mpe_torch.CACHES == ("none", "lru", "lfu", "direct_mapped", "wtinylfu")
+    assert mpe_torch.STORAGES == ("fp32", "fp16", "bf16", "int8", "int4", "int2", "fp8_e4m3", "fp8_e5m2")
+    assert mpe_torch.CACHES == ("none", "lru", "lfu", "direct_mapped", "second_touch_lru", "wtinylfu")
     assert mpe_torch.ROUNDINGS == ("stochastic", "nearest")
     assert mpe_torch.STATE_PRECISIONS == ("fp32", "bf16", "fp16")
     assert mpe_torch.OPTIMIZERS == ("sgd", "rowwise_adagrad", "adagrad", "adam")
-    assert mpe_torch.EXPORT_FORMATS == ("fp32", "fp16", "bf16", "int8", "int4")
+    assert mpe_torch.EXPORT_FORMATS == ("fp32", "fp16", "bf16", "int8", "int4", "int2")
     built = [c.split("/") for c in mpe_torch.built_combinations()]
     for axis, names in enumerate((mpe_torch.STORAGES, mpe_torch.CACHES, mpe_torch.ROUNDINGS,
                                   mpe_torch.STATE_PRECISIONS)):

@@ -20,6 +20,7 @@ struct StorageList {};
 
 /// Every storage format of the library, for code that covers "every format" (the PyTorch
 /// binding's choices are this list). A new format adds one entry here.
-using KnownStorages = StorageList<Fp32, Fp16, Bf16, Int8Rowwise, Int4Rowwise, Fp8E4M3Rowwise, Fp8E5M2Rowwise>;
+using KnownStorages =
+    StorageList<Fp32, Fp16, Bf16, Int8Rowwise, Int4Rowwise, Int2Rowwise, Fp8E4M3Rowwise, Fp8E5M2Rowwise>;
 
 }  // namespace mpe

@@ -43,16 +43,17 @@ using Optimizers = typename AsTypeList<mpe::KnownOptimizers>::type;
 
 /// Row formats with an FBGEMM / TorchRec layout of mpe::interop (include/mpe/io/interop.hpp):
 /// the targets of a converting export. FP8 has none.
-using ExportFormats = TypeList<mpe::Fp32, mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise>;
+using ExportFormats =
+    TypeList<mpe::Fp32, mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise>;
 /// Formats of interop::FbgemmFused rows and of interop::TbeInference rows (no BF16 there).
 template <class T>
 inline constexpr bool has_fused_layout =
     std::is_same_v<T, mpe::Fp32> || std::is_same_v<T, mpe::Fp16> || std::is_same_v<T, mpe::Bf16> ||
-    std::is_same_v<T, mpe::Int8Rowwise> || std::is_same_v<T, mpe::Int4Rowwise>;
+    std::is_same_v<T, mpe::Int8Rowwise> || std::is_same_v<T, mpe::Int4Rowwise> || std::is_same_v<T, mpe::Int2Rowwise>;
 template <class T>
 inline constexpr bool has_tbe_layout =
     std::is_same_v<T, mpe::Fp32> || std::is_same_v<T, mpe::Fp16> || std::is_same_v<T, mpe::Int8Rowwise> ||
-    std::is_same_v<T, mpe::Int4Rowwise>;
+    std::is_same_v<T, mpe::Int4Rowwise> || std::is_same_v<T, mpe::Int2Rowwise>;
 
 /// The name of a variant as the Python API spells it: the library's own name (an optimizer's
 /// OptimizerRule<O>::name), less a "_rowwise" suffix.
