@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mpe/numeric/half.hpp"
+#include "mpe/storage/fused_nbit.hpp"
 #include "mpe/storage/storage.hpp"
 
 namespace mpe {
@@ -93,42 +94,7 @@ struct Int2Rowwise {
   template <class R>
   MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                           const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
-    bool sat = false;
-    float mn, mx;
-    detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
-    const std::int32_t nb = (dim + 3) / 4;
-    std::uint16_t scale_h = 0, bias_h;
-    if (mx == mn) {
-      bias_h = num::float_to_half<NearestRounding>(mn).bits;
-      num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
-                                                   [&](std::int32_t d, std::uint32_t) { row[d >> 2] = 0; });
-    } else {
-      bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
-      const float bias = num::half_to_float(bias_h);
-      scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 3.0f)).bits;
-      // A range below 3 * 2^-150 makes the FP32 division underflow to 0: take the smallest
-      // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
-      if (scale_h == 0) scale_h = 1;
-      // Keep the largest code inside the format's range (the FP16 grid below a positive
-      // half is its bit pattern minus one; 3 * scale is exact in FP32).
-      if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), 3.0f), bias) > limit) --scale_h;
-      const float inv = num::div(1.0f, num::half_to_float(scale_h));
-      bool ignored = false;
-      // Elements come in increasing order within a group, and a group is one byte: its first
-      // element (d mod 4 == 0) sets the byte, the other three add their bits.
-      num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
-        const float x = detail::sanitize(src[d], limit, ignored);
-        float q = R::round(num::mul(num::sub(x, bias), inv), w);
-        q = q < 0.0f ? 0.0f : (q > 3.0f ? 3.0f : q);
-        const std::uint32_t c = static_cast<std::uint32_t>(q) << (2 * (d & 3));
-        row[d >> 2] = (d & 3) ? static_cast<std::uint8_t>(row[d >> 2] | c) : static_cast<std::uint8_t>(c);
-      });
-    }
-    if (lane == 0) {
-      num::store_u16(row + nb, scale_h);
-      num::store_u16(row + nb + 2, bias_h);
-    }
-    return sat;
+    return detail::store_fused_nbit_lanes<2, R>(src, dim, row, rng, lane, lanes, limit);
   }
 
   /// First element of `src` (dim floats) that Int2Rowwise cannot hold, i.e. the first NaN,

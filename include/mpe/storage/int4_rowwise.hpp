@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mpe/numeric/half.hpp"
+#include "mpe/storage/fused_nbit.hpp"
 #include "mpe/storage/storage.hpp"
 
 namespace mpe {
@@ -92,42 +93,7 @@ struct Int4Rowwise {
   template <class R>
   MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                           const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
-    bool sat = false;
-    float mn, mx;
-    detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
-    const std::int32_t nb = (dim + 1) / 2;
-    std::uint16_t scale_h = 0, bias_h;
-    if (mx == mn) {
-      bias_h = num::float_to_half<NearestRounding>(mn).bits;
-      num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
-                                                   [&](std::int32_t d, std::uint32_t) { row[d >> 1] = 0; });
-    } else {
-      bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
-      const float bias = num::half_to_float(bias_h);
-      scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 15.0f)).bits;
-      // A range below 15 * 2^-150 makes the FP32 division underflow to 0: take the smallest
-      // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
-      if (scale_h == 0) scale_h = 1;
-      // Keep the largest code inside the format's range (the FP16 grid below a positive
-      // half is its bit pattern minus one; 15 * scale is exact in FP32).
-      if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), 15.0f), bias) > limit) --scale_h;
-      const float inv = num::div(1.0f, num::half_to_float(scale_h));
-      bool ignored = false;
-      // Elements come in increasing order within a group: an even element sets its byte (low
-      // nibble), the odd one after it adds the high nibble.
-      num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
-        const float x = detail::sanitize(src[d], limit, ignored);
-        float q = R::round(num::mul(num::sub(x, bias), inv), w);
-        q = q < 0.0f ? 0.0f : (q > 15.0f ? 15.0f : q);
-        const std::uint8_t c = static_cast<std::uint8_t>(q);
-        row[d >> 1] = (d & 1) ? static_cast<std::uint8_t>(row[d >> 1] | (c << 4)) : c;
-      });
-    }
-    if (lane == 0) {
-      num::store_u16(row + nb, scale_h);
-      num::store_u16(row + nb + 2, bias_h);
-    }
-    return sat;
+    return detail::store_fused_nbit_lanes<4, R>(src, dim, row, rng, lane, lanes, limit);
   }
 
   /// First element of `src` (dim floats) that Int4Rowwise cannot hold, i.e. the first NaN,

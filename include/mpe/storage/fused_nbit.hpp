@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/storage/fused_nbit.hpp
+/// @brief The quantizer shared by the FBGEMM fused N-bit row formats (`Int4Rowwise`,
+/// `Int2Rowwise`): FP16 scale and bias after the packed codes.
+#pragma once
+
+#include <cstdint>
+
+#include "mpe/numeric/half.hpp"
+#include "mpe/storage/storage.hpp"
+
+namespace mpe::detail {
+
+/// The part of an N-bit row's store() (N = `Bits`, 2 or 4) that lane `lane` of `lanes`
+/// writes: the code bytes of its element groups (num::for_each_element_lanes: four
+/// elements per group, so a byte's 8 / N codes never straddle two lanes) and, lane 0, the
+/// scale and bias. Layout (FBGEMM's fused N-bit row-wise, e.g.
+/// `FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef`): element d in byte d / (8 / N) at bit
+/// N * (d mod (8 / N)), then the FP16 scale and FP16 bias at byte ceil(D / (8 / N)).
+///
+/// Each element is first sanitized (NaN -> 0, beyond +-`limit`, infinities included, ->
+/// +-`limit`). With top = 2^N - 1: for min < max, bias = FP16 of min rounded down, scale =
+/// FP16 of (max - bias) / top rounded up (never below 2^-24, the smallest FP16, even where
+/// the f32 division underflows to 0; one FP16 step lower where bias + top * scale would
+/// read back above `limit`), q = clamp(R::round((x - bias) * (1 / scale)), 0, top); for
+/// min == max, scale 0, bias = FP16 of min rounded to nearest, every code 0. Every lane
+/// reads the whole of `src` for the row's min and max, so the lanes together write exactly
+/// the one-lane bytes. Returns true when an element had to be sanitized (saturated).
+template <int Bits, class R>
+MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
+                                            const num::RowRng& rng, std::int32_t lane, std::int32_t lanes,
+                                            float limit) {
+  static_assert(Bits == 2 || Bits == 4, "FBGEMM's fused N-bit rows have N = 2 or 4");
+  constexpr std::int32_t kPerByte = 8 / Bits;
+  constexpr float kTop = static_cast<float>((1 << Bits) - 1);
+  bool sat = false;
+  float mn, mx;
+  sanitized_min_max(src, dim, limit, mn, mx, sat);
+  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
+  std::uint16_t scale_h = 0, bias_h;
+  if (mx == mn) {
+    bias_h = num::float_to_half<NearestRounding>(mn).bits;
+    num::for_each_element_lanes<NearestRounding>(
+        dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t) { row[d / kPerByte] = 0; });
+  } else {
+    bias_h = num::float_to_half<RoundDown>(mn).bits;
+    const float bias = num::half_to_float(bias_h);
+    scale_h = num::float_to_half<RoundUp>(num::div(num::sub(mx, bias), kTop)).bits;
+    // A range below top * 2^-150 makes the FP32 division underflow to 0: take the smallest
+    // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
+    if (scale_h == 0) scale_h = 1;
+    // Keep the largest code inside the format's range (the FP16 grid below a positive half
+    // is its bit pattern minus one; top * scale is exact in FP32).
+    if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), kTop), bias) > limit) --scale_h;
+    const float inv = num::div(1.0f, num::half_to_float(scale_h));
+    bool ignored = false;
+    // Elements come in increasing order within a group: the first code of a byte sets the
+    // byte, the others add their bits.
+    num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
+      const float x = sanitize(src[d], limit, ignored);
+      float q = R::round(num::mul(num::sub(x, bias), inv), w);
+      q = q < 0.0f ? 0.0f : (q > kTop ? kTop : q);
+      const std::int32_t at = d % kPerByte;
+      const auto c = static_cast<std::uint8_t>(static_cast<std::uint32_t>(q) << (Bits * at));
+      row[d / kPerByte] = at ? static_cast<std::uint8_t>(row[d / kPerByte] | c) : c;
+    });
+  }
+  if (lane == 0) {
+    num::store_u16(row + nb, scale_h);
+    num::store_u16(row + nb + 2, bias_h);
+  }
+  return sat;
+}
+
+}  // namespace mpe::detail
