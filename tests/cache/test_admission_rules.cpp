@@ -30,7 +30,9 @@ template <class Emb>
 std::vector<float> step(Emb& e, const std::vector<std::int64_t>& rows, float grad) {
   std::vector<std::int64_t> offsets(rows.size() + 1);
   for (std::size_t i = 0; i <= rows.size(); ++i) offsets[i] = static_cast<std::int64_t>(i);
-  std::vector<float> out(rows.size() * kD), g(rows.size() * kD, grad);
+  std::vector<float> out(rows.size() * kD), g(rows.size() * kD);
+  // A gradient that differs along the row (a uniform one only shifts a quantized row's grid).
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad * (1.0f + 0.37f * static_cast<float>(i % kD));
   e.forward(rows, offsets, out);
   e.backward(g, mpe::Sgd{0.5f});
   return out;
@@ -48,30 +50,33 @@ mpe::EmbeddingConfig config(std::int64_t cache_rows) {
 }  // namespace
 
 TEST_CASE("second touch: a first touch takes only an empty way; the second replaces the least recent row") {
-  // One set of two ways (cache_rows = 2): every row maps to it.
-  mpe::CachedEmbedding<mpe::Fp32, mpe::SecondTouchLru<2>, mpe::NearestRounding> e(config(2));
+  // One set of 8 ways (cache_rows = 8): every row maps to it. The sketch halves every 8
+  // unique rows (slots); counts below are after each batch's own +1.
+  mpe::CachedEmbedding<mpe::Fp32, mpe::SecondTouchLru<8>, mpe::NearestRounding> e(config(8));
   e.init_uniform(-0.1f, 0.1f);
   REQUIRE(e.num_sets() == 1);
+  const std::vector<std::int64_t> first = {10, 11, 12, 13, 14, 15, 16, 17};
 
-  step(e, {10, 20}, 0.25f);  // batch 1: two first touches, two empty ways: both filled
-  auto st = e.stats();
-  CHECK(st.misses == 2);
+  step(e, first, 0.25f);  // batch 1: eight first touches, eight empty ways: all filled
+  auto st = e.stats();    // (8 increments: the counters halve, so these rows read 0 again)
+  CHECK(st.misses == 8);
   CHECK(st.lfu_rejections == 0);
   auto rows = resident(e);
   std::sort(rows.begin(), rows.end());
-  CHECK(rows == std::vector<std::int64_t>{10, 20});
+  CHECK(rows == first);
 
-  step(e, {30}, 0.25f);  // batch 2: a first touch, no empty way: refused (bypass)
+  step(e, {30}, 0.25f);  // batch 2: a first touch (estimate 1), no empty way: refused (bypass)
   st = e.stats();
-  CHECK(st.misses == 3);
+  CHECK(st.misses == 9);
   CHECK(st.lfu_rejections == 1);
   CHECK(st.evictions == 0);
   rows = resident(e);
   std::sort(rows.begin(), rows.end());
-  CHECK(rows == std::vector<std::int64_t>{10, 20});
+  CHECK(rows == first);
 
-  step(e, {20}, 0.25f);  // batch 3: a hit; 20 becomes the most recent
-  step(e, {30}, 0.25f);  // batch 4: second touch of 30: admitted, evicts 10 (least recent)
+  step(e, {17}, 0.25f);  // batch 3: a hit; 17 becomes the most recent
+  step(e, {30}, 0.25f);  // batch 4: second touch of 30 (estimate 2): admitted; evicts the least
+                         // recent row, ties to the lowest way: 10 (filled first, way 0)
   st = e.stats();
   CHECK(st.hits == 1);
   CHECK(st.lfu_rejections == 1);
@@ -79,20 +84,28 @@ TEST_CASE("second touch: a first touch takes only an empty way; the second repla
   CHECK(st.writebacks == 1);  // 10 was trained in the cache (dirty)
   rows = resident(e);
   std::sort(rows.begin(), rows.end());
-  CHECK(rows == std::vector<std::int64_t>{20, 30});
+  CHECK(rows == std::vector<std::int64_t>{11, 12, 13, 14, 15, 16, 17, 30});
+
+  // Once the counters have halved past a touch, it no longer counts: 40 touched, then eight
+  // other unique rows (one halving), then 40 again reads 1 + 0 and is refused.
+  step(e, {40}, 0.25f);
+  step(e, {50, 51, 52, 53, 54, 55, 56, 57}, 0.25f);
+  const auto refused = e.stats().lfu_rejections;
+  step(e, {40}, 0.25f);
+  CHECK(e.stats().lfu_rejections == refused + 1);
 }
 
 TEST_CASE("second touch against plain LRU on the same batches: LRU admits the first touch") {
-  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<2>, mpe::NearestRounding> e(config(2));
+  mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<8>, mpe::NearestRounding> e(config(8));
   e.init_uniform(-0.1f, 0.1f);
-  step(e, {10, 20}, 0.25f);
+  step(e, {10, 11, 12, 13, 14, 15, 16, 17}, 0.25f);
   step(e, {30}, 0.25f);  // LRU: 30 evicts 10 (ways tie on last use: the lowest way)
   const auto st = e.stats();
   CHECK(st.lfu_rejections == 0);
   CHECK(st.evictions == 1);
   auto rows = resident(e);
   std::sort(rows.begin(), rows.end());
-  CHECK(rows == std::vector<std::int64_t>{20, 30});
+  CHECK(rows == std::vector<std::int64_t>{11, 12, 13, 14, 15, 16, 17, 30});
 }
 
 TEST_CASE_TEMPLATE("a refused row bypasses the cache: pooled and trained in the store as store-only", S,

@@ -31,8 +31,8 @@ using mpe_test::run_trace;
 }  // namespace
 
 TEST_CASE_TEMPLATE("Zipf traces: the cache equals the simulator (Fp32: outputs and weights exact)", P,
-                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::Lru<16>, mpe::Lfu<16>, mpe::SecondTouchLru<4>,
-                   mpe::SecondTouchLru<16>) {
+                   mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::Lru<16>, mpe::Lfu<16>,
+                   mpe::SecondTouchLru<4>, mpe::SecondTouchLru<16>) {
   for (const double s : {0.8, 1.05, 1.2}) {
     for (const std::int64_t cache_rows : {50, 500}) {  // 1 % and 10 % of 5000 rows
       CAPTURE(s);
@@ -47,7 +47,11 @@ TEST_CASE_TEMPLATE("Zipf traces: the cache equals the simulator (Fp32: outputs a
       CHECK(st.evictions > 0);
       CHECK(st.writebacks > 0);
       if (cache_rows == 50) CHECK(st.conflict_misses > 0);
-      if (P::uses_sketch) CHECK(st.lfu_rejections > 0);
+      // Sketch policies refuse misses. SecondTouchLru refuses only where a set still has an
+      // unlocked victim once the rows seen before took theirs: at 1 % a batch locks every
+      // way of most sets, so there its first touches are conflict misses instead.
+      if (P::uses_sketch && (cache_rows == 500 || !mpe_test::IsSecondTouchLru<P>::value))
+        CHECK(st.lfu_rejections > 0);
     }
   }
 }

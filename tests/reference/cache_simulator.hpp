@@ -29,7 +29,7 @@
 ///   construction (DESIGN.md: "all counters halved every 10 x cache_rows increments").
 ///
 /// Second-touch LRU (SimPolicy::SecondTouchLru), from mpe/cache/second_touch_lru.hpp's
-/// comment: LFU's sketch, counted and halved the same way; misses of a set in order of
+/// comment: LFU's sketch, counted the same way but halved every slots increments; misses of a set in order of
 /// min(estimate, 2) descending, then ascending row; LRU's victim; a miss replaces an occupied
 /// victim only if its estimate is at least 2, otherwise it is rejected (uncached). An empty
 /// way is always taken.
@@ -100,7 +100,10 @@ class CacheSimulator {
       width_ = sim_sketch_width(static_cast<std::int64_t>(slots));
       counters_.assign(static_cast<std::size_t>(mpe::SketchRef::depth * width_), 0);
     }
-    period_ = halving_period != 0 ? halving_period : static_cast<std::uint64_t>(10 * slots);
+    // LFU and W-TinyLFU halve every 10 x slots increments, second-touch LRU every slots.
+    const std::uint64_t rule_period =
+        static_cast<std::uint64_t>(policy_ == SimPolicy::SecondTouchLru ? slots : 10 * slots);
+    period_ = halving_period != 0 ? halving_period : rule_period;
   }
 
   std::int64_t num_sets() const { return num_sets_; }

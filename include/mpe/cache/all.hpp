@@ -12,7 +12,8 @@
 /// | Lru<W>            | populate counter of its last batch      | ascending global row                  | always                          |
 /// | Lfu<W>            | count-min-sketch estimate, now          | descending estimate, then row         | its estimate > the victim's     |
 /// | DirectMapped      | as Lru<1>                               | ascending global row                  | always                          |
-/// | SecondTouchLru<W> | as Lru<W>                               | estimate >= 2 first, then row         | its estimate >= 2 (second touch)|
+/// | SecondTouchLru<W> | as Lru<W>                               | estimate >= 2 first, then row         | its estimate >= 2 (second touch;|
+/// |                   |                                         |                                       | sketch halved every slots rows) |
 /// | WTinyLfu<W>       | see mpe/cache/wtinylfu.hpp              | descending estimate, then row         | see mpe/cache/wtinylfu.hpp      |
 ///
 /// Every policy takes an empty way for any miss. A miss that is not admitted (a rejection

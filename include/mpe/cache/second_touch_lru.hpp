@@ -22,10 +22,13 @@ namespace mpe {
 /// store-only table does, so rows touched once (most of a Zipf tail) neither evict a hot
 /// row nor cost a fill and a write-back.
 ///
-/// The sketch is Lfu's (4 lines x `width` u32 counters, width = the smallest power of two
-/// >= max(16, 2 x slots); every unique row of a batch adds 1 in each line before admission;
-/// every counter halved once per 10 x slots increments), so "second touch" means a second
-/// batch within about the last 10 x slots unique rows. Its checkpoint section is named
+/// The sketch has Lfu's shape (4 lines x `width` u32 counters, width = the smallest power of
+/// two >= max(16, 2 x slots); every unique row of a batch adds 1 in each line before
+/// admission) but ages faster: every counter is halved once per `slots` increments (Lfu:
+/// 10 x slots), so "second touch" means touched in two batches within about the time the
+/// cache takes to see as many unique rows as it has slots, and the sketch stays lightly
+/// loaded (at most about slots / width <= 1/2 per counter between halvings, so a first
+/// touch rarely reads 2 through collisions). Its checkpoint section is named
 /// `second_touch_lru`.
 ///
 /// Admission order of a set's misses: rows seen before (estimate >= 2) first, then the
@@ -77,8 +80,8 @@ struct SecondTouchLru : ScoredPolicy<SecondTouchLru<Ways>> {
   MPE_HOST_DEVICE static bool admits(View, std::uint32_t priority, std::uint64_t) {
     return priority >= kAdmitEstimate;
   }
-  /// Counters halve every 10 x slots unique rows (as Lfu's).
-  static std::uint64_t decay_period(std::int64_t slots) { return Lfu<Ways>::decay_period(slots); }
+  /// Counters halve every `slots` unique rows.
+  static std::uint64_t decay_period(std::int64_t slots) { return static_cast<std::uint64_t>(slots); }
   /// Every counter decays.
   static std::int64_t decay_items(std::int64_t slots) { return meta_words(slots); }
   /// Halves counter i `times` times.
