@@ -117,8 +117,8 @@ def test_names():
         mpe_torch.TableBatchedEmbeddingBags([(10, 4.0)])
     with pytest.raises(ValueError, match="layout = 'x'"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, layout="x")
-    with pytest.raises(ValueError, match="format = 'int2'"):
-        mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, format="int2")
+    with pytest.raises(ValueError, match="format = 'int3'"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS).export_table(0, format="int3")
     assert len(mpe_torch.built_combinations()) == len(set(mpe_torch.built_combinations()))
 
 
