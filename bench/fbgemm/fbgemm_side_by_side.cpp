@@ -607,8 +607,10 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         };
       } else if (v == "mpe_cached_st") {
         x.run = [&](const std::int64_t* ind, float* out) {
+          sbs::g_phases.on = sbs::g_phases.armed;
           emb_cached_st->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                                  std::span<float>(out, static_cast<std::size_t>(B * D)));
+          sbs::g_phases.on = false;
         };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {
@@ -627,6 +629,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         for (auto& v : vs) v.run(pool.batch(k), v.out.data());
     std::vector<int> half_of_round;             // --swap-buffers: swap_half of each timed round
     if (emb_cached) emb_cached->reset_stats();  // the timed calls' cache statistics only
+    if (emb_cached_st) emb_cached_st->reset_stats();
     sbs::g_phases.armed = o.phases;
     // --swap-buffers: two rounds (both call orders) per half, so each half has both orders;
     // flipped every `period` rounds (the pool's length rounded up to a multiple of 4, so each
@@ -647,7 +650,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       }
     }
     sbs::g_phases.armed = false;
-    if (emb_cached && o.phases) {
+    if ((emb_cached || emb_cached_st) && o.phases) {
       double total = 0;
       for (const auto& kv : sbs::g_phases.secs) total += kv.second;
       std::printf("# mpe_cached %s phases, ms per call (share):", dist.c_str());
