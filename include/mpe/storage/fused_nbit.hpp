@@ -11,6 +11,33 @@
 
 namespace mpe::detail {
 
+/// Reader of an FBGEMM fused N-bit row (N = `Bits`, 2 or 4): element d's code in byte
+/// d / (8 / N) at bit N * (d mod (8 / N)); the FP16 scale and bias after the ceil(D / (8 / N))
+/// code bytes, decoded to f32 (exactly) once, at construction.
+template <int Bits>
+struct FusedNbitReader {
+  static_assert(Bits == 2 || Bits == 4, "FBGEMM's fused N-bit rows have N = 2 or 4");
+  static constexpr std::int32_t kShift = Bits == 4 ? 1 : 2;  ///< log2 of the codes per byte
+  const std::uint8_t* row;  ///< first byte of the row: the packed codes (any alignment)
+  /// The row's scale (FP16 after the code bytes, as f32): one code step; 0 for a constant row.
+  float scale;
+  float bias;  ///< the row's bias (FP16 after the scale, as f32): code 0's value
+  /// Views the stored row at `r` of `dim` elements and decodes its scale and bias.
+  MPE_HOST_DEVICE FusedNbitReader(const std::uint8_t* r, std::int32_t dim) : row(r) {
+    const std::int32_t nb = (dim + (1 << kShift) - 1) >> kShift;
+    scale = num::half_to_float(num::load_u16(r + nb));
+    bias = num::half_to_float(num::load_u16(r + nb + 2));
+  }
+  /// Element d in [0, dim): its code q_d decoded as `num::add(num::mul(scale, q_d), bias)`,
+  /// two correctly rounded f32 operations (no fused multiply-add).
+  MPE_HOST_DEVICE float operator[](std::int32_t d) const {
+    const std::uint32_t q =
+        (static_cast<std::uint32_t>(row[d >> kShift]) >> (Bits * (d & ((1 << kShift) - 1)))) &
+        ((1u << Bits) - 1u);
+    return num::add(num::mul(scale, static_cast<float>(q)), bias);
+  }
+};
+
 /// The part of an N-bit row's store() (N = `Bits`, 2 or 4) that lane `lane` of `lanes`
 /// writes: the code bytes of its element groups (num::for_each_element_lanes: four
 /// elements per group, so a byte's 8 / N codes never straddle two lanes) and, lane 0, the

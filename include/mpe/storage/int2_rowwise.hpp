@@ -45,27 +45,9 @@ struct Int2Rowwise {
     return (static_cast<std::size_t>(dim) + 3) / 4 + 4;
   }
 
-  /// Reads element d of a row; the FP16 scale and bias are decoded to f32 (exactly) once, at
-  /// construction.
-  struct Reader {
-    const std::uint8_t* row;  ///< first byte of the row: the packed codes (any alignment)
-    /// The row's scale (FP16 at byte ceil(dim/4), as f32): one code step; 0 for a constant
-    /// row.
-    float scale, bias;  ///< the row's bias (FP16 at byte ceil(dim/4) + 2, as f32): code 0's value
-    /// Views the stored row at `r` of `dim` elements and decodes its scale and bias.
-    MPE_HOST_DEVICE Reader(const std::uint8_t* r, std::int32_t dim) : row(r) {
-      const std::int32_t nb = (dim + 3) / 4;
-      scale = num::half_to_float(num::load_u16(r + nb));
-      bias = num::half_to_float(num::load_u16(r + nb + 2));
-    }
-    /// Element d in [0, dim): its code q_d (bits 2 (d mod 4) .. 2 (d mod 4) + 1 of byte
-    /// d / 4) decoded as `num::add(num::mul(scale, q_d), bias)`, two correctly rounded f32
-    /// operations (no fused multiply-add).
-    MPE_HOST_DEVICE float operator[](std::int32_t d) const {
-      const std::uint32_t q = (static_cast<std::uint32_t>(row[d >> 2]) >> (2 * (d & 3))) & 3u;
-      return num::add(num::mul(scale, static_cast<float>(q)), bias);
-    }
-  };
+  /// Reads element d of a row (element d's code in byte d / 4 at bit 2 * (d mod 4)); the
+  /// FP16 scale and bias are decoded to f32 (exactly) once, at construction.
+  using Reader = detail::FusedNbitReader<2>;
 
   /// Quantizes the `dim` floats of `src` into `row` (data_bytes(dim) bytes) with rounding
   /// policy `R` for the codes; `rng` gives the random words of stochastic rounding (one
