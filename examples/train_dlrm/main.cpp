@@ -139,12 +139,7 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
     s.dim = dim;
     s.base_dim = base.dim;
   }
-  if (body != text) {
-    RunSpec r = parse_config(body, s);
-    r.base_dim = base.dim;
-    r.label = label_of(r);
-    return r;
-  }
+  if (body != text) return parse_config(body, s);  // s carries the dim and base_dim
   if (text == "dense" || text == "dense-only") {
     s.storage = "dense";
     s.cache = "none";

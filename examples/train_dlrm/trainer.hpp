@@ -97,13 +97,11 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   res.spec = spec;
   for (auto r : data.table_rows) res.total_rows += r;
   res.cache_rows = cache_rows;
-  // FP32 weights and FP32 optimizer state of the same optimizer at this D (floats per row:
-  // sgd 0, rowwise_adagrad 1, adagrad D, adam 2D; as each OptimizerRule's state_floats).
-  const double state_floats = spec.optimizer == "rowwise_adagrad" ? 1.0
-                              : spec.optimizer == "adagrad"       ? D
-                              : spec.optimizer == "adam"          ? 2.0 * D
-                                                                  : 0.0;
-  res.fp32_bytes = 4.0 * (D + state_floats) * static_cast<double>(res.total_rows);
+  // FP32 weights and FP32 optimizer state of the same optimizer at this D.
+  std::int64_t state_floats = 0;
+  mpe::KnownOptimizers::visit(spec.optimizer,
+                              [&]<class Opt>() { state_floats = mpe::OptimizerRule<Opt>::state_floats(D); });
+  res.fp32_bytes = 4.0 * static_cast<double>(D + state_floats) * static_cast<double>(res.total_rows);
 
   Batch batch;
   std::vector<float> emb_out, emb_grad;
