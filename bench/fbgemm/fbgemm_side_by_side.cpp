@@ -537,28 +537,25 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     mpe::io::import_table(*emb_avx2, 0, mpe::interop::FbgemmFused{},
                           std::span<const std::uint8_t>(fbt.p, total));
   }
-  std::unique_ptr<E> emb_cached;  // mpe_cached: the same bytes behind an FP32 cache of --cache-pct rows
+  // mpe_cached / mpe_cached_st: the same bytes behind an FP32 cache of --cache-pct rows, Lru<32> /
+  // SecondTouchLru<32>.
+  mpe::EmbeddingConfig cc = cfg;
+  cc.cache_rows =
+      std::max<std::int64_t>(32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
+  const auto cached_copy = [&]<class Emb>(std::unique_ptr<Emb>& e) {
+    e = std::make_unique<Emb>(cc, be);
+    mpe::io::import_table(*e, 0, mpe::interop::FbgemmFused{}, std::span<const std::uint8_t>(fbt.p, total));
+  };
+  std::unique_ptr<E> emb_cached;
+  std::unique_ptr<SecondTouch<S>> emb_cached_st;
   if (has("mpe_cached")) {
-    mpe::EmbeddingConfig cc = cfg;
-    cc.cache_rows = std::max<std::int64_t>(
-        32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
-    emb_cached = std::make_unique<E>(cc, be);
-    mpe::io::import_table(*emb_cached, 0, mpe::interop::FbgemmFused{},
-                          std::span<const std::uint8_t>(fbt.p, total));
+    cached_copy(emb_cached);
     std::printf(
         "# mpe_cached: Lru<32> cache of %lld rows (%.2f %% of the table), forward() populates every call\n",
         static_cast<long long>(emb_cached->cache_slots()),
         100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows));
   }
-  std::unique_ptr<SecondTouch<S>> emb_cached_st;  // mpe_cached_st: as mpe_cached with SecondTouchLru<32>
-  if (has("mpe_cached_st")) {
-    mpe::EmbeddingConfig cc = cfg;
-    cc.cache_rows = std::max<std::int64_t>(
-        32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
-    emb_cached_st = std::make_unique<SecondTouch<S>>(cc, be);
-    mpe::io::import_table(*emb_cached_st, 0, mpe::interop::FbgemmFused{},
-                          std::span<const std::uint8_t>(fbt.p, total));
-  }
+  if (has("mpe_cached_st")) cached_copy(emb_cached_st);
   std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
               prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
               secs(t0, clk::now()));
