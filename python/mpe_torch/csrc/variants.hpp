@@ -45,15 +45,16 @@ using Optimizers = typename AsTypeList<mpe::KnownOptimizers>::type;
 /// the targets of a converting export. FP8 has none.
 using ExportFormats =
     TypeList<mpe::Fp32, mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise>;
-/// Formats of interop::FbgemmFused rows and of interop::TbeInference rows (no BF16 there).
+template <class T, class L>
+inline constexpr bool in_list = false;
+template <class T, class... Ts>
+inline constexpr bool in_list<T, TypeList<Ts...>> = (std::is_same_v<T, Ts> || ...);
+/// Formats of interop::FbgemmFused rows (the export formats) and of interop::TbeInference rows
+/// (the same but BF16).
 template <class T>
-inline constexpr bool has_fused_layout =
-    std::is_same_v<T, mpe::Fp32> || std::is_same_v<T, mpe::Fp16> || std::is_same_v<T, mpe::Bf16> ||
-    std::is_same_v<T, mpe::Int8Rowwise> || std::is_same_v<T, mpe::Int4Rowwise> || std::is_same_v<T, mpe::Int2Rowwise>;
+inline constexpr bool has_fused_layout = in_list<T, ExportFormats>;
 template <class T>
-inline constexpr bool has_tbe_layout =
-    std::is_same_v<T, mpe::Fp32> || std::is_same_v<T, mpe::Fp16> || std::is_same_v<T, mpe::Int8Rowwise> ||
-    std::is_same_v<T, mpe::Int4Rowwise> || std::is_same_v<T, mpe::Int2Rowwise>;
+inline constexpr bool has_tbe_layout = has_fused_layout<T> && !std::is_same_v<T, mpe::Bf16>;
 
 /// The name of a variant as the Python API spells it: the library's own name (an optimizer's
 /// OptimizerRule<O>::name), less a "_rowwise" suffix.
