@@ -4,7 +4,8 @@
 every record has the frontier's fields; memory_ratio is the fp32 record's memory_bytes over
 the record's own; memory_bytes is store + cache + metadata + optimizer state; the fp32
 record's paired log-loss delta is 0 and every other delta is the mean of its runs' paired
-deltas against the fp32 runs of the same seeds.
+deltas against the fp32 runs of the same seeds; the hashed configs (@h<k>) exist and store
+fewer bytes as k grows.
 
     python3 check_frontier.py frontier.json
 """
@@ -41,6 +42,12 @@ if fp32["memory_ratio"] != 1 or fp32["logloss_delta_pct"] != 0:
 small = [r for r in recs if r["config"].endswith(f"@d{max(1, fp32['dim'] // 4)}")]
 if not small or any(r["dim"] != max(1, fp32["dim"] // 4) for r in small):
     errors.append("the D/4 configs are missing or have the wrong dim")
+hashed = [r for r in recs if r["config"].startswith("int4+stlru1%/sr@h")]
+if len(hashed) != 3 or any(r["large_hash"] < 2 or r["large_dim"] != fp32["dim"] for r in hashed):
+    errors.append("the hashed configs (@h2, @h3, @h4) are missing or not hashed")
+by_k = sorted(hashed, key=lambda r: r["large_hash"])
+if any(a["store_bytes"] <= b["store_bytes"] for a, b in zip(by_k, by_k[1:])):
+    errors.append("a larger @h<k> must store fewer bytes")
 if errors:
     print("\n".join(errors))
     sys.exit(1)

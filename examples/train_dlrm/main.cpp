@@ -63,6 +63,8 @@ std::string label_of(const RunSpec& s) {
   if (s.cache != "none" && s.cache_fraction > 0) l += "+" + s.cache + percent(s.cache_fraction);
   if (s.storage != "fp32") l += s.rounding == "stochastic" ? "/sr" : "/rn";
   if (s.base_dim > 0 && s.dim != s.base_dim) l += "@d" + std::to_string(s.dim);
+  if (s.large_dim > 0 && s.large_dim != s.dim) l += "@md" + std::to_string(s.large_dim);
+  if (s.large_hash > 0) l += "@h" + std::to_string(s.large_hash);
   if (s.optimizer != "sgd" || s.state_precision != "fp32") l += " " + s.optimizer + "/" + s.state_precision;
   return l;
 }
@@ -98,8 +100,9 @@ std::vector<RunSpec> paper_sweep(const RunSpec& base) {
 RunSpec parse_config(const std::string& text, const RunSpec& base);
 
 // The memory/log-loss frontier (--sweep frontier): the FP32 reference and dense-only, each
-// store at the run's D with and without a small cache, and smaller D (a uniform D/2 and D/4
-// for every table: the simplest mixed-dimension choice) with the low-precision stores.
+// store at the run's D with and without a small cache, smaller D (a uniform D/2 and D/4
+// for every table: the simplest mixed-dimension choice) with the low-precision stores, and
+// the large tables alone hashed into fewer rows or at a smaller D.
 // Memory counts weights, cache, metadata and optimizer state.
 std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
   std::vector<std::string> labels = {"dense-only",      "fp32",    "fp16/sr",       "int8/sr",         "int8+lru5%/sr",
@@ -110,6 +113,12 @@ std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
     for (const char* c : {"fp32", "int8+lru1%/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2+lru1%/sr", "int2+stlru1%/sr"})
       labels.push_back(std::string(c) + d);
   }
+  // The large tables (each >= 1 % of all rows) reshaped, the others as at D: hashed into
+  // 2, 3, 4 times fewer rows (@h<k>), at D/4 (@md<d>, zero-padded to D), and both.
+  for (const char* h : {"@h2", "@h3", "@h4"}) labels.push_back(std::string("int4+stlru1%/sr") + h);
+  labels.push_back("int2+stlru1%/sr@h2");
+  labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 4)));
+  labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 2)) + "@h2");
   std::vector<RunSpec> v;
   for (const auto& l : labels) v.push_back(parse_config(l, base));
   return v;
@@ -118,13 +127,50 @@ std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
 // Parses a config label as printed in the table: "dense-only", "fp32",
 // "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "int2+lru1%/sr", "fp16+direct0.5%/sr", and any of
 // them with "@d<D>" at the end: that config's embedding dimension instead of --dim
-// ("int4+lru1%/sr@d16").
+// ("int4+lru1%/sr@d16"), then optionally "@md<d>" (the large tables, each holding >= 1 % of
+// all rows, at D = d, zero-padded to D in the model) and "@h<k>" (the large tables' ids
+// hashed into ceil(rows / k) rows): "int4+stlru1%/sr@h3", "int4+lru1%/sr@md16@h2".
 RunSpec parse_config(const std::string& text, const RunSpec& base) {
   RunSpec s = base;
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("--configs: cannot parse '" + text + "': " + why);
   };
   std::string body = text;
+  if (const auto at = text.rfind("@h"); at != std::string::npos) {
+    const std::string n = text.substr(at + 2);
+    std::size_t used = 0;
+    int k = 0;
+    try {
+      k = std::stoi(n, &used);
+    } catch (const std::logic_error&) {
+      throw bad("@h needs a factor, e.g. @h4");
+    }
+    if (used != n.size() || k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");
+    RunSpec r = parse_config(text.substr(0, at), s);
+    if (r.storage == "dense") throw bad("@h<k> needs embedding tables");
+    if (r.shard != "none") throw bad("@h<k> is not built with --shard");
+    if (r.large_dim == 0) r.large_dim = r.dim;
+    r.large_hash = k;
+    r.label = label_of(r);
+    return r;
+  }
+  if (const auto at = text.rfind("@md"); at != std::string::npos) {
+    const std::string n = text.substr(at + 3);
+    std::size_t used = 0;
+    int dim = 0;
+    try {
+      dim = std::stoi(n, &used);
+    } catch (const std::logic_error&) {
+      throw bad("@md needs a dimension, e.g. @md16");
+    }
+    RunSpec r = parse_config(text.substr(0, at), s);
+    if (used != n.size() || dim < 1 || dim > r.dim) throw bad("@md<d> needs d in [1, D]");
+    if (r.storage == "dense") throw bad("@md<d> needs embedding tables");
+    if (r.shard != "none") throw bad("@md<d> is not built with --shard");
+    r.large_dim = dim;
+    r.label = label_of(r);
+    return r;
+  }
   if (const auto at = text.rfind("@d"); at != std::string::npos) {
     const std::string n = text.substr(at + 2);
     body = text.substr(0, at);
@@ -344,6 +390,8 @@ nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
         {"optimizer", a.spec.optimizer},
         {"state_precision", a.spec.state_precision},
         {"dim", a.spec.dim},
+        {"large_dim", a.spec.large_dim},
+        {"large_hash", a.spec.large_hash},
         {"total_rows", r0.total_rows},
         {"memory_bytes", r0.memory_bytes},
         {"memory_ratio", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
@@ -403,15 +451,20 @@ bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, dou
       yhi = std::max(yhi, r.logloss);
     }
   if (yhi > ylo) s << "set yrange [" << ylo - 0.05 * (yhi - ylo) << ":" << yhi + 0.05 * (yhi - ylo) << "]\n";
-  std::string plots = "plot '-' using 1:2:3 with yerrorbars pt 7 lc rgb '#1f77b4' title 'stochastic rounding (FP32 incl.)', "
-                      "'-' using 1:2:3 with yerrorbars pt 9 lc rgb '#d62728' title 'round to nearest', "
-                      "'-' using 1:2:3 with labels offset 0.8,0.6 left font ',8' notitle noenhanced";
+  // The round-to-nearest series only when a config rounds to nearest (gnuplot warns about
+  // an empty data block).
+  bool any_nearest = false;
+  for (const auto& a : aggs) any_nearest |= a.spec.rounding == "nearest" && a.spec.storage != "fp32" && a.spec.storage != "dense";
+  std::string plots = "plot '-' using 1:2:3 with yerrorbars pt 7 lc rgb '#1f77b4' title 'stochastic rounding (FP32 incl.)', ";
+  if (any_nearest) plots += "'-' using 1:2:3 with yerrorbars pt 9 lc rgb '#d62728' title 'round to nearest', ";
+  plots += "'-' using 1:2:3 with labels offset 0.8,0.6 left font ',8' notitle noenhanced";
   if (dense > 0) s << "set arrow from graph 0, first " << dense << " to graph 1, first " << dense << " nohead dt 2 lc rgb '#555555'\n"
                    << "set label 'dense-only' at graph 0.01, first " << dense << " offset 0,0.5 font ',9'\n";
   if (bayes > 0) s << "set arrow from graph 0, first " << bayes << " to graph 1, first " << bayes << " nohead dt 3 lc rgb '#2ca02c'\n"
                    << "set label 'Bayes-optimal' at graph 0.01, first " << bayes << " offset 0,0.5 font ',9'\n";
   s << plots << "\n";
   for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 1 && !any_nearest) continue;
     for (const auto& a : aggs) {
       if (a.spec.storage == "dense") continue;
       const bool nearest = a.spec.rounding == "nearest" && a.spec.storage != "fp32";
@@ -481,8 +534,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", base.optimizer, "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")->group(g_cfg)->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
   app.add_option("--state-precision", base.state_precision, "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; cached rows keep theirs in FP32)")->group(g_cfg)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
-  app.add_option("--sweep", o.sweep, "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer state) vs log loss, each store with and without a cache at D, D/2 and D/4")->group(g_cfg)->check(CLI::IsMember({"none", "paper", "frontier"}));
-  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only (instead of --storage/--cache/...)")->group(g_cfg)->delimiter(',');
+  app.add_option("--sweep", o.sweep, "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer state) vs log loss, each store with and without a cache at D, D/2 and D/4, and the large tables hashed (@h2, @h3, @h4) or at D/4 (@md)")->group(g_cfg)->check(CLI::IsMember({"none", "paper", "frontier"}));
+  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only,int4+stlru1%/sr@h3 (instead of --storage/--cache/...; suffixes @d<D>, @md<d>, @h<k>: see the README)")->group(g_cfg)->delimiter(',');
   app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
 
   auto* g_train = "Training";
@@ -589,7 +642,7 @@ int main(int argc, char** argv) {
           std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
                     << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
                     << "  " << fmt("%.1f", r.train_seconds) << "s\n";
-        if (sp.storage == "fp32" && sp.cache == "none" && sp.dim == base.dim) fp32_ll = r.logloss;
+        if (sp.storage == "fp32" && sp.cache == "none" && sp.dim == base.dim && sp.large_dim == 0) fp32_ll = r.logloss;
         if (r.bayes_logloss >= 0) bayes = r.bayes_logloss;
         aggs[i].runs.push_back(std::move(r));
       }
@@ -602,7 +655,7 @@ int main(int argc, char** argv) {
     // ran; otherwise against an FP32 table of the config's own D (RunResult::fp32_bytes).
     std::size_t fp32_memory = 0;
     for (const auto& a : aggs)
-      if (a.spec.storage == "fp32" && a.spec.cache == "none" && a.spec.dim == base.dim && !a.runs.empty())
+      if (a.spec.storage == "fp32" && a.spec.cache == "none" && a.spec.dim == base.dim && a.spec.large_dim == 0 && !a.runs.empty())
         fp32_memory = a.runs.front().memory_bytes;
     for (auto& a : aggs)
       for (auto& r : a.runs)

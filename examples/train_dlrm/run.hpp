@@ -21,6 +21,10 @@ struct RunSpec {
   std::string rounding = "stochastic";  // stochastic | nearest
   int dim = 16;
   int base_dim = 0;                   // the run's --dim when this config overrides it ("@d<D>"), else 0
+  int large_dim = 0;                  // "@md<d>": tables holding >= 1 % of all rows train at this D, zero-padded
+                                      // to dim in the model (mixed dimensions); 0: every table at dim
+  int large_hash = 0;                 // "@h<k>": ids of those large tables hashed (id mod ceil(rows/k)) into
+                                      // k times fewer rows (the hashing trick); 0: no hashing
   std::uint64_t seed = 1;
   int epochs = 1;
   int batch_size = 256;

@@ -23,6 +23,7 @@
 #include "data.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
+#include "reshape.hpp"
 #include "run.hpp"
 
 namespace dlrm {
@@ -194,8 +195,62 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   return res;
 }
 
+// "@md<d>" / "@h<k>" runs: tables holding at least 1 % of all rows at D = spec.large_dim
+// and, with k > 0, hashed into ceil(rows / k) rows; the others as the uniform run.
+template <class Storage, class Cache, class Rounding, class Precision>
+RunResult run_reshaped(const RunSpec& spec, const DataSetup& data, std::uint64_t emb_seed) {
+  std::int64_t total = 0;
+  for (auto r : data.table_rows) total += r;
+  mpe::MixedDimConfig cfg;
+  std::vector<std::int64_t> hashed;
+  for (auto r : data.table_rows) {
+    const bool large = 100 * r >= total;
+    const std::int64_t R = large && spec.large_hash > 0 ? (r + spec.large_hash - 1) / spec.large_hash : 0;
+    hashed.push_back(R);
+    cfg.tables.push_back({R > 0 ? R : r, large ? static_cast<std::int32_t>(spec.large_dim) : spec.dim});
+  }
+  cfg.cache_fraction = spec.cache != "none" ? spec.cache_fraction : 0.0;
+  cfg.seed = emb_seed;
+  mpe::MixedDimEmbedding<Storage, Cache, Rounding, Precision> md(cfg);
+  {
+    // The start of the uniform run of the same seed, so the comparison with it stays
+    // paired: row r < R_t of table t starts as that run's row r, truncated to D_t. (An FP32
+    // table of every row at D, initialized as run_instantiation does, read one table at a
+    // time.)
+    mpe::EmbeddingConfig full;
+    full.table_rows = data.table_rows;
+    full.dim = spec.dim;
+    full.seed = emb_seed;
+    mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<32>, mpe::NearestRounding> ref(full);
+    ref.init_uniform(-spec.emb_init, spec.emb_init);
+    std::int64_t first = 0;
+    std::vector<float> rows, cut;
+    for (std::size_t t = 0; t < data.table_rows.size(); ++t) {
+      const auto ti = static_cast<std::int64_t>(t);
+      const std::int64_t n = cfg.tables[t].rows, d = md.dim(ti);
+      rows.resize(static_cast<std::size_t>(n * spec.dim));
+      ref.get_weights(std::span<float>(rows), first);
+      cut.resize(static_cast<std::size_t>(n * d));
+      for (std::int64_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * spec.dim, d, cut.data() + r * d);
+      md.set_weights(ti, std::span<const float>(cut));
+      first += data.table_rows[t];
+    }
+  }
+  std::int64_t cache_rows = 0;
+  for (std::size_t g = 0; g < md.num_groups(); ++g) cache_rows += md.group(g).config().cache_rows;
+  ReshapedTables<decltype(md)> emb(md, spec.dim, std::move(hashed));
+  return train_and_eval(spec, data, &emb, cache_rows);
+}
+
 template <class Storage, class Cache, class Rounding, class Precision = mpe::StateFp32>
 RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int64_t ways) {
+  if (spec.large_dim > 0) {
+    // Reshaped tables (@md / @h): with stochastic rounding and FP32 optimizer state only, to
+    // keep the example's instantiations (and its build time) small.
+    if constexpr (std::is_same_v<Rounding, mpe::StochasticRounding> && std::is_same_v<Precision, mpe::StateFp32>)
+      return run_reshaped<Storage, Cache, Rounding, Precision>(spec, data, hash_combine(spec.seed, 0xe3b));
+    throw std::invalid_argument("@md<d> / @h<k> are built with --rounding stochastic and --state-precision fp32 only");
+  }
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
   cfg.dim = spec.dim;
