@@ -44,7 +44,7 @@
 ///   GB/s; gather_fraction = rows/s * lines per row / gather lines/s (above 1 when the
 ///   store fits the caches).
 ///
-/// Variants (--variants): fbgemm (GenerateEmbeddingSpMDM / GenerateEmbeddingSpMDMNBit(4),
+/// Variants (--variants): fbgemm (GenerateEmbeddingSpMDM / GenerateEmbeddingSpMDMNBit(4 or 2),
 /// prefetch distance 16), mpe_fwd (`CachedEmbedding::forward()`, cache_rows = 0,
 /// HostBackend{1}), mpe_fwd_avx2 (the same on its own object with the same bytes, the
 /// AVX-512 pooling kernel turned off: the AVX2 kernel, detail::set_host_avx512(false)),
@@ -281,7 +281,7 @@ void usage() {
       "fbgemm_side_by_side [options]   (run with OMP_NUM_THREADS=1)\n"
       "  --rows N,N,...       table rows (default 1000000,10000000)\n"
       "  --dims D,D,...       embedding dims (default 64)\n"
-      "  --precs P,...        fp32,fp16,int8,int4 (default all)\n"
+      "  --precs P,...        fp32,fp16,int8,int4,int2 (default: the first four)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
       "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st (default "
       "fbgemm,mpe_fwd)\n"
@@ -406,8 +406,9 @@ using FbFn = std::function<bool(std::int64_t, std::int64_t, std::int64_t, const 
 
 template <class S>
 FbFn make_fbgemm(std::int64_t D, int pf) {
-  if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
-    auto k = fbgemm::GenerateEmbeddingSpMDMNBit<std::int64_t, std::int64_t, float>(4, D, false, false, pf,
+  if constexpr (std::is_same_v<S, mpe::Int4Rowwise> || std::is_same_v<S, mpe::Int2Rowwise>) {
+    const int bit_rate = std::is_same_v<S, mpe::Int4Rowwise> ? 4 : 2;
+    auto k = fbgemm::GenerateEmbeddingSpMDMNBit<std::int64_t, std::int64_t, float>(bit_rate, D, false, false, pf,
                                                                                    false, true);
     return [k](std::int64_t os, std::int64_t is, std::int64_t ds, const std::uint8_t* in,
                const std::int64_t* ind, const std::int64_t* off,
@@ -745,6 +746,8 @@ int main(int argc, char** argv) {
           run_table<mpe::Int8Rowwise>(o, p, rows, D);
         } else if (p == "int4") {
           run_table<mpe::Int4Rowwise>(o, p, rows, D);
+        } else if (p == "int2") {
+          run_table<mpe::Int2Rowwise>(o, p, rows, D);
         } else {
           std::fprintf(stderr, "unknown precision %s\n", p.c_str());
           return 1;

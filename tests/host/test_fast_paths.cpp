@@ -36,7 +36,7 @@ constexpr FastPaths kExpected[] = {
     {"bf16",             true,    false, false, true},
     {"int8_rowwise",     true,    true,  true,  true},
     {"int4_rowwise",     true,    true,  false, true},
-    {"int2_rowwise",     false,   false, false, true},
+    {"int2_rowwise",     true,    true,  false, true},
     {"fp8_e4m3_rowwise", false,   false, false, true},
     {"fp8_e5m2_rowwise", false,   false, false, true},
 };

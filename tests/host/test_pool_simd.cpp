@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <mpe/mpe.hpp>
 #include <random>
@@ -169,8 +171,8 @@ void random_row(std::uint8_t* row, std::int32_t D, std::mt19937& rng) {
     std::uniform_real_distribution<float> u(-3.0f, 3.0f);
     mpe::num::store_f32(row + D, std::ldexp(u(rng), -7));
     mpe::num::store_f32(row + D + 4, u(rng));
-  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) {
-    const std::int32_t nb = (D + 1) / 2;
+  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise> || std::is_same_v<S, mpe::Int2Rowwise>) {
+    const std::int32_t nb = std::is_same_v<S, mpe::Int4Rowwise> ? (D + 1) / 2 : (D + 3) / 4;
     for (std::int32_t i = 0; i < nb; ++i) row[i] = static_cast<std::uint8_t>(rng());
     mpe::num::store_u16(row + nb, random_finite_half(rng));
     mpe::num::store_u16(row + nb + 2, random_finite_half(rng));
@@ -367,6 +369,7 @@ TEST_CASE("fast and portable pooling give the same bits") {
   SUBCASE("Bf16") { check_format<mpe::Bf16>(); }
   SUBCASE("Int8Rowwise") { check_format<mpe::Int8Rowwise>(); }
   SUBCASE("Int4Rowwise") { check_format<mpe::Int4Rowwise>(); }
+  SUBCASE("Int2Rowwise") { check_format<mpe::Int2Rowwise>(); }
   SUBCASE("Fp8Rowwise") { check_format<mpe::Fp8E4M3Rowwise>(); }
 }
 
@@ -597,27 +600,30 @@ TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's 
 // SIMD paths decode scale and bias by vcvtph2ps: pooling (AVX2 and AVX-512 kernels) and the
 // cache fill's decode (simd::decode_row, plain and streamed) must give the portable
 // Reader's bits whatever the scale and bias.
-TEST_CASE(
-    "AVX2 and AVX-512 pooling of INT4 rows with special scales and biases give the portable loop's bits") {
-  if (simd_kernels_missing()) return;
 #if MPE_HOST_SIMD
+namespace {
+/// Rows of the fused N-bit format S (Bits = 4 or 2) with every pair of special FP16 scales
+/// and biases and every code in every column, pooled by the AVX2 and AVX-512 kernels and
+/// decoded by the cache fill, against the portable loop and the Reader.
+template <class S, int Bits>
+void check_special_scales(std::initializer_list<std::int32_t> dims) {
   const std::uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0xbc00, 0x2e66, 0x7bff,
                                     0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x7d23};
   const auto is_nan = [](std::uint16_t h) { return (h & 0x7fffu) > 0x7c00u; };
   const auto is_inf = [](std::uint16_t h) { return (h & 0x7fffu) == 0x7c00u; };
-  // 17, 31, 47: odd D, tails of 1, 15 and 15 columns (1, 8 and 8 code bytes); 64 and 65: load64.
-  for (const std::int32_t D : {64, 65, 17, 31, 47}) {
+  constexpr int per_byte = 8 / Bits, codes = 1 << Bits;
+  for (const std::int32_t D : dims) {
     CAPTURE(D);
-    const std::size_t stride = mpe::row_bytes<mpe::Int4Rowwise>(D, 4);
-    const std::int32_t nb = (D + 1) / 2;
+    const std::size_t stride = mpe::row_bytes<S>(D, 4);
+    const std::int32_t nb = (D + per_byte - 1) / per_byte;
     std::vector<std::uint8_t> store;
     std::int64_t rows = 0;
     const auto add_row = [&](std::uint16_t sh, std::uint16_t bh, int shift) {
       store.resize(store.size() + stride, 0);
       std::uint8_t* row = store.data() + static_cast<std::size_t>(rows++) * stride;
       for (std::int32_t d = 0; d < D; ++d) {
-        const auto q = static_cast<std::uint8_t>((d + shift) % 16);
-        row[d / 2] = static_cast<std::uint8_t>(row[d / 2] | (d % 2 == 0 ? q : q << 4));
+        const auto q = static_cast<std::uint32_t>((d + shift) % codes);
+        row[d / per_byte] = static_cast<std::uint8_t>(row[d / per_byte] | (q << (Bits * (d % per_byte))));
       }
       mpe::num::store_u16(row + nb, sh);
       mpe::num::store_u16(row + nb + 2, bh);
@@ -625,23 +631,42 @@ TEST_CASE(
     for (const std::uint16_t sh : specials) {
       for (const std::uint16_t bh : specials) {
         if (is_nan(bh) && (is_nan(sh) || is_inf(sh))) continue;
-        for (int shift = 0; shift < 16; ++shift) {  // every code in every column
+        for (int shift = 0; shift < codes; ++shift) {  // every code in every column
           add_row(sh, bh, shift);
-          add_row(0x3c00, 0xb800, 16 - shift);  // scale 1, bias -0.5: finite
+          add_row(0x3c00, 0xb800, codes - shift);  // scale 1, bias -0.5: finite
         }
       }
     }
-    compare_kernels_on<mpe::Int4Rowwise>(store, stride, D, rows);
+    compare_kernels_on<S>(store, stride, D, rows);
     // The cache fill's decode of every row, plain and streamed (64-byte aligned: the
     // streaming branch), against the Reader.
     int bad = 0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = store.data() + static_cast<std::size_t>(r) * stride;
-      bad +=
-          fill_mismatches<mpe::Int4Rowwise>(row, D, 0) + fill_mismatches<mpe::Int4Rowwise, true>(row, D, 0);
+      bad += fill_mismatches<S>(row, D, 0) + fill_mismatches<S, true>(row, D, 0);
     }
     CHECK(bad == 0);
   }
+}
+}  // namespace
+#endif
+
+TEST_CASE(
+    "AVX2 and AVX-512 pooling of INT4 rows with special scales and biases give the portable loop's bits") {
+  if (simd_kernels_missing()) return;
+#if MPE_HOST_SIMD
+  // 17, 31, 47: odd D, tails of 1, 15 and 15 columns (1, 8 and 8 code bytes); 64 and 65: load64.
+  check_special_scales<mpe::Int4Rowwise, 4>({64, 65, 17, 31, 47});
+#endif
+}
+
+TEST_CASE(
+    "AVX2 and AVX-512 pooling of INT2 rows with special scales and biases give the portable loop's bits") {
+  if (simd_kernels_missing()) return;
+#if MPE_HOST_SIMD
+  // 17, 30, 47: tails of 1, 14 and 15 columns (1, 4 and 4 code bytes), D % 4 = 1, 2, 3;
+  // 64: full registers only; 8 and 12: the AVX2 kernel's 8-column group plus a Reader tail.
+  check_special_scales<mpe::Int2Rowwise, 2>({64, 17, 30, 47, 8, 12});
 #endif
 }
 
@@ -677,12 +702,14 @@ TEST_CASE("the cache fill's SIMD decode equals the Reader bit for bit") {
   CHECK(decode_row_mismatches<mpe::Bf16>(13) == 0);
   CHECK(decode_row_mismatches<mpe::Int8Rowwise>(14) == 0);
   CHECK(decode_row_mismatches<mpe::Int4Rowwise>(15) == 0);
+  CHECK(decode_row_mismatches<mpe::Int2Rowwise>(16) == 0);
   // The streamed fill (non-temporal stores, AdmitSet::run_fused): the same values.
   CHECK(decode_row_mismatches<mpe::Fp32, true>(21) == 0);
   CHECK(decode_row_mismatches<mpe::Fp16, true>(22) == 0);
   CHECK(decode_row_mismatches<mpe::Bf16, true>(23) == 0);
   CHECK(decode_row_mismatches<mpe::Int8Rowwise, true>(24) == 0);
   CHECK(decode_row_mismatches<mpe::Int4Rowwise, true>(25) == 0);
+  CHECK(decode_row_mismatches<mpe::Int2Rowwise, true>(26) == 0);
   // Every FP16 code, NaNs included, in rows of 64.
   std::vector<std::uint8_t> codes(2 * 65536);
   for (std::uint32_t h = 0; h < 65536; ++h)

@@ -5,7 +5,7 @@
 /// over d, and loads of rows ahead so their misses overlap (host only).
 ///
 /// Bits: every element is computed exactly as `Storage::Reader` defines it (Int8:
-/// add(mul(scale, q), bias); Int4: the same with FP16 scale/bias; Fp32: the value) and
+/// add(mul(scale, q), bias); Int4 and Int2: the same with FP16 scale/bias; Fp32: the value) and
 /// added to o[d] with one num::add (or num::add(o[d], num::mul(w, x))), so the per-element
 /// add order is the caller's row order, as with the generic Reader loop.
 #pragma once
@@ -126,6 +126,37 @@ struct RowAccumulate<Int4Rowwise> {
         out[D - 1] = num::add(out[D - 1], x);
       }
     }
+  }
+};
+
+template <>
+struct RowAccumulate<Int2Rowwise> {
+  template <bool Weighted>
+  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
+    const std::int32_t nb = (D + 3) / 4;
+    const float scale = num::half_to_float(num::load_u16(row + nb));
+    const float bias = num::half_to_float(num::load_u16(row + nb + 2));
+    const std::uint8_t* __restrict__ q = row;
+    float* __restrict__ out = o;
+    const auto put = [&](std::int32_t d, std::uint32_t code) {
+      const float x = num::add(num::mul(scale, static_cast<float>(code)), bias);
+      if constexpr (Weighted) {
+        out[d] = num::add(out[d], num::mul(w, x));
+      } else {
+        out[d] = num::add(out[d], x);
+      }
+    };
+    // Element 4k + j in bits [2j, 2j + 2) of byte k.
+    const std::int32_t quads = D / 4;
+    for (std::int32_t k = 0; k < quads; ++k) {
+      const std::uint32_t b = q[k];
+      put(4 * k, b & 0x3u);
+      put(4 * k + 1, (b >> 2) & 0x3u);
+      put(4 * k + 2, (b >> 4) & 0x3u);
+      put(4 * k + 3, b >> 6);
+    }
+    for (std::int32_t d = 4 * quads; d < D; ++d)
+      put(d, (static_cast<std::uint32_t>(q[quads]) >> (2 * (d & 3))) & 0x3u);
   }
 };
 

@@ -13,8 +13,8 @@
 /// Bits (the numerics contract): every element is decoded exactly as `Storage::Reader`
 /// defines it and added to its column's accumulator with one correctly rounded add (weighted:
 /// one multiply, then one add), rows in index order per column, as the portable loop does:
-/// - FP32: the value; Int8: add(mul(scale, float(q)), bias); Int4: the same with FP16 scale
-///   and bias; BF16: bits << 16 (integer ops).
+/// - FP32: the value; Int8: add(mul(scale, float(q)), bias); Int4 and Int2: the same with
+///   FP16 scale and bias; BF16: bits << 16 (integer ops).
 /// - FP16: `vcvtph2ps` converts every finite and infinite code exactly like
 ///   num::half_to_float (subnormals included; the conversion ignores MXCSR.DAZ); for NaN
 ///   codes it sets the quiet bit, so that bit is put back from the code (bit 9 of the
@@ -219,6 +219,35 @@ struct Row<Int4Rowwise> {
   }
 };
 
+/// INT2 row-wise (FBGEMM's fused 2-bit rows): add(mul(scale, float(q)), bias) with FP16 scale
+/// and bias after the (D + 3) / 4 code bytes, element d in bits [2 (d % 4), + 2) of byte
+/// d / 4. Scale and bias as Int4Rowwise's (the same argument for a signalling NaN).
+template <>
+struct Row<Int2Rowwise> {
+  const std::uint8_t* p;
+  __m256 scale, bias;
+  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + 3) / 4));  // scale, bias, 0, 0
+    scale = _mm256_broadcastss_ps(sbf);
+    bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
+  }
+  /// c0 a multiple of 4 (the kernels' column groups start at multiples of 8).
+  MPE_SIMD_ROW Row at(std::int32_t c0) const {
+    Row r = *this;
+    r.p += c0 / 4;
+    return r;
+  }
+  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
+    // Elements c .. c+7 (c a multiple of 4) are the 8 2-bit fields of the 2 bytes at c/4.
+    std::uint16_t w;
+    __builtin_memcpy(&w, p + c / 4, 2);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
+                                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x3)));
+    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
+  }
+};
+
 /// Stores r.load8(c) to out[0 .. 8) (lets code built without AVX2 test the decoders).
 template <class R>
 MPE_SIMD_TARGET void store8(float* out, const R& r, std::int32_t c) {
@@ -238,6 +267,8 @@ template <>
 inline constexpr bool has_row<Int8Rowwise> = true;
 template <>
 inline constexpr bool has_row<Int4Rowwise> = true;
+template <>
+inline constexpr bool has_row<Int2Rowwise> = true;
 
 /// Prefetch points of one row of `last` + 1 bytes at p: p + last, and p + 64 k for
 /// k < lines - 1; `f(address)` is called for each. With lines = row_lines(...) every 64-byte

@@ -18,8 +18,8 @@
 ///
 /// Bits (the numerics contract): the same operations as the AVX2 kernel and the portable
 /// loop, element by element. Each element is decoded as `Storage::Reader` defines it
-/// (simd::Row's formulas, 16 lanes wide; INT4 looks its element up among the row's 16
-/// values, each computed by that formula), then one correctly rounded multiply by the
+/// (simd::Row's formulas, 16 lanes wide; INT4 and INT2 look their element up among the
+/// row's 16 and 4 values, each computed by that formula), then one correctly rounded multiply by the
 /// weight (weighted) and one correctly rounded add to its column's accumulator, rows in
 /// index order. With AVX-512 enabled a compiler may fuse a multiply and an add into an FMA
 /// (GCC turns `_mm512_mul_ps` + `_mm512_add_ps` into `vfmadd` under -ffp-contract=fast, its
@@ -90,13 +90,15 @@ inline constexpr __mmask16 kAll = 0xffff;
 inline constexpr __mmask8 kAll8 = 0xff;
 
 /// The lanes of a row's last, partial register (its last m = D % 16 columns: the first m
-/// lanes) and, for INT4 rows, the ceil(m / 2) bytes holding their codes.
+/// lanes) and the bytes holding their codes: ceil(m / 2) for INT4 rows, ceil(m / 4) for INT2.
 struct TailMask {
   __mmask16 lanes;
   __mmask16 int4_bytes;
+  __mmask16 int2_bytes;
   static TailMask of(std::int32_t m) {
     return TailMask{static_cast<__mmask16>((1u << m) - 1u),
-                    static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u)};
+                    static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u),
+                    static_cast<__mmask16>((1u << ((m + 3) / 4)) - 1u)};
   }
 };
 
@@ -232,6 +234,40 @@ struct Row<Int4Rowwise> {
     x[1] = lookup(_mm256_castsi256_si128(hi));
     x[2] = lookup(_mm256_extracti128_si256(lo, 1));
     x[3] = lookup(_mm256_extracti128_si256(hi, 1));
+  }
+};
+
+/// INT2 row-wise: as INT4, with the row's 4 values in `table` (lanes 0 .. 3; the others are
+/// the same formula at q = 4 .. 15 and never looked up) and 16 elements from the 4 code bytes
+/// at c / 4: the 32-bit word shifted right by 2 k in lane k, masked to its low 2 bits.
+template <>
+struct Row<Int2Rowwise> {
+  const std::uint8_t* p;
+  __m512 table;  // table[q] = add(mul(scale, q), bias), q = 0 .. 3 used
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
+    const simd::Row<Int2Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
+    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
+    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
+    const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
+                                        11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
+    table = add(mul(scale, codes), bias);
+  }
+  /// table[code] for the 16 2-bit fields of w, field k (bits [2 k, 2 k + 2)) in lane k.
+  MPE_AVX512_ROW __m512 decode(std::uint32_t w) const {
+    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i v = _mm512_maskz_srlv_epi32(kAll, _mm512_set1_epi32(static_cast<int>(w)), shifts);
+    const __m512i q = _mm512_maskz_and_epi32(kAll, v, _mm512_set1_epi32(0x3));
+    return _mm512_maskz_permutexvar_ps(kAll, q, table);
+  }
+  MPE_AVX512_ROW __m512 load(std::int32_t c) const {
+    std::uint32_t w;
+    __builtin_memcpy(&w, p + c / 4, 4);
+    return decode(w);
+  }
+  /// The tail's lanes: only the bytes holding their codes are read.
+  MPE_AVX512_ROW __m512 load(std::int32_t c, const TailMask& t) const {
+    return decode(
+        static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_maskz_loadu_epi8(t.int2_bytes, p + c / 4))));
   }
 };
 
