@@ -29,7 +29,7 @@ struct GlobalHits : mpe::PolicyBase {
   static std::int64_t meta_words(std::int64_t slots) { return slots > 0 ? 1 : 0; }
   static View view(std::uint32_t* words, std::int64_t) { return {words}; }
   MPE_HOST_DEVICE static void observe(View, std::int64_t, std::uint32_t&, int) {}
-  MPE_HOST_DEVICE static std::uint32_t priority(View, std::int64_t) { return 0; }
+  MPE_HOST_DEVICE static std::uint32_t priority(View, std::int64_t, std::uint32_t) { return 0; }
   MPE_HOST_DEVICE static void decay(View, std::int64_t, std::uint64_t) {}
   MPE_HOST_DEVICE static void on_hit(View v, const mpe::CacheRef&, std::int64_t) {
     mpe::detail::atomic_add(v.w, 1u);

@@ -27,14 +27,20 @@ std::size_t design_row_bytes(std::size_t D, std::size_t align) {
   if constexpr (std::is_same_v<S, mpe::Fp16>) b = 2 * D;
   if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) b = D + 8;
   if constexpr (std::is_same_v<S, mpe::Int4Rowwise>) b = (D + 1) / 2 + 4;
+  if constexpr (std::is_same_v<S, mpe::Int2Rowwise>) b = (D + 3) / 4 + 4;
   return (b + align - 1) / align * align;
 }
 
 }  // namespace
 
+template <class C>
+constexpr bool mpe_test_is_second_touch = false;
+template <int W>
+constexpr bool mpe_test_is_second_touch<mpe::SecondTouchLru<W>> = true;
+
 TEST_CASE_TEMPLATE("memory() follows the formulas", P, Policy<mpe::Fp32, mpe::Lru<4>>,
                    Policy<mpe::Fp16, mpe::DirectMapped>, Policy<mpe::Int8Rowwise, mpe::Lfu<4>>,
-                   Policy<mpe::Int4Rowwise, mpe::Lru<4>>) {
+                   Policy<mpe::Int4Rowwise, mpe::Lru<4>>, Policy<mpe::Int2Rowwise, mpe::SecondTouchLru<4>>) {
   using S = typename P::storage;
   using C = typename P::cache;
   for (const int D : {1, 7, 64}) {
@@ -66,6 +72,12 @@ TEST_CASE_TEMPLATE("memory() follows the formulas", P, Policy<mpe::Fp32, mpe::Lr
           std::size_t width = 16;
           while (width < 2 * slots) width *= 2;
           sketch = 4 * width * sizeof(std::uint32_t);
+        }
+        // Second-touch doorkeeper: the smallest power of two >= max(32, slots) u32 words.
+        if (mpe_test_is_second_touch<C> && slots > 0) {
+          std::size_t words = 32;
+          while (words < slots) words *= 2;
+          sketch = words * sizeof(std::uint32_t);
         }
         mpe::MemoryFootprint m = emb.memory();
         CHECK(m.store_bytes == rows * rb);

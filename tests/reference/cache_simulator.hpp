@@ -29,10 +29,15 @@
 ///   construction (DESIGN.md: "all counters halved every 10 x cache_rows increments").
 ///
 /// Second-touch LRU (SimPolicy::SecondTouchLru), from mpe/cache/second_touch_lru.hpp's
-/// comment: LFU's sketch, counted the same way but halved every slots increments; misses of a set in order of
-/// min(estimate, 2) descending, then ascending row; LRU's victim; a miss replaces an occupied
-/// victim only if its estimate is at least 2, otherwise it is rejected (uncached). An empty
-/// way is always taken.
+/// comment: a doorkeeper of two generations, each the smallest power of two >= max(32,
+/// slots) 16-bit words; a row has two bits in one word of each (mpe::DoorkeeperRef::word
+/// and ::mask give the positions: the spec's hash, reused on purpose). A row is "seen" when
+/// either generation held both its bits before this batch; then every unique row's bits are
+/// set in the current generation. Misses of a set: seen rows first, then the others, each
+/// by ascending row; LRU's victim; a miss replaces an occupied victim only if seen,
+/// otherwise it is rejected (uncached). An empty way is always taken. At the end of a
+/// populate whose unique rows take the cumulative count past one or more further multiples
+/// of slots, the previous generation is dropped and the current one becomes the previous.
 ///
 /// W-TinyLFU (SimPolicy::WTinyLfu), from the rules in mpe/cache/wtinylfu.hpp's comment:
 /// - Sketch as LFU's, but a batch's update is conservative: each unique row's 4 counters
@@ -100,6 +105,12 @@ class CacheSimulator {
       width_ = sim_sketch_width(static_cast<std::int64_t>(slots));
       counters_.assign(static_cast<std::size_t>(mpe::SketchRef::depth * width_), 0);
     }
+    if (policy_ == SimPolicy::SecondTouchLru && slots > 0) {
+      std::size_t words = 32;
+      while (words < slots) words *= 2;
+      door_.assign(words, 0);
+      door_prev_.assign(words, 0);
+    }
     // LFU and W-TinyLFU halve every 10 x slots increments, second-touch LRU every slots.
     const std::uint64_t rule_period =
         static_cast<std::uint64_t>(policy_ == SimPolicy::SecondTouchLru ? slots : 10 * slots);
@@ -115,6 +126,19 @@ class CacheSimulator {
   /// W-TinyLFU segment per slot (0 window, 1 probation, 2 protected; stale when empty).
   const std::vector<std::uint8_t>& segment() const { return segment_; }
   const std::vector<std::uint32_t>& counters() const { return counters_; }
+  /// Second-touch LRU's doorkeeper: current and previous generation, 16 bits a word.
+  const std::vector<std::uint32_t>& doorkeeper() const { return door_; }
+  const std::vector<std::uint32_t>& doorkeeper_previous() const { return door_prev_; }
+  /// Times the generations rotated.
+  std::uint64_t rotations() const { return rotations_; }
+  /// Whether either generation holds both of `row`'s bits (second-touch LRU only).
+  bool door_contains(std::int64_t row) const {
+    const mpe::DoorkeeperRef ref{nullptr, static_cast<std::int64_t>(door_.size())};
+    const auto w = static_cast<std::size_t>(ref.word(row));
+    const std::uint32_t m = mpe::DoorkeeperRef::mask(row);
+    return (door_[w] & m) == m || (door_prev_[w] & m) == m;
+  }
+
   const SimStats& stats() const { return stats_; }
   std::uint64_t halvings() const { return halvings_; }
 
@@ -195,7 +219,14 @@ class CacheSimulator {
     if (num_sets_ == 0) return result;
     const std::set<std::int64_t> uniq(rows.begin(), rows.end());
     stats_.unique_rows += uniq.size();
-    if (policy_ == SimPolicy::Lfu || policy_ == SimPolicy::SecondTouchLru) {
+    std::set<std::int64_t> seen;  // second-touch LRU: rows in the doorkeeper before this batch
+    if (policy_ == SimPolicy::SecondTouchLru) {
+      for (std::int64_t r : uniq)
+        if (door_contains(r)) seen.insert(r);
+      const mpe::DoorkeeperRef ref{nullptr, static_cast<std::int64_t>(door_.size())};
+      for (std::int64_t r : uniq) door_[static_cast<std::size_t>(ref.word(r))] |= mpe::DoorkeeperRef::mask(r);
+    }
+    if (policy_ == SimPolicy::Lfu) {
       mpe::SketchRef ref{counters_.data(), width_};
       for (std::int64_t r : uniq) {
         for (int k = 0; k < mpe::SketchRef::depth; ++k) ++counters_[static_cast<std::size_t>(ref.cell(r, k))];
@@ -228,8 +259,8 @@ class CacheSimulator {
                          [&](std::int64_t a, std::int64_t b) { return estimate(a) > estimate(b); });
       }
       if (policy_ == SimPolicy::SecondTouchLru) {
-        const auto seen = [&](std::int64_t r) { return estimate(r) >= 2; };
-        std::stable_partition(misses.begin(), misses.end(), seen);
+        std::stable_partition(misses.begin(), misses.end(),
+                              [&](std::int64_t r) { return seen.count(r) > 0; });
       }
       for (std::int64_t r : misses) {
         std::int64_t victim = -1;
@@ -260,7 +291,7 @@ class CacheSimulator {
           continue;
         }
         const bool refused = (policy_ == SimPolicy::Lfu && !(estimate(r) > victim_score)) ||
-                             (policy_ == SimPolicy::SecondTouchLru && estimate(r) < 2);
+                             (policy_ == SimPolicy::SecondTouchLru && seen.count(r) == 0);
         if (!empty && refused) {
           ++stats_.lfu_rejections;
           result[r] = -1;
@@ -288,13 +319,20 @@ class CacheSimulator {
         ++halvings_;
       }
     }
+    if (policy_ == SimPolicy::SecondTouchLru && period_ > 0) {
+      increments_ += uniq.size();
+      const std::uint64_t passed = increments_ / period_;
+      if (passed > periods_) {  // one rotation, however many periods passed
+        door_prev_ = door_;
+        std::fill(door_.begin(), door_.end(), 0u);
+        periods_ = passed;
+        ++rotations_;
+      }
+    }
     return result;
   }
 
-  bool sketched() const {
-    return policy_ == SimPolicy::Lfu || policy_ == SimPolicy::WTinyLfu ||
-           policy_ == SimPolicy::SecondTouchLru;
-  }
+  bool sketched() const { return policy_ == SimPolicy::Lfu || policy_ == SimPolicy::WTinyLfu; }
 
   /// Least recent occupied slot of segment `seg` in `set` (skipping rows in `locked`
   /// unless it is null), or -1.
@@ -421,6 +459,8 @@ class CacheSimulator {
   std::vector<std::uint64_t> last_use_;
   std::vector<std::uint8_t> dirty_;
   std::vector<std::uint32_t> counters_;
+  std::vector<std::uint32_t> door_, door_prev_;  // second-touch LRU's generations (16-bit words)
+  std::uint64_t periods_ = 0, rotations_ = 0;
   std::uint64_t counter_ = 0, increments_ = 0, halvings_ = 0, period_ = 0;
   SimStats stats_;
   bool awaiting_ = false, pending_valid_ = false;

@@ -12,8 +12,9 @@
 /// | Lru<W>            | populate counter of its last batch      | ascending global row                  | always                          |
 /// | Lfu<W>            | count-min-sketch estimate, now          | descending estimate, then row         | its estimate > the victim's     |
 /// | DirectMapped      | as Lru<1>                               | ascending global row                  | always                          |
-/// | SecondTouchLru<W> | as Lru<W>                               | estimate >= 2 first, then row         | its estimate >= 2 (second touch;|
-/// |                   |                                         |                                       | sketch halved every slots rows) |
+/// | SecondTouchLru<W> | as Lru<W>                               | seen before first, then row           | a doorkeeper saw it in an       |
+/// |                   |                                         |                                       | earlier batch (two generations, |
+/// |                   |                                         |                                       | rotated every slots rows)       |
 /// | WTinyLfu<W>       | see mpe/cache/wtinylfu.hpp              | descending estimate, then row         | see mpe/cache/wtinylfu.hpp      |
 ///
 /// Every policy takes an empty way for any miss. A miss that is not admitted (a rejection
@@ -37,6 +38,7 @@ struct CachePolicyList {};
 /// Every cache policy of the library, at `Ways` ways where the policy has a way count (the
 /// PyTorch binding's choices are this list at 32 ways). A new policy adds one entry here.
 template <int Ways = 32>
-using KnownCachePolicies = CachePolicyList<Lru<Ways>, Lfu<Ways>, DirectMapped, SecondTouchLru<Ways>, WTinyLfu<Ways>>;
+using KnownCachePolicies =
+    CachePolicyList<Lru<Ways>, Lfu<Ways>, DirectMapped, SecondTouchLru<Ways>, WTinyLfu<Ways>>;
 
 }  // namespace mpe

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/cache/cache_ref.hpp
-/// @brief Trivially copyable views of the FP32 row cache and of the LFU count-min
-/// sketch, usable inside per-item code (host loops or users' own CUDA kernels).
+/// @brief Trivially copyable views of the FP32 row cache, of the LFU count-min sketch and of
+/// the second-touch doorkeeper, usable inside per-item code (host loops or users' own CUDA
+/// kernels).
 #pragma once
 
 #include <cstdint>
@@ -85,6 +86,44 @@ struct SketchRef {
     }
     return m;
   }
+};
+
+/// View of a doorkeeper: a blocked Bloom filter of the rows seen in the current and the
+/// previous generation, `words` u32 words (a power of two). A row has one word and two bits
+/// among its 16: the low half of the word holds the current generation, the high half the
+/// previous one, so a test or an insert is one memory access and rotate() (the high half
+/// takes the low one, which becomes empty) ages a word with one shift. contains() never
+/// misses a row inserted in either generation; at n distinct rows per generation on `words`
+/// words it says "seen" for an unseen row with probability about twice
+/// (1 - exp(-2 n / (16 words)))^2 (2.4 % a generation measured at n = words). Memory space:
+/// the backend's (the cache policy's metadata).
+struct DoorkeeperRef {
+  std::uint32_t* bits = nullptr;  ///< (words) the filter's bits
+  /// Words, a power of two; 0 when there is no cache, and then word() / contains() must not
+  /// be called.
+  std::int64_t words = 0;
+
+  /// The row's hash: the low bits pick the word, bits 40 .. 47 the two bits.
+  MPE_HOST_DEVICE static std::uint64_t hash(std::int64_t row) {
+    return mix64(static_cast<std::uint64_t>(row) ^ 0x2545f4914f6cdd1dULL);
+  }
+  /// Word holding `row`'s bits.
+  MPE_HOST_DEVICE std::int64_t word(std::int64_t row) const {
+    return static_cast<std::int64_t>(hash(row) & static_cast<std::uint64_t>(words - 1));
+  }
+  /// `row`'s two bits in the low (current) half of its word (they may coincide: one bit).
+  MPE_HOST_DEVICE static std::uint32_t mask(std::int64_t row) {
+    const std::uint64_t h = hash(row);
+    return (1u << ((h >> 40) & 15u)) | (1u << ((h >> 44) & 15u));
+  }
+  /// True when either generation holds both of `row`'s bits (seen, or a false positive).
+  MPE_HOST_DEVICE bool contains(std::int64_t row) const {
+    const std::uint32_t m = mask(row), w = bits[word(row)];
+    return (w & m) == m || ((w >> 16) & m) == m;
+  }
+  /// Ages word i by one generation: the previous one is forgotten, the current one becomes
+  /// the previous one, the current one is empty.
+  MPE_HOST_DEVICE void rotate(std::int64_t i) const { bits[i] <<= 16; }
 };
 
 }  // namespace mpe

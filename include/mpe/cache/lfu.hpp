@@ -58,7 +58,9 @@ struct Lfu : ScoredPolicy<Lfu<Ways>> {
     for (int k = 0; k < SketchRef::depth; ++k) detail::atomic_add(&v.counters[v.cell(row, k)], 1u);
   }
   /// Priority and score: the row's estimate now.
-  MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row) { return v.estimate(row); }
+  MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row, std::uint32_t) {
+    return v.estimate(row);
+  }
   /// A hit changes no policy metadata (it was counted by observe).
   MPE_HOST_DEVICE static void on_hit(View, const CacheRef&, std::int64_t) {}
   /// Score: the resident row's estimate now.

@@ -21,8 +21,9 @@
 ///    `observe(view, row, scratch, 1)` for every unique row (only if `observes`); pass 0
 ///    may only read the metadata, pass 1 may only update it with integer atomics whose
 ///    result does not depend on their order (the same bits on any thread count and on GPU).
-/// 2. `priority(view, row)` of every unique row; the misses of one set are admitted in
-///    descending priority, ties by ascending row.
+/// 2. `priority(view, row, scratch)` of every unique row (`scratch`: the word its observe
+///    passes left, 0 for a policy that does not observe); the misses of one set are
+///    admitted in descending priority, ties by ascending row.
 /// 3. Per set, sequentially: every hit sets the slot's last use to the batch number, then
 ///    `on_hit(view, cache, slot)`, in admission order; then every miss, in admission
 ///    order, asks `choose(...)` for the slot it is filled into. A slot is locked when its
@@ -89,7 +90,8 @@ MPE_HOST_DEVICE inline std::int64_t first_empty_way(const CacheRef& c, std::int6
 /// - `observes`, `observe(view, row, scratch, pass)`: per unique row of each batch, before
 ///   admission (see the file comment for the two passes); `scratch` is one u32 per row
 ///   kept from pass 0 to pass 1.
-/// - `priority(view, row)`: admission priority (higher is admitted first).
+/// - `priority(view, row, scratch)`: admission priority (higher is admitted first);
+///   `scratch` is what observe left for the row (0 when the policy does not observe).
 /// - `on_hit(view, cache, slot)`: a hit's metadata update.
 /// - `choose(view, cache, base, floor, row, priority)`: the slot a miss is filled into
 ///   (the policy updates its own metadata for it), or why it is not cached; must return an
@@ -108,7 +110,7 @@ concept CachePolicy = requires(typename P::View v, const CacheRef& c, std::int64
   { P::view(words, i) } -> std::same_as<typename P::View>;
   { P::observes } -> std::convertible_to<bool>;
   P::observe(v, i, scratch, 0);
-  { P::priority(v, i) } -> std::same_as<std::uint32_t>;
+  { P::priority(v, i, u) } -> std::same_as<std::uint32_t>;
   P::on_hit(v, c, i);
   { P::choose(v, c, i, t, i, u) } -> std::same_as<CacheChoice>;
   { P::decay_period(i) } -> std::same_as<std::uint64_t>;
@@ -132,7 +134,7 @@ struct PolicyBase {
   /// Not called (observes is false).
   MPE_HOST_DEVICE static void observe(View, std::int64_t, std::uint32_t&, int) {}
   /// Every row has priority 0: misses are admitted by ascending row.
-  MPE_HOST_DEVICE static std::uint32_t priority(View, std::int64_t) { return 0; }
+  MPE_HOST_DEVICE static std::uint32_t priority(View, std::int64_t, std::uint32_t) { return 0; }
   /// A hit changes no policy metadata (the cache sets the slot's last use).
   MPE_HOST_DEVICE static void on_hit(View, const CacheRef&, std::int64_t) {}
   /// No decay.

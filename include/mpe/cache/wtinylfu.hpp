@@ -98,7 +98,9 @@ struct WTinyLfu {
     }
   }
   /// Admission priority: the row's estimate after this batch's update.
-  MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row) { return v.sketch.estimate(row); }
+  MPE_HOST_DEVICE static std::uint32_t priority(View v, std::int64_t row, std::uint32_t) {
+    return v.sketch.estimate(row);
+  }
 
   /// Least recent occupied slot of `seg` in the set at `base` (unlocked only when
   /// `unlocked`), or -1.

@@ -64,7 +64,7 @@
 /// |---|---|---|
 /// | `Lru<W>`, `DirectMapped` | `lru`, `direct_mapped` | empty |
 /// | `Lfu<W>` | `lfu` | count-min sketch, 4 lines x width u32 counters, line-major (width: smallest power of two >= max(16, 2 x slots)) |
-/// | `SecondTouchLru<W>` | `second_touch_lru` | the same sketch |
+/// | `SecondTouchLru<W>` | `second_touch_lru` | doorkeeper, `words` u32 (smallest power of two >= max(32, slots)): low 16 bits the current generation, high 16 the previous (mpe::DoorkeeperRef); files written before 2026-12-04 held LFU's sketch here and are refused (section size) |
 /// | `WTinyLfu<W>` | `wtinylfu` | the same sketch, then one byte per slot (segment: 0 window, 1 probation, 2 protected; meaningless for an empty slot), zero-padded to a multiple of 4 bytes |
 // clang-format on
 ///

@@ -35,6 +35,14 @@ MPE_HOST_DEVICE inline void atomic_add(std::uint64_t* p, std::uint64_t v) {
   std::atomic_ref<std::uint64_t>(*p).fetch_add(v, std::memory_order_relaxed);
 #endif
 }
+/// *p |= v; the result does not depend on the order of concurrent calls.
+MPE_HOST_DEVICE inline void atomic_or(std::uint32_t* p, std::uint32_t v) {
+#ifdef __CUDA_ARCH__
+  atomicOr(p, v);
+#else
+  std::atomic_ref<std::uint32_t>(*p).fetch_or(v, std::memory_order_relaxed);
+#endif
+}
 /// *p = max(*p, v); the result does not depend on the order of concurrent calls.
 MPE_HOST_DEVICE inline void atomic_max(std::uint32_t* p, std::uint32_t v) {
 #ifdef __CUDA_ARCH__

@@ -10,9 +10,9 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
-#include "mpe/detail/kernels/all.hpp"
-#include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/host/avx512/pool.hpp"
+#include "mpe/detail/kernels/all.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/numeric/philox.hpp"
 
@@ -51,7 +51,8 @@ struct AdmissionKeys {
       return;
     }
     const std::uint64_t set = static_cast<std::uint64_t>(set_of_row(uniq[u], num_sets));
-    const std::uint32_t p = P::priority(view, uniq[u]);
+    // priorities[u] holds what observe left for the row (the same buffer), if it observes.
+    const std::uint32_t p = P::priority(view, uniq[u], P::observes ? priorities[u] : 0u);
     priorities[u] = p;
     keys[u] = set << 32 | static_cast<std::uint64_t>(~p);
   }
