@@ -42,7 +42,7 @@ if fp32["memory_ratio"] != 1 or fp32["logloss_delta_pct"] != 0:
 small = [r for r in recs if r["config"].endswith(f"@d{max(1, fp32['dim'] // 4)}")]
 if not small or any(r["dim"] != max(1, fp32["dim"] // 4) for r in small):
     errors.append("the D/4 configs are missing or have the wrong dim")
-hashed = [r for r in recs if r["config"].startswith("int4+stlru1%/sr@h")]
+hashed = [r for r in recs if r["config"].startswith("int4+stlru1%/sr@h") and "@md" not in r["config"]]
 if len(hashed) != 3 or any(r["large_hash"] < 2 or r["large_dim"] != fp32["dim"] for r in hashed):
     errors.append("the hashed configs (@h2, @h3, @h4) are missing or not hashed")
 by_k = sorted(hashed, key=lambda r: r["large_hash"])

@@ -63,7 +63,7 @@ std::string label_of(const RunSpec& s) {
   if (s.cache != "none" && s.cache_fraction > 0) l += "+" + s.cache + percent(s.cache_fraction);
   if (s.storage != "fp32") l += s.rounding == "stochastic" ? "/sr" : "/rn";
   if (s.base_dim > 0 && s.dim != s.base_dim) l += "@d" + std::to_string(s.dim);
-  if (s.large_dim > 0 && s.large_dim != s.dim) l += "@md" + std::to_string(s.large_dim);
+  if (s.large_dim > 0 && s.large_dim != s.dim) l += "@md" + std::to_string(s.large_dim);  // @h alone: D
   if (s.large_hash > 0) l += "@h" + std::to_string(s.large_hash);
   if (s.optimizer != "sgd" || s.state_precision != "fp32") l += " " + s.optimizer + "/" + s.state_precision;
   return l;
@@ -114,11 +114,18 @@ std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
       labels.push_back(std::string(c) + d);
   }
   // The large tables (each >= 1 % of all rows) reshaped, the others as at D: hashed into
-  // 2, 3, 4 times fewer rows (@h<k>), at D/4 (@md<d>, zero-padded to D), and both.
-  for (const char* h : {"@h2", "@h3", "@h4"}) labels.push_back(std::string("int4+stlru1%/sr") + h);
-  labels.push_back("int2+stlru1%/sr@h2");
-  labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 4)));
-  labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 2)) + "@h2");
+  // 2, 3, 4 times fewer rows (@h<k>; the cache a fraction of the hashed rows, so 3 % at @h3
+  // has about the slots of 1 % unhashed), at D/4 (@md<d>, zero-padded to D), and both.
+  // Not with --shard (the reshaped tables are one process's MixedDimEmbedding).
+  if (base.shard == "none") {
+    for (const char* h : {"@h2", "@h3", "@h4"}) labels.push_back(std::string("int4+stlru1%/sr") + h);
+    labels.push_back("int4+stlru3%/sr@h3");
+    labels.push_back("int2+stlru1%/sr@h2");
+    if (base.dim >= 2) {
+      labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 4)));
+      labels.push_back("int4+stlru1%/sr@md" + std::to_string(std::max(1, base.dim / 2)) + "@h2");
+    }
+  }
   std::vector<RunSpec> v;
   for (const auto& l : labels) v.push_back(parse_config(l, base));
   return v;
@@ -136,19 +143,21 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
     return std::invalid_argument("--configs: cannot parse '" + text + "': " + why);
   };
   std::string body = text;
+  // Suffixes come in the order @d<D>, @md<d>, @h<k>, each at most once.
+  const auto digits = [](const std::string& n) {
+    return !n.empty() && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
   if (const auto at = text.rfind("@h"); at != std::string::npos) {
     const std::string n = text.substr(at + 2);
-    std::size_t used = 0;
-    int k = 0;
-    try {
-      k = std::stoi(n, &used);
-    } catch (const std::logic_error&) {
-      throw bad("@h needs a factor, e.g. @h4");
-    }
-    if (used != n.size() || k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");
+    if (!digits(n) || n.size() > 7) throw bad("@h<k> needs k in [2, 10^6], digits only, and comes last");
+    const int k = std::stoi(n);
+    if (k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");
+    if (text.substr(0, at).find("@h") != std::string::npos) throw bad("@h<k> given twice");
     RunSpec r = parse_config(text.substr(0, at), s);
     if (r.storage == "dense") throw bad("@h<k> needs embedding tables");
     if (r.shard != "none") throw bad("@h<k> is not built with --shard");
+    if (r.rounding != "stochastic" || r.state_precision != "fp32")
+      throw bad("@h<k> is built with stochastic rounding (/sr) and --state-precision fp32 only");
     if (r.large_dim == 0) r.large_dim = r.dim;
     r.large_hash = k;
     r.label = label_of(r);
@@ -156,17 +165,15 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
   }
   if (const auto at = text.rfind("@md"); at != std::string::npos) {
     const std::string n = text.substr(at + 3);
-    std::size_t used = 0;
-    int dim = 0;
-    try {
-      dim = std::stoi(n, &used);
-    } catch (const std::logic_error&) {
-      throw bad("@md needs a dimension, e.g. @md16");
-    }
+    if (!digits(n) || n.size() > 4) throw bad("@md<d> needs d in [1, D), digits only, before any @h<k>");
+    const int dim = std::stoi(n);
+    if (text.substr(0, at).find("@md") != std::string::npos) throw bad("@md<d> given twice");
     RunSpec r = parse_config(text.substr(0, at), s);
-    if (used != n.size() || dim < 1 || dim > r.dim) throw bad("@md<d> needs d in [1, D]");
+    if (dim < 1 || dim >= r.dim) throw bad("@md<d> needs d in [1, D) (D = " + std::to_string(r.dim) + ")");
     if (r.storage == "dense") throw bad("@md<d> needs embedding tables");
     if (r.shard != "none") throw bad("@md<d> is not built with --shard");
+    if (r.rounding != "stochastic" || r.state_precision != "fp32")
+      throw bad("@md<d> is built with stochastic rounding (/sr) and --state-precision fp32 only");
     r.large_dim = dim;
     r.label = label_of(r);
     return r;

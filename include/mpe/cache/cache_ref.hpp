@@ -93,10 +93,11 @@ struct SketchRef {
 /// among its 16: the low half of the word holds the current generation, the high half the
 /// previous one, so a test or an insert is one memory access and rotate() (the high half
 /// takes the low one, which becomes empty) ages a word with one shift. contains() never
-/// misses a row inserted in either generation; at n distinct rows per generation on `words`
-/// words it says "seen" for an unseen row with probability about twice
-/// (1 - exp(-2 n / (16 words)))^2 (2.4 % a generation measured at n = words). Memory space:
-/// the backend's (the cache policy's metadata).
+/// misses a row inserted in either generation; with n = `words` distinct rows in one
+/// generation it says "seen" for an unseen row with probability 2.4 % (measured:
+/// tests/cache/test_admission_rules.cpp; an unblocked filter of the same bits would give
+/// 1.4 %), with both generations full about twice that. Memory space: the backend's (the
+/// cache policy's metadata).
 struct DoorkeeperRef {
   std::uint32_t* bits = nullptr;  ///< (words) the filter's bits
   /// Words, a power of two; 0 when there is no cache, and then word() / contains() must not

@@ -17,7 +17,7 @@
 /// | 8  | `u32 version` | 4 (older versions: see "Versions 1 to 3" below) |
 /// | 12 | `u32 header_bytes` | H: bytes from offset 0 up to and including the header CRC |
 /// | 16 | `str storage` | `Storage::name`, e.g. `"int8_rowwise"` |
-/// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"`, `"wtinylfu"` |
+/// |    | `str cache_policy` | `Cache::name`: `"lru"`, `"lfu"`, `"direct_mapped"`, `"second_touch_lru"`, `"wtinylfu"` |
 /// |    | `u32 ways` | `Cache::ways` |
 /// |    | `str rounding` | `Rounding::name`: `"stochastic"`, `"nearest"` |
 /// |    | `u32 T`, `i64 table_rows[T]` | rows of each table |
@@ -49,7 +49,7 @@
 /// | 2 | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
 /// | 3 | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |
 /// | 4 | `dirty` | u8 per slot, 0 or 1 | slots |
-/// | 5 | `Cache::name` (`lru`, `lfu`, `direct_mapped`, `wtinylfu`) | the cache policy's metadata (table below) | policy_words * 4 |
+/// | 5 | `Cache::name` (`lru`, `lfu`, `direct_mapped`, `second_touch_lru`, `wtinylfu`) | the cache policy's metadata (table below) | policy_words * 4 |
 /// | 6 | `optimizer` | state (rows, S) in the header's state_precision: FP32 values, or BF16/FP16 u16 bit patterns | rows * S * 4 (fp32), rows * S * 2 (bf16, fp16) |
 /// | 7 | `pending_batch` | the prefetched batch not yet consumed by forward(): `i64 n`, `i64 B`, `i64 indices[n]`, `i64 offsets[T*B + 1]`; empty when there is none | 0, or 16 + 8 * (n + T*B + 1) |
 /// | 8 | `optimizer_cache` | bf16/fp16 with a cache: FP32 state of the cached rows (slots, S), slot order as `tags` (an empty slot's entries are written but never read); empty for fp32 (cached rows keep no state copy), without a cache, or before the first applied step | slots * S * 4, or 0 |
@@ -64,7 +64,7 @@
 /// |---|---|---|
 /// | `Lru<W>`, `DirectMapped` | `lru`, `direct_mapped` | empty |
 /// | `Lfu<W>` | `lfu` | count-min sketch, 4 lines x width u32 counters, line-major (width: smallest power of two >= max(16, 2 x slots)) |
-/// | `SecondTouchLru<W>` | `second_touch_lru` | doorkeeper, `words` u32 (smallest power of two >= max(32, slots)): low 16 bits the current generation, high 16 the previous (mpe::DoorkeeperRef); files written before 2026-12-04 held LFU's sketch here and are refused (section size) |
+/// | `SecondTouchLru<W>` | `second_touch_lru` | doorkeeper, `words` u32 (smallest power of two >= max(32, slots)): low 16 bits the current generation, high 16 the previous (mpe::DoorkeeperRef); files written before 2026-12-04 held LFU's sketch here and are refused by the header's `policy_words` check (a different word count) |
 /// | `WTinyLfu<W>` | `wtinylfu` | the same sketch, then one byte per slot (segment: 0 window, 1 probation, 2 protected; meaningless for an empty slot), zero-padded to a multiple of 4 bytes |
 // clang-format on
 ///
