@@ -99,9 +99,8 @@ template <>
 struct RowAccumulate<Int4Rowwise> {
   template <bool Weighted>
   MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
-    const std::int32_t nb = (D + 1) / 2;
-    const float scale = num::half_to_float(num::load_u16(row + nb));
-    const float bias = num::half_to_float(num::load_u16(row + nb + 2));
+    const Int4Rowwise::Reader rd(row, D);  // the row's FP16 scale and bias, as f32
+    const float scale = rd.scale, bias = rd.bias;
     const std::uint8_t* __restrict__ q = row;
     float* __restrict__ out = o;
     // Element 2k in the low nibble of byte k, 2k+1 in the high nibble.
@@ -133,9 +132,8 @@ template <>
 struct RowAccumulate<Int2Rowwise> {
   template <bool Weighted>
   MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
-    const std::int32_t nb = (D + 3) / 4;
-    const float scale = num::half_to_float(num::load_u16(row + nb));
-    const float bias = num::half_to_float(num::load_u16(row + nb + 2));
+    const Int2Rowwise::Reader rd(row, D);  // the row's FP16 scale and bias, as f32
+    const float scale = rd.scale, bias = rd.bias;
     const std::uint8_t* __restrict__ q = row;
     float* __restrict__ out = o;
     const auto put = [&](std::int32_t d, std::uint32_t code) {

@@ -186,8 +186,13 @@ struct Row<Int8Rowwise> {
   }
 };
 
-template <>
-struct Row<Int4Rowwise> {
+/// INT4 and INT2 row-wise (FBGEMM's fused N-bit rows, N = S::bits): add(mul(scale,
+/// float(q)), bias) with FP16 scale and bias after the ceil(D / (8 / N)) code bytes, element d
+/// in bits [N (d % (8 / N)), + N) of byte d / (8 / N), the lowest bits first.
+template <class S>
+requires(std::is_same_v<S, Int4Rowwise> || std::is_same_v<S, Int2Rowwise>) struct Row<S> {
+  static constexpr int kBits = S::bits;       ///< bits per code
+  static constexpr int kPerByte = 8 / kBits;  ///< codes per byte
   const std::uint8_t* p;
   __m256 scale, bias;
   /// Scale and bias by vcvtph2ps, exact for every code but a signalling NaN, which it
@@ -199,51 +204,25 @@ struct Row<Int4Rowwise> {
   /// times 0) the payload is not promised (docs/numerics.md, section 5), as before.
   MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
     // One 32-bit load: the FP16 scale, then the FP16 bias (x86 is little-endian).
-    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + 1) / 2));  // scale, bias, 0, 0
+    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + kPerByte - 1) / kPerByte));  // scale, bias, 0, 0
     scale = _mm256_broadcastss_ps(sbf);
     bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
   }
+  /// c0 a multiple of kPerByte (the kernels' column groups start at multiples of 8).
   MPE_SIMD_ROW Row at(std::int32_t c0) const {
     Row r = *this;
-    r.p += c0 / 2;
+    r.p += c0 / kPerByte;
     return r;
   }
   MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    // Elements c .. c+7 are the 8 nibbles of the 4 bytes at c/2, low nibble first.
-    std::uint32_t w;
-    __builtin_memcpy(&w, p + c / 2, 4);
-    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
-                                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xf)));
-    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
-  }
-};
-
-/// INT2 row-wise (FBGEMM's fused 2-bit rows): add(mul(scale, float(q)), bias) with FP16 scale
-/// and bias after the (D + 3) / 4 code bytes, element d in bits [2 (d % 4), + 2) of byte
-/// d / 4. Scale and bias as Int4Rowwise's (the same argument for a signalling NaN).
-template <>
-struct Row<Int2Rowwise> {
-  const std::uint8_t* p;
-  __m256 scale, bias;
-  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + 3) / 4));  // scale, bias, 0, 0
-    scale = _mm256_broadcastss_ps(sbf);
-    bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
-  }
-  /// c0 a multiple of 4 (the kernels' column groups start at multiples of 8).
-  MPE_SIMD_ROW Row at(std::int32_t c0) const {
-    Row r = *this;
-    r.p += c0 / 4;
-    return r;
-  }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    // Elements c .. c+7 (c a multiple of 4) are the 8 2-bit fields of the 2 bytes at c/4.
-    std::uint16_t w;
-    __builtin_memcpy(&w, p + c / 4, 2);
-    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
-                                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x3)));
+    // Elements c .. c+7 (c a multiple of kPerByte) are the 8 codes of the kBits bytes at
+    // c / kPerByte, code k in bits [kBits k, + kBits) of their little-endian word.
+    std::uint32_t w = 0;
+    __builtin_memcpy(&w, p + c / kPerByte, kBits);
+    const __m256i v = _mm256_srlv_epi32(
+        _mm256_set1_epi32(static_cast<int>(w)),
+        _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits));
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << kBits) - 1)));
     return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
   }
 };

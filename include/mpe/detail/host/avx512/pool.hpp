@@ -187,6 +187,19 @@ struct Row<Int8Rowwise> {
   }
 };
 
+/// add(mul(scale, q), bias) for q = 0 .. 15 of the fused N-bit row at r (S = Int4Rowwise or
+/// Int2Rowwise; INT2 looks up lanes 0 .. 3 only): the row's scale and bias decoded as the
+/// AVX2 kernel does, then the decode's own multiply and add on each code.
+template <class S>
+MPE_AVX512_ROW inline __m512 code_values(const std::uint8_t* r, std::int32_t D) {
+  const simd::Row<S> r8(r, D);
+  const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
+  const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
+  const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
+                                      11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
+  return add(mul(scale, codes), bias);
+}
+
 /// INT4 row-wise: add(mul(scale, float(q)), bias) with FP16 scale and bias after the
 /// (D + 1) / 2 code bytes, low nibble first. The 16 possible values are computed once per
 /// row (`table`, by those operations on q = 0 .. 15) and each element is looked up by its
@@ -198,14 +211,7 @@ template <>
 struct Row<Int4Rowwise> {
   const std::uint8_t* p;
   __m512 table;  // table[q] = add(mul(scale, q), bias), q = 0 .. 15
-  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const simd::Row<Int4Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
-    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
-    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
-    const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
-                                        11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
-    table = add(mul(scale, codes), bias);
-  }
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r), table(code_values<Int4Rowwise>(r, D)) {}
   /// Elements [c, c + 16) from the 8 bytes at c / 2 (c even): byte k's low nibble is element
   /// 2k, its high nibble (the byte shifted right by 4 within its 16-bit word) element 2k + 1;
   /// each lands in the low 4 bits of a 32-bit lane, the only bits `vpermps` reads.
@@ -244,14 +250,7 @@ template <>
 struct Row<Int2Rowwise> {
   const std::uint8_t* p;
   __m512 table;  // table[q] = add(mul(scale, q), bias), q = 0 .. 3 used
-  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    const simd::Row<Int2Rowwise> r8(r, D);  // scale and bias decoded as the AVX2 kernel does
-    const __m512 scale = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.scale));
-    const __m512 bias = _mm512_maskz_broadcastss_ps(kAll, _mm256_castps256_ps128(r8.bias));
-    const __m512 codes = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f,
-                                        11.0f, 12.0f, 13.0f, 14.0f, 15.0f);
-    table = add(mul(scale, codes), bias);
-  }
+  MPE_AVX512_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r), table(code_values<Int2Rowwise>(r, D)) {}
   /// table[code] for the 16 2-bit fields of w, field k (bits [2 k, 2 k + 2)) in lane k.
   MPE_AVX512_ROW __m512 decode(std::uint32_t w) const {
     const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
