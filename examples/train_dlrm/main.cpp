@@ -10,14 +10,17 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -99,6 +102,11 @@ std::vector<RunSpec> paper_sweep(const RunSpec& base) {
 
 RunSpec parse_config(const std::string& text, const RunSpec& base);
 
+// The config every other is compared with: FP32, no cache, every table whole at the run's D.
+bool is_fp32_reference(const RunSpec& s, const RunSpec& base) {
+  return s.storage == "fp32" && s.cache == "none" && s.dim == base.dim && s.large_dim == 0;
+}
+
 // The memory/log-loss frontier (--sweep frontier): the FP32 reference and dense-only, each
 // store at the run's D with and without a small cache, smaller D (a uniform D/2 and D/4
 // for every table: the simplest mixed-dimension choice) with the low-precision stores, and
@@ -143,37 +151,35 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
     return std::invalid_argument("--configs: cannot parse '" + text + "': " + why);
   };
   std::string body = text;
-  // Suffixes come in the order @d<D>, @md<d>, @h<k>, each at most once.
-  const auto digits = [](const std::string& n) {
-    return !n.empty() && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  if (const auto at = text.rfind("@h"); at != std::string::npos) {
-    const std::string n = text.substr(at + 2);
-    if (!digits(n) || n.size() > 7) throw bad("@h<k> needs k in [2, 10^6], digits only, and comes last");
-    const int k = std::stoi(n);
-    if (k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");
-    if (text.substr(0, at).find("@h") != std::string::npos) throw bad("@h<k> given twice");
+  // Suffixes come in the order @d<D>, @md<d>, @h<k>, each at most once. A reshaping suffix
+  // (@md, @h) ends the label: its number is the digits after it (at most `max_digits`), the
+  // label before it parses to the config it reshapes.
+  const auto reshaped = [&](const char* tag, std::size_t max_digits, const char* rule) -> std::optional<std::pair<RunSpec, int>> {
+    const auto at = text.rfind(tag);
+    if (at == std::string::npos) return std::nullopt;
+    const std::string n = text.substr(at + std::strlen(tag));
+    const std::string suffix = std::string(tag) + (tag[1] == 'h' ? "<k>" : "<d>");
+    if (n.empty() || n.size() > max_digits || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw bad(suffix + " needs " + rule + ", digits only, in the order @d, @md, @h");
+    if (text.substr(0, at).find(tag) != std::string::npos) throw bad(suffix + " given twice");
     RunSpec r = parse_config(text.substr(0, at), s);
-    if (r.storage == "dense") throw bad("@h<k> needs embedding tables");
-    if (r.shard != "none") throw bad("@h<k> is not built with --shard");
+    if (r.storage == "dense") throw bad(suffix + " needs embedding tables");
+    if (r.shard != "none") throw bad(suffix + " is not built with --shard");
     if (r.rounding != "stochastic" || r.state_precision != "fp32")
-      throw bad("@h<k> is built with stochastic rounding (/sr) and --state-precision fp32 only");
+      throw bad(suffix + " is built with stochastic rounding (/sr) and --state-precision fp32 only");
+    return std::pair{r, std::stoi(n)};
+  };
+  if (auto h = reshaped("@h", 7, "k in [2, 10^6]")) {
+    auto& [r, k] = *h;
+    if (k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");
     if (r.large_dim == 0) r.large_dim = r.dim;
     r.large_hash = k;
     r.label = label_of(r);
     return r;
   }
-  if (const auto at = text.rfind("@md"); at != std::string::npos) {
-    const std::string n = text.substr(at + 3);
-    if (!digits(n) || n.size() > 4) throw bad("@md<d> needs d in [1, D), digits only, before any @h<k>");
-    const int dim = std::stoi(n);
-    if (text.substr(0, at).find("@md") != std::string::npos) throw bad("@md<d> given twice");
-    RunSpec r = parse_config(text.substr(0, at), s);
+  if (auto md = reshaped("@md", 4, "d in [1, D)")) {
+    auto& [r, dim] = *md;
     if (dim < 1 || dim >= r.dim) throw bad("@md<d> needs d in [1, D) (D = " + std::to_string(r.dim) + ")");
-    if (r.storage == "dense") throw bad("@md<d> needs embedding tables");
-    if (r.shard != "none") throw bad("@md<d> is not built with --shard");
-    if (r.rounding != "stochastic" || r.state_precision != "fp32")
-      throw bad("@md<d> is built with stochastic rounding (/sr) and --state-precision fp32 only");
     r.large_dim = dim;
     r.label = label_of(r);
     return r;
@@ -649,7 +655,7 @@ int main(int argc, char** argv) {
           std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
                     << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
                     << "  " << fmt("%.1f", r.train_seconds) << "s\n";
-        if (sp.storage == "fp32" && sp.cache == "none" && sp.dim == base.dim && sp.large_dim == 0) fp32_ll = r.logloss;
+        if (is_fp32_reference(sp, base)) fp32_ll = r.logloss;
         if (r.bayes_logloss >= 0) bayes = r.bayes_logloss;
         aggs[i].runs.push_back(std::move(r));
       }
@@ -662,7 +668,7 @@ int main(int argc, char** argv) {
     // ran; otherwise against an FP32 table of the config's own D (RunResult::fp32_bytes).
     std::size_t fp32_memory = 0;
     for (const auto& a : aggs)
-      if (a.spec.storage == "fp32" && a.spec.cache == "none" && a.spec.dim == base.dim && a.spec.large_dim == 0 && !a.runs.empty())
+      if (is_fp32_reference(a.spec, base) && !a.runs.empty())
         fp32_memory = a.runs.front().memory_bytes;
     for (auto& a : aggs)
       for (auto& r : a.runs)

@@ -113,7 +113,7 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   if (spec.cache != "none" && spec.cache_fraction > 0)
     cache_rows = std::max<std::int64_t>(std::llround(spec.cache_fraction * static_cast<double>(total)), 32);
   cfg.cache_rows = cache_rows;
-  cfg.seed = hash_combine(spec.seed, 0xe3b);
+  cfg.seed = embedding_seed(spec);
   const int N = comm.size();
   mpe::sharded::ShardingPlan plan;
   if (spec.shard == "table")

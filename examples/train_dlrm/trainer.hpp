@@ -195,10 +195,14 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   return res;
 }
 
+// The stochastic-rounding seed of a run's embedding tables (every path: uniform, reshaped,
+// sharded), derived from the model seed.
+inline std::uint64_t embedding_seed(const RunSpec& spec) { return hash_combine(spec.seed, 0xe3b); }
+
 // "@md<d>" / "@h<k>" runs: tables holding at least 1 % of all rows at D = spec.large_dim
 // and, with k > 0, hashed into ceil(rows / k) rows; the others as the uniform run.
 template <class Storage, class Cache, class Rounding, class Precision>
-RunResult run_reshaped(const RunSpec& spec, const DataSetup& data, std::uint64_t emb_seed) {
+RunResult run_reshaped(const RunSpec& spec, const DataSetup& data) {
   std::int64_t total = 0;
   for (auto r : data.table_rows) total += r;
   mpe::MixedDimConfig cfg;
@@ -210,7 +214,7 @@ RunResult run_reshaped(const RunSpec& spec, const DataSetup& data, std::uint64_t
     cfg.tables.push_back({R > 0 ? R : r, large ? static_cast<std::int32_t>(spec.large_dim) : spec.dim});
   }
   cfg.cache_fraction = spec.cache != "none" ? spec.cache_fraction : 0.0;
-  cfg.seed = emb_seed;
+  cfg.seed = embedding_seed(spec);
   mpe::MixedDimEmbedding<Storage, Cache, Rounding, Precision> md(cfg);
   {
     // The start of the uniform run of the same seed, so the comparison with it stays
@@ -220,7 +224,7 @@ RunResult run_reshaped(const RunSpec& spec, const DataSetup& data, std::uint64_t
     mpe::EmbeddingConfig full;
     full.table_rows = data.table_rows;
     full.dim = spec.dim;
-    full.seed = emb_seed;
+    full.seed = cfg.seed;
     mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<32>, mpe::NearestRounding> ref(full);
     ref.init_uniform(-spec.emb_init, spec.emb_init);
     std::int64_t first = 0;
@@ -248,7 +252,7 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
     // Reshaped tables (@md / @h): with stochastic rounding and FP32 optimizer state only, to
     // keep the example's instantiations (and its build time) small.
     if constexpr (std::is_same_v<Rounding, mpe::StochasticRounding> && std::is_same_v<Precision, mpe::StateFp32>)
-      return run_reshaped<Storage, Cache, Rounding, Precision>(spec, data, hash_combine(spec.seed, 0xe3b));
+      return run_reshaped<Storage, Cache, Rounding, Precision>(spec, data);
     throw std::invalid_argument("@md<d> / @h<k> are built with --rounding stochastic and --state-precision fp32 only");
   }
   mpe::EmbeddingConfig cfg;
@@ -262,7 +266,7 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
     cache_rows = std::max(cache_rows, ways);  // the library rejects 0 < cache_rows < Ways
   }
   cfg.cache_rows = cache_rows;
-  cfg.seed = hash_combine(spec.seed, 0xe3b);
+  cfg.seed = embedding_seed(spec);
   mpe::CachedEmbedding<Storage, Cache, Rounding, mpe::HostBackend, Precision> emb(cfg);
   emb.init_uniform(-spec.emb_init, spec.emb_init);
   return train_and_eval(spec, data, &emb, cache_rows);

@@ -33,11 +33,6 @@ std::size_t design_row_bytes(std::size_t D, std::size_t align) {
 
 }  // namespace
 
-template <class C>
-constexpr bool mpe_test_is_second_touch = false;
-template <int W>
-constexpr bool mpe_test_is_second_touch<mpe::SecondTouchLru<W>> = true;
-
 TEST_CASE_TEMPLATE("memory() follows the formulas", P, Policy<mpe::Fp32, mpe::Lru<4>>,
                    Policy<mpe::Fp16, mpe::DirectMapped>, Policy<mpe::Int8Rowwise, mpe::Lfu<4>>,
                    Policy<mpe::Int4Rowwise, mpe::Lru<4>>, Policy<mpe::Int2Rowwise, mpe::SecondTouchLru<4>>) {
@@ -74,7 +69,7 @@ TEST_CASE_TEMPLATE("memory() follows the formulas", P, Policy<mpe::Fp32, mpe::Lr
           sketch = 4 * width * sizeof(std::uint32_t);
         }
         // Second-touch doorkeeper: the smallest power of two >= max(32, slots) u32 words.
-        if (mpe_test_is_second_touch<C> && slots > 0) {
+        if (requires { requires C::uses_doorkeeper; } && slots > 0) {
           std::size_t words = 32;
           while (words < slots) words *= 2;
           sketch = words * sizeof(std::uint32_t);

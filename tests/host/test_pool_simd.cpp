@@ -171,8 +171,8 @@ void random_row(std::uint8_t* row, std::int32_t D, std::mt19937& rng) {
     std::uniform_real_distribution<float> u(-3.0f, 3.0f);
     mpe::num::store_f32(row + D, std::ldexp(u(rng), -7));
     mpe::num::store_f32(row + D + 4, u(rng));
-  } else if constexpr (std::is_same_v<S, mpe::Int4Rowwise> || std::is_same_v<S, mpe::Int2Rowwise>) {
-    const std::int32_t nb = std::is_same_v<S, mpe::Int4Rowwise> ? (D + 1) / 2 : (D + 3) / 4;
+  } else if constexpr (mpe::detail::FusedNbitStorage<S>) {
+    const std::int32_t nb = (D + 8 / S::bits - 1) / (8 / S::bits);
     for (std::int32_t i = 0; i < nb; ++i) row[i] = static_cast<std::uint8_t>(rng());
     mpe::num::store_u16(row + nb, random_finite_half(rng));
     mpe::num::store_u16(row + nb + 2, random_finite_half(rng));
@@ -602,11 +602,12 @@ TEST_CASE("AVX2 and AVX-512 pooling of every FP16 code give the portable loop's 
 // Reader's bits whatever the scale and bias.
 #if MPE_HOST_SIMD
 namespace {
-/// Rows of the fused N-bit format S (Bits = 4 or 2) with every pair of special FP16 scales
+/// Rows of the fused N-bit format S (Int4Rowwise, Int2Rowwise) with every pair of special FP16 scales
 /// and biases and every code in every column, pooled by the AVX2 and AVX-512 kernels and
 /// decoded by the cache fill, against the portable loop and the Reader.
-template <class S, int Bits>
+template <class S>
 void check_special_scales(std::initializer_list<std::int32_t> dims) {
+  constexpr int Bits = S::bits;
   const std::uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0xbc00, 0x2e66, 0x7bff,
                                     0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x7d23};
   const auto is_nan = [](std::uint16_t h) { return (h & 0x7fffu) > 0x7c00u; };
@@ -656,7 +657,7 @@ TEST_CASE(
   if (simd_kernels_missing()) return;
 #if MPE_HOST_SIMD
   // 17, 31, 47: odd D, tails of 1, 15 and 15 columns (1, 8 and 8 code bytes); 64 and 65: load64.
-  check_special_scales<mpe::Int4Rowwise, 4>({64, 65, 17, 31, 47});
+  check_special_scales<mpe::Int4Rowwise>({64, 65, 17, 31, 47});
 #endif
 }
 
@@ -666,7 +667,7 @@ TEST_CASE(
 #if MPE_HOST_SIMD
   // 17, 30, 47: tails of 1, 14 and 15 columns (1, 4 and 4 code bytes), D % 4 = 1, 2, 3;
   // 64: full registers only; 8 and 12: the AVX2 kernel's 8-column group plus a Reader tail.
-  check_special_scales<mpe::Int2Rowwise, 2>({64, 17, 30, 47, 8, 12});
+  check_special_scales<mpe::Int2Rowwise>({64, 17, 30, 47, 8, 12});
 #endif
 }
 

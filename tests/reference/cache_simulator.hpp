@@ -126,11 +126,6 @@ class CacheSimulator {
   /// W-TinyLFU segment per slot (0 window, 1 probation, 2 protected; stale when empty).
   const std::vector<std::uint8_t>& segment() const { return segment_; }
   const std::vector<std::uint32_t>& counters() const { return counters_; }
-  /// Second-touch LRU's doorkeeper: current and previous generation, 16 bits a word.
-  const std::vector<std::uint32_t>& doorkeeper() const { return door_; }
-  const std::vector<std::uint32_t>& doorkeeper_previous() const { return door_prev_; }
-  /// Times the generations rotated.
-  std::uint64_t rotations() const { return rotations_; }
   /// Whether either generation holds both of `row`'s bits (second-touch LRU only).
   bool door_contains(std::int64_t row) const {
     const mpe::DoorkeeperRef ref{nullptr, static_cast<std::int64_t>(door_.size())};
@@ -326,7 +321,6 @@ class CacheSimulator {
         door_prev_ = door_;
         std::fill(door_.begin(), door_.end(), 0u);
         periods_ = passed;
-        ++rotations_;
       }
     }
     return result;
@@ -460,7 +454,7 @@ class CacheSimulator {
   std::vector<std::uint8_t> dirty_;
   std::vector<std::uint32_t> counters_;
   std::vector<std::uint32_t> door_, door_prev_;  // second-touch LRU's generations (16-bit words)
-  std::uint64_t periods_ = 0, rotations_ = 0;
+  std::uint64_t periods_ = 0;                    // slots-periods of unique rows passed at the last rotation
   std::uint64_t counter_ = 0, increments_ = 0, halvings_ = 0, period_ = 0;
   SimStats stats_;
   bool awaiting_ = false, pending_valid_ = false;

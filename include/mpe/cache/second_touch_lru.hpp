@@ -15,8 +15,8 @@ namespace mpe {
 
 /// Least recently used replacement with a doorkeeper admission rule: a missing row takes an
 /// empty way whenever its set has one, but replaces a resident row only on its second
-/// touch, that is when the doorkeeper has seen it in an earlier batch (since its last
-/// clear). A row the rule refuses stays uncached for the batch (a *bypass*, counted in
+/// touch, that is when the doorkeeper has seen it in an earlier batch (in its current or
+/// previous generation). A row the rule refuses stays uncached for the batch (a *bypass*, counted in
 /// CacheStats::lfu_rejections): the forward pools it straight from the store and the
 /// backward applies its update to the store with the embedding's Rounding, exactly as a
 /// store-only table does, so rows touched once (most of a Zipf tail) neither evict a hot
@@ -33,7 +33,7 @@ namespace mpe {
 /// two batches at most about two cache-sizes of unique rows apart, and the rows of the
 /// batch just before are always remembered, however many rows a batch has. Its checkpoint
 /// section is named `second_touch_lru` (version 4 files from before the doorkeeper held a
-/// 4-line sketch there and are refused by its size).
+/// 4-line sketch there and are refused: their `policy_words` differ).
 ///
 /// Admission order of a set's misses: rows seen before first, then the others, each group
 /// by ascending row (priority = 2 if seen, else 1). The victim is Lru's: the lowest empty
@@ -46,7 +46,7 @@ struct SecondTouchLru : ScoredPolicy<SecondTouchLru<Ways>> {
   static constexpr bool uses_doorkeeper = true;            ///< keeps a doorkeeper (DoorkeeperRef)
   static constexpr const char* name = "second_touch_lru";  ///< checkpoint name and section name
   /// Priority from which a miss may replace a resident row (seen in an earlier batch).
-  static constexpr std::uint32_t kAdmitEstimate = 2;
+  static constexpr std::uint32_t kAdmitPriority = 2;
   using ScoredPolicy<SecondTouchLru<Ways>>::choose;
   /// choose is ScoredPolicy's and the score is the slot's own last use: the admission reads
   /// a set once for all its misses.
@@ -90,7 +90,7 @@ struct SecondTouchLru : ScoredPolicy<SecondTouchLru<Ways>> {
   }
   /// A miss replaces the victim only on its second touch.
   MPE_HOST_DEVICE static bool admits(View, std::uint32_t priority, std::uint64_t) {
-    return priority >= kAdmitEstimate;
+    return priority >= kAdmitPriority;
   }
   /// The generations rotate every `slots` unique rows (once per populate, see above).
   static std::uint64_t decay_period(std::int64_t slots) { return static_cast<std::uint64_t>(slots); }

@@ -4,6 +4,7 @@
 /// `Int2Rowwise`): FP16 scale and bias after the packed codes.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 
 #include "mpe/numeric/half.hpp"
@@ -37,6 +38,15 @@ struct FusedNbitReader {
     return num::add(num::mul(scale, static_cast<float>(q)), bias);
   }
 };
+
+/// A storage format in FBGEMM's fused N-bit layout (Int4Rowwise, Int2Rowwise): its codes are
+/// `S::bits` wide and it reads rows with FusedNbitReader<S::bits>. The host SIMD decoders and
+/// the portable pooling loop have one definition for every such format.
+template <class S>
+concept FusedNbitStorage = requires {
+  { S::bits } -> std::convertible_to<int>;
+}
+&&std::same_as<typename S::Reader, FusedNbitReader<S::bits>>;
 
 /// The part of an N-bit row's store() (N = `Bits`, 2 or 4) that lane `lane` of `lanes`
 /// writes: the code bytes of its element groups (num::for_each_element_lanes: four

@@ -95,44 +95,15 @@ struct RowAccumulate<Int8Rowwise> {
   }
 };
 
-template <>
-struct RowAccumulate<Int4Rowwise> {
+/// INT4 and INT2 rows (FBGEMM's fused N-bit layout): element (8 / N) k + j in bits
+/// [N j, N j + N) of byte k, decoded with the Reader's scale and bias.
+template <FusedNbitStorage S>
+struct RowAccumulate<S> {
   template <bool Weighted>
   MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
-    const Int4Rowwise::Reader rd(row, D);  // the row's FP16 scale and bias, as f32
-    const float scale = rd.scale, bias = rd.bias;
-    const std::uint8_t* __restrict__ q = row;
-    float* __restrict__ out = o;
-    // Element 2k in the low nibble of byte k, 2k+1 in the high nibble.
-    const std::int32_t pairs = D / 2;
-    for (std::int32_t k = 0; k < pairs; ++k) {
-      const std::uint32_t b = q[k];
-      const float x0 = num::add(num::mul(scale, static_cast<float>(b & 0xfu)), bias);
-      const float x1 = num::add(num::mul(scale, static_cast<float>(b >> 4)), bias);
-      if constexpr (Weighted) {
-        out[2 * k] = num::add(out[2 * k], num::mul(w, x0));
-        out[2 * k + 1] = num::add(out[2 * k + 1], num::mul(w, x1));
-      } else {
-        out[2 * k] = num::add(out[2 * k], x0);
-        out[2 * k + 1] = num::add(out[2 * k + 1], x1);
-      }
-    }
-    if (D & 1) {
-      const float x = num::add(num::mul(scale, static_cast<float>(q[pairs] & 0xfu)), bias);
-      if constexpr (Weighted) {
-        out[D - 1] = num::add(out[D - 1], num::mul(w, x));
-      } else {
-        out[D - 1] = num::add(out[D - 1], x);
-      }
-    }
-  }
-};
-
-template <>
-struct RowAccumulate<Int2Rowwise> {
-  template <bool Weighted>
-  MPE_HOST_DEVICE static void run(const std::uint8_t* row, std::int32_t D, float w, float* o) {
-    const Int2Rowwise::Reader rd(row, D);  // the row's FP16 scale and bias, as f32
+    constexpr int kBits = S::bits, kPerByte = 8 / kBits;
+    constexpr std::uint32_t kMask = (1u << kBits) - 1u;
+    const typename S::Reader rd(row, D);  // the row's FP16 scale and bias, as f32
     const float scale = rd.scale, bias = rd.bias;
     const std::uint8_t* __restrict__ q = row;
     float* __restrict__ out = o;
@@ -144,17 +115,13 @@ struct RowAccumulate<Int2Rowwise> {
         out[d] = num::add(out[d], x);
       }
     };
-    // Element 4k + j in bits [2j, 2j + 2) of byte k.
-    const std::int32_t quads = D / 4;
-    for (std::int32_t k = 0; k < quads; ++k) {
+    const std::int32_t full = D / kPerByte;  // bytes whose every code is an element
+    for (std::int32_t k = 0; k < full; ++k) {
       const std::uint32_t b = q[k];
-      put(4 * k, b & 0x3u);
-      put(4 * k + 1, (b >> 2) & 0x3u);
-      put(4 * k + 2, (b >> 4) & 0x3u);
-      put(4 * k + 3, b >> 6);
+      for (int j = 0; j < kPerByte; ++j) put(kPerByte * k + j, (b >> (kBits * j)) & kMask);
     }
-    for (std::int32_t d = 4 * quads; d < D; ++d)
-      put(d, (static_cast<std::uint32_t>(q[quads]) >> (2 * (d & 3))) & 0x3u);
+    for (std::int32_t d = kPerByte * full; d < D; ++d)
+      put(d, (static_cast<std::uint32_t>(q[full]) >> (kBits * (d - kPerByte * full))) & kMask);
   }
 };
 

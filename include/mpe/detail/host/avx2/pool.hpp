@@ -189,8 +189,8 @@ struct Row<Int8Rowwise> {
 /// INT4 and INT2 row-wise (FBGEMM's fused N-bit rows, N = S::bits): add(mul(scale,
 /// float(q)), bias) with FP16 scale and bias after the ceil(D / (8 / N)) code bytes, element d
 /// in bits [N (d % (8 / N)), + N) of byte d / (8 / N), the lowest bits first.
-template <class S>
-requires(std::is_same_v<S, Int4Rowwise> || std::is_same_v<S, Int2Rowwise>) struct Row<S> {
+template <FusedNbitStorage S>
+struct Row<S> {
   static constexpr int kBits = S::bits;       ///< bits per code
   static constexpr int kPerByte = 8 / kBits;  ///< codes per byte
   const std::uint8_t* p;
