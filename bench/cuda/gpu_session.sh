@@ -41,9 +41,15 @@ for b in "$STAGE"/bin/test_*; do
   pids+=($!)
   names+=("$n")
 done
+# SANITIZE_BINS: the test binaries memcheck runs, one after another (default test_cuda_core),
+# each for at most SANITIZE_S seconds (default 150).
 if command -v compute-sanitizer >/dev/null; then
-  (OMP_NUM_THREADS=2 timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-     "$STAGE/bin/test_cuda_core" >"$OUT/sanitizer.log" 2>&1; echo "exit $?" >>"$OUT/sanitizer.log") &
+  (for t in ${SANITIZE_BINS:-test_cuda_core}; do
+     echo "== memcheck $t"
+     OMP_NUM_THREADS=2 timeout "${SANITIZE_S:-150}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+       "$STAGE/bin/$t" 2>&1
+     echo "exit $?"
+   done >"$OUT/sanitizer.log") &
   pids+=($!)
 else
   echo "compute-sanitizer not found" >"$OUT/sanitizer.log"
@@ -68,6 +74,25 @@ bench bench_gpu "${GPU_BENCH_FILTER:-^gpu/}" "${GPU_BENCH_S:-170}"
 if [ "${BASE_BENCH_S:-120}" -gt 0 ]; then
   bench bench_base '^(cuda|sync|deferred)/' "${BASE_BENCH_S:-120}"
 fi
+# ---- per-kernel time and DRAM bytes (Nsight Compute), one ncu run per benchmark filter in
+# NCU_FILTERS (';'-separated; unset: none), at most NCU_LAUNCHES kernel launches each, so a
+# call's time can be placed kernel by kernel (bench/cuda/ncu_summary.py; into ncu.txt).
+if [ -n "${NCU_FILTERS:-}" ] && command -v ncu >/dev/null; then
+  copy=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("context",{}).get("mpe_hbm_copy_GBps",0))' \
+           "$OUT/bench_gpu.json" 2>/dev/null || echo 0)
+  : >"$OUT/ncu.txt"
+  IFS=';' read -r -a filters <<<"$NCU_FILTERS"
+  for f in "${filters[@]}"; do
+    echo "==================== ncu: $f" >>"$OUT/ncu.txt"
+    timeout "${NCU_S:-90}" ncu --clock-control none --csv --print-units base --kernel-name-base demangled \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      --launch-count "${NCU_LAUNCHES:-400}" "$STAGE/bin/bench_embedding_cuda" --benchmark_filter="$f" \
+      --benchmark_min_time=0.01 >"$OUT/ncu_raw.csv" 2>>"$OUT/ncu.txt"
+    echo "exit $?" >>"$OUT/ncu.txt"
+    python3 "$(dirname "$0")/ncu_summary.py" "$OUT/ncu_raw.csv" --copy-gbps "${copy:-0}" >>"$OUT/ncu.txt" 2>&1
+  done
+  rm -f "$OUT/ncu_raw.csv"
+fi
 t2=$(date +%s)
 
 # ---- summary
@@ -75,9 +100,10 @@ echo "tests $((t1 - t0)) s, benchmarks $((t2 - t1)) s"
 head -3 "$OUT/env.txt" | tail -2
 grep -E '^(====================|\[doctest\] (test cases|assertions)|exit |MPE_CUDA_SKIP)' "$OUT/tests.log"
 grep -m 40 -E 'ERROR|FAILED|error:|what\(\)|terminate' "$OUT/tests.log"
-grep -E 'ERROR SUMMARY|exit ' "$OUT/sanitizer.log" | tail -2
+grep -E '^== memcheck|ERROR SUMMARY|exit ' "$OUT/sanitizer.log"
 reports=("$OUT/bench_gpu.txt")
 [ -f "$OUT/bench_base.txt" ] && reports+=("$OUT/bench_base.txt")
 grep -E '^device|exit ' "${reports[@]}"
+[ -f "$OUT/ncu.txt" ] && cut -c1-150 "$OUT/ncu.txt"
 python3 "$(dirname "$0")/summarize.py" --json "$OUT/h200.json" --commit "${MPE_COMMIT:-unknown}" "${reports[@]}" |
   cut -c1-200

@@ -74,6 +74,16 @@ struct Count {
 };
 }  // namespace backend_probe
 
+/// Whether the lanes of one item of `B::for_each_lanes` run together as one CUDA warp
+/// (`static constexpr bool warp_lanes = true`, CudaBackend): laned functors may then
+/// exchange values between the lanes inside one call (warp shuffles), and CachedEmbedding
+/// fuses laned kernels whose lanes would otherwise read each other's writes. Optional;
+/// false when absent (HostBackend, and tests' lanes run one after another).
+template <class B>
+inline constexpr bool warp_lanes = requires {
+  requires B::warp_lanes;
+};
+
 /// An execution backend for CachedEmbedding: see the file comment for each member's
 /// contract. Checked when CachedEmbedding is instantiated.
 template <class B>

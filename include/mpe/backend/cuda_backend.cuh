@@ -288,6 +288,8 @@ struct CudaBackend {
 
   /// A warp per item: laned functors split a row's elements over 32 lanes.
   static constexpr std::int32_t lane_width = 32;
+  /// The 32 lanes of an item are one warp (mpe::warp_lanes): functors may use warp shuffles.
+  static constexpr bool warp_lanes = true;
   /// Launches f(i, lane, 32) for every item i in [0, n) and lane in [0, 32) as one
   /// grid-stride kernel on the stream, one warp per item (queued; returns before the kernel
   /// runs). f is a trivially copyable laned functor with an `MPE_HOST_DEVICE` call

@@ -18,16 +18,16 @@
 #include "mpe/backend/backend.hpp"
 #include "mpe/backend/buffer.hpp"
 #include "mpe/backend/host_backend.hpp"
-#include "mpe/cache/cache_ref.hpp"
-#include "mpe/detail/kernels/admission.hpp"
 #include "mpe/cache/all.hpp"
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/core/types.hpp"
+#include "mpe/detail/kernels/admission.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/embedding/embedding_ref.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/all.hpp"
 #include "mpe/optim/state_precision.hpp"
 #include "mpe/storage/all.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe {
 
@@ -299,6 +299,7 @@ class CachedEmbedding {
         slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
     // Laned gradient sums (sum_stages): a stage's plan and two stages' scans, (U + 1) each.
     IBuf sum_plan, sum_base[2];
+    IBuf occ_at;   // (n) laned gradient sums: each sorted occurrence's grad_output row (SortedOccurrences)
     IBuf evicted;  // (U) laned populate: each dirty victim's row (AdmitSet::evicted)
     detail::Buffer<std::uint64_t, Backend> keys;
     detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
@@ -306,6 +307,7 @@ class CachedEmbedding {
     detail::Buffer<std::uint8_t, Backend> outcome;
     detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
     detail::Buffer<float, Backend> sum_part[2];         // sum_stages' partial sums of odd / even stages
+    detail::Buffer<float, Backend> occ_cf;              // (n) each sorted occurrence's coefficient
     void set_backend(const Backend& b);
     std::size_t bytes() const;
   };

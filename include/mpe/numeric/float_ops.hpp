@@ -120,49 +120,70 @@ MPE_HOST_DEVICE inline float rint_even(float a) {
   return bits_float(float_bits(r) | sign);
 }
 
+// Device code: an aligned address is accessed with one 2- or 4-byte load or store, any
+// other with explicit byte accesses. (A memcpy fallback beside the aligned branch is not
+// safe there: nvcc 13 -O3 merged the two stores of store_f32 into one 4-byte store without
+// the alignment test, a misaligned-address fault on a row whose scale sits at an odd byte;
+// the loads were merged into byte loads, losing the aligned path.)
+
 /// Load a float from possibly unaligned bytes (row formats put scale/bias after the data).
-/// In device code an aligned address is read with one 4-byte load (a byte copy otherwise).
+/// In device code an aligned address is read with one 4-byte load, any other byte by byte.
 MPE_HOST_DEVICE inline float load_f32(const std::uint8_t* p) {
 #ifdef __CUDA_ARCH__
   if ((reinterpret_cast<std::uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const float*>(p);
-#endif
+  return __uint_as_float(static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+                         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24);
+#else
   float x;
   std::memcpy(&x, p, sizeof x);
   return x;
+#endif
 }
 
-/// Store a float to possibly unaligned bytes (in device code one 4-byte store where aligned).
+/// Store a float to possibly unaligned bytes (in device code one 4-byte store where
+/// aligned, else four byte stores).
 MPE_HOST_DEVICE inline void store_f32(std::uint8_t* p, float x) {
 #ifdef __CUDA_ARCH__
   if ((reinterpret_cast<std::uintptr_t>(p) & 3u) == 0) {
     *reinterpret_cast<float*>(p) = x;
     return;
   }
-#endif
+  const std::uint32_t b = __float_as_uint(x);
+  p[0] = static_cast<std::uint8_t>(b);
+  p[1] = static_cast<std::uint8_t>(b >> 8);
+  p[2] = static_cast<std::uint8_t>(b >> 16);
+  p[3] = static_cast<std::uint8_t>(b >> 24);
+#else
   std::memcpy(p, &x, sizeof x);
+#endif
 }
 
 /// Load a 16-bit value from possibly unaligned bytes (little-endian host and device; in
-/// device code one 2-byte load where aligned).
+/// device code one 2-byte load where aligned, else two byte loads).
 MPE_HOST_DEVICE inline std::uint16_t load_u16(const std::uint8_t* p) {
 #ifdef __CUDA_ARCH__
   if ((reinterpret_cast<std::uintptr_t>(p) & 1u) == 0) return *reinterpret_cast<const std::uint16_t*>(p);
-#endif
+  return static_cast<std::uint16_t>(p[0] | p[1] << 8);
+#else
   std::uint16_t x;
   std::memcpy(&x, p, sizeof x);
   return x;
+#endif
 }
 
 /// Store a 16-bit value to possibly unaligned bytes (in device code one 2-byte store where
-/// aligned).
+/// aligned, else two byte stores).
 MPE_HOST_DEVICE inline void store_u16(std::uint8_t* p, std::uint16_t x) {
 #ifdef __CUDA_ARCH__
   if ((reinterpret_cast<std::uintptr_t>(p) & 1u) == 0) {
     *reinterpret_cast<std::uint16_t*>(p) = x;
     return;
   }
-#endif
+  p[0] = static_cast<std::uint8_t>(x);
+  p[1] = static_cast<std::uint8_t>(x >> 8);
+#else
   std::memcpy(p, &x, sizeof x);
+#endif
 }
 
 }  // namespace mpe::num

@@ -192,18 +192,14 @@ struct Fp8Rowwise {
   }
 
   /// The part of store() that lane `lane` of `lanes` writes: the codes of its element
-  /// groups (num::for_each_element_lanes) and, lane 0, the scale. Every lane reads the
-  /// whole of `src` for the row's largest magnitude, so the lanes together write exactly
-  /// store()'s bytes; returns store()'s flag (the same in every lane).
+  /// groups (num::for_each_element_lanes) and, lane 0, the scale. The row's largest
+  /// magnitude is store()'s (detail::sanitized_abs_max_lanes: a warp maximum on a GPU), so
+  /// the lanes together write exactly store()'s bytes; returns store()'s flag (the same in every lane).
   template <class R>
   MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                           const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
-    float amax = 0.0f;
-    for (std::int32_t d = 0; d < dim; ++d) {
-      const float a = num::bits_float(num::float_bits(detail::sanitize(src[d], limit, sat)) & 0x7fffffffu);
-      amax = a > amax ? a : amax;
-    }
+    const float amax = detail::sanitized_abs_max_lanes(src, dim, limit, sat, lane, lanes);
     float scale = 0.0f;
     if (amax > 0.0f) {
       scale = num::div(amax, F::max);

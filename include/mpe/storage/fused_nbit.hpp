@@ -60,9 +60,10 @@ concept FusedNbitStorage = requires {
 /// FP16 of (max - bias) / top rounded up (never below 2^-24, the smallest FP16, even where
 /// the f32 division underflows to 0; one FP16 step lower where bias + top * scale would
 /// read back above `limit`), q = clamp(R::round((x - bias) * (1 / scale)), 0, top); for
-/// min == max, scale 0, bias = FP16 of min rounded to nearest, every code 0. Every lane
-/// reads the whole of `src` for the row's min and max, so the lanes together write exactly
-/// the one-lane bytes. Returns true when an element had to be sanitized (saturated).
+/// min == max, scale 0, bias = FP16 of min rounded to nearest, every code 0. The row's
+/// min and max are the one-lane scan's (sanitized_min_max_lanes: a warp reduction on a GPU),
+/// so the lanes together write exactly the one-lane bytes. Returns true when an element had to be sanitized
+/// (saturated).
 template <int Bits, class R>
 MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                             const num::RowRng& rng, std::int32_t lane, std::int32_t lanes,
@@ -72,7 +73,7 @@ MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, 
   constexpr float kTop = static_cast<float>((1 << Bits) - 1);
   bool sat = false;
   float mn, mx;
-  sanitized_min_max(src, dim, limit, mn, mx, sat);
+  sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, lane, lanes);
   const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
   std::uint16_t scale_h = 0, bias_h;
   if (mx == mn) {

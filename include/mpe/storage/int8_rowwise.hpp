@@ -68,15 +68,15 @@ struct Int8Rowwise {
 
   /// The part of store() that lane `lane` of `lanes` writes: the codes of its element
   /// groups (num::for_each_element_lanes: four elements per group, groups lane,
-  /// lane + lanes, ...) and, lane 0, the scale and bias. Every lane reads the whole of `src`
-  /// for the row's min and max (sequentially, as store() does), so the lanes together
-  /// write exactly store()'s bytes; returns store()'s flag (the same in every lane).
+  /// lane + lanes, ...) and, lane 0, the scale and bias. The row's min and max are the ones
+  /// store() finds (detail::sanitized_min_max_lanes: a warp reduction on a GPU), so the lanes
+  /// together write exactly store()'s bytes; returns store()'s flag (the same in every lane).
   template <class R>
   MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                           const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {
     bool sat = false;
     float mn, mx;
-    detail::sanitized_min_max(src, dim, limit, mn, mx, sat);
+    detail::sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, lane, lanes);
     const float range = num::sub(mx, mn);
     float scale = num::div(range, 255.0f);
     if (!(scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0

@@ -121,6 +121,108 @@ MPE_HOST_DEVICE inline void sanitized_min_max(const float* src, std::int32_t dim
   }
 }
 
+/// sanitized_min_max for lane `lane` of `lanes` of a laned row store: in device code with a
+/// whole warp (lanes == 32, every lane calling) each lane scans its element groups (four
+/// elements at 4 * lane, 4 * (lane + 32), ..., as num::for_each_element_lanes) and the warp
+/// combines (value, element) pairs by shuffles, the lower element winning a tie, so that
+/// mn and mx are the elements the sequential scan keeps (their sign of zero too: sanitized
+/// values are never NaN); elsewhere the sequential scan. Every lane gets the same mn, mx and
+/// `saturated` (set when any element was sanitized).
+MPE_HOST_DEVICE inline void sanitized_min_max_lanes(const float* src, std::int32_t dim, float limit,
+                                                    float& mn, float& mx, bool& saturated, std::int32_t lane,
+                                                    std::int32_t lanes) {
+#ifdef __CUDA_ARCH__
+  if (lanes == 32) {
+    constexpr std::int32_t kNone = 0x7fffffff;  // no element (a lane past the row's end)
+    float lo = 0.0f, hi = 0.0f;
+    std::int32_t ilo = kNone, ihi = kNone;
+    bool sat = false;
+    for (std::int32_t g = 4 * lane; g < dim; g += 128) {
+      float v[4];
+      if (g + 4 <= dim && (reinterpret_cast<std::uintptr_t>(src + g) & 15u) == 0) {
+        const float4 q = *reinterpret_cast<const float4*>(src + g);
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+      } else {
+        for (std::int32_t e = 0; e < 4; ++e) v[e] = g + e < dim ? src[g + e] : 0.0f;
+      }
+      for (std::int32_t e = 0; e < 4 && g + e < dim; ++e) {
+        const float x = sanitize(v[e], limit, sat);
+        if (ilo == kNone || x < lo) {
+          lo = x;
+          ilo = g + e;
+        }
+        if (ihi == kNone || x > hi) {
+          hi = x;
+          ihi = g + e;
+        }
+      }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float olo = __shfl_xor_sync(0xffffffffu, lo, off), ohi = __shfl_xor_sync(0xffffffffu, hi, off);
+      const std::int32_t oilo = __shfl_xor_sync(0xffffffffu, ilo, off),
+                         oihi = __shfl_xor_sync(0xffffffffu, ihi, off);
+      if (oilo != kNone && (ilo == kNone || olo < lo || (olo == lo && oilo < ilo))) {
+        lo = olo;
+        ilo = oilo;
+      }
+      if (oihi != kNone && (ihi == kNone || ohi > hi || (ohi == hi && oihi < ihi))) {
+        hi = ohi;
+        ihi = oihi;
+      }
+    }
+    saturated = __any_sync(0xffffffffu, sat) || saturated;
+    mn = lo;
+    mx = hi;
+    return;
+  }
+#endif
+  (void)lane;
+  (void)lanes;
+  sanitized_min_max(src, dim, limit, mn, mx, saturated);
+}
+
+/// The largest |sanitized element| of `src` (non-negative: every order gives the same bits)
+/// for lane `lane` of `lanes`: in device code with a whole warp (lanes == 32, every lane
+/// calling) each lane's element groups and a shuffle maximum, elsewhere one scan. Sets
+/// `saturated` (in every lane) when any element was sanitized.
+MPE_HOST_DEVICE inline float sanitized_abs_max_lanes(const float* src, std::int32_t dim, float limit,
+                                                     bool& saturated, std::int32_t lane, std::int32_t lanes) {
+  float amax = 0.0f;
+  bool sat = false;
+  std::int32_t first = 0, step = 1;
+#ifdef __CUDA_ARCH__
+  if (lanes == 32) {
+    first = 4 * lane;
+    step = 128;
+  }
+#else
+  (void)lane;
+  (void)lanes;
+#endif
+  for (std::int32_t g = first; g < dim; g += step) {
+    const std::int32_t end = step == 1 ? dim : (g + 4 < dim ? g + 4 : dim);
+    for (std::int32_t d = g; d < end; ++d) {
+      const float a = num::bits_float(num::float_bits(sanitize(src[d], limit, sat)) & 0x7fffffffu);
+      amax = a > amax ? a : amax;
+    }
+    if (step == 1) break;
+  }
+#ifdef __CUDA_ARCH__
+  if (lanes == 32) {
+    for (int off = 16; off > 0; off >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, amax, off);
+      amax = o > amax ? o : amax;
+    }
+    sat = __any_sync(0xffffffffu, sat);
+  }
+#endif
+  saturated = sat || saturated;
+  return amax;
+}
+
 /// Calls f(d, word) for each element with its random word (num::for_each_element).
 using num::for_each_element;
 

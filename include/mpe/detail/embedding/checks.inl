@@ -77,8 +77,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::queue_c
   if (!weights.empty()) {
     backend_.for_each(n, detail::CheckFinite{weights.data(), &rec->pos[detail::kWeights]});
   }
-  backend_.for_each(bags, detail::ExpandBags{indices.data(), offsets.data(), table_offsets_.data(), B,
-                                             global_rows, bag_of, rec});
+  const detail::ExpandBags expand{
+      indices.data(), offsets.data(), table_offsets_.data(), B, global_rows, bag_of, rec};
+  if (Backend::lane_width > 1 && n >= 4 * bags) {
+    backend_.for_each_lanes(bags, expand);  // a warp per bag: contiguous reads and writes
+  } else {
+    backend_.for_each(bags, expand);
+  }
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -175,9 +175,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
                                                    b.outcome.data(),
                                                    count,
                                                    gate};
-      backend_.for_each_lanes(U, part);
-      backend_.for_each_lanes(
-          U, detail::StoreScaledLanes<Storage, Rounding>{part, store_.data(), row_stream(), step_ptr()});
+      const detail::StoreScaledLanes<Storage, Rounding> store{part, store_.data(), row_stream(), step_ptr()};
+      if constexpr (warp_lanes<Backend> && LanedStore<Storage>) {
+        backend_.for_each_lanes(U, detail::ApplyStoreScaledLanes<Storage, Rounding>{store});  // one pass
+      } else {
+        backend_.for_each_lanes(U, part);
+        backend_.for_each_lanes(U, store);
+      }
       backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
       backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
       return;
@@ -203,6 +207,12 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_sta
   const index_t* count = b.flags.data() + detail::kFlagU;
   const auto rows = static_cast<std::size_t>(Ub) + 1;
   b.sum_plan.reserve_discard(rows);
+  b.occ_at.reserve_discard(static_cast<std::size_t>(b.n));
+  if (b.has_coef) b.occ_cf.reserve_discard(static_cast<std::size_t>(b.n));
+  backend_.for_each(b.n, detail::SortedOccurrences{
+                             b.sorted_pos.data(), b.bag_of.data(), b.has_coef ? b.coef.data() : nullptr, b.B,
+                             num_tables(), config_.dim, b.occ_at.data(),
+                             b.has_coef ? b.occ_cf.data() : nullptr, b.flags.data() + detail::kFlagOk});
   for (int stage = 1;; ++stage) {
     index_t items = 0, partials = 0;
     detail::sum_stage_bounds(b.n, Ub, stage, items, partials);
@@ -219,12 +229,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sum_sta
                                base.data(),
                                stage > 1 ? b.sum_base[prev].data() : nullptr,
                                b.seg_start.data(),
-                               b.sorted_pos.data(),
-                               b.bag_of.data(),
-                               b.has_coef ? b.coef.data() : nullptr,
+                               b.occ_at.data(),
+                               b.has_coef ? b.occ_cf.data() : nullptr,
                                grad_output,
-                               b.B,
-                               num_tables(),
                                config_.dim,
                                stage > 1 ? b.sum_part[prev].data() : nullptr,
                                part.data(),

@@ -11,21 +11,25 @@
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
-#include "mpe/numeric/atomics.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
+#include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::detail {
 
 /// Per bag j = t*B + b: validates its indices against table t's rows, and writes each
 /// occurrence's global row and bag. Does nothing when the record says the offsets are
-/// malformed (CheckOffsets ran before, in stream order).
+/// malformed (CheckOffsets ran before, in stream order). Laned (`for_each_lanes`, which
+/// CachedEmbedding uses on a lane_width > 1 backend when bags average 4 or more
+/// occurrences): lane `lane` of `lanes` takes occurrences begin + lane, + lanes, ..., so a
+/// warp reads and writes a bag's occurrences contiguously; the record's first out-of-range
+/// occurrence is the same atomic minimum either way.
 struct ExpandBags {
   const index_t* indices;        // (n) local row ids
   const index_t* offsets;        // (T*B + 1)
@@ -34,7 +38,8 @@ struct ExpandBags {
   index_t* global_rows;  // (n)
   index_t* bag_of;       // (n)
   CallRecord* rec;       // offsets verdict in; atomic min of the first out-of-range occurrence out
-  MPE_HOST_DEVICE void operator()(index_t j) const {
+  MPE_HOST_DEVICE void operator()(index_t j) const { (*this)(j, 0, 1); }
+  MPE_HOST_DEVICE void operator()(index_t j, std::int32_t lane, std::int32_t lanes) const {
     if (rec->pos[kOffsetsFirst] != kNoError || rec->pos[kOffsetsLast] != kNoError ||
         rec->pos[kOffsetsOrder] != kNoError) {
       return;
@@ -46,7 +51,7 @@ struct ExpandBags {
     // Branch-free (vectorizable) expansion; an out-of-range index (negative ones wrap to
     // large unsigned values) reads the table's first row and is reported below.
     bool bad = false;
-    for (index_t i = begin; i < end; ++i) {
+    for (index_t i = begin + lane; i < end; i += lanes) {
       MPE_TRIP();
       const index_t idx = indices[i];
       const bool ok = static_cast<std::uint64_t>(idx) < rows;
@@ -54,9 +59,9 @@ struct ExpandBags {
       bag_of[i] = j;
       bad |= !ok;
     }
-    if (bad) {  // the bag's first out-of-range occurrence
-      index_t i = begin;
-      while (static_cast<std::uint64_t>(indices[i]) < rows) ++i;
+    if (bad) {  // the lane's first out-of-range occurrence
+      index_t i = begin + lane;
+      while (static_cast<std::uint64_t>(indices[i]) < rows) i += lanes;
       atomic_min(&rec->pos[kIndex], i);
     }
   }

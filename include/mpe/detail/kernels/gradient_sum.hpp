@@ -17,12 +17,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "mpe/numeric/atomics.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/detail/kernels/row_accumulate.hpp"
 #include "mpe/detail/kernels/validation.hpp"
+#include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 #include "mpe/numeric/float_ops.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::detail {
 
@@ -123,11 +123,35 @@ struct PlanSumStage {
   }
 };
 
+/// Per sorted occurrence k (sum_stages, before the stages): the offset of its bag's row in
+/// grad_output, (b * T + t) * D, and its coefficient, so that SumStage reads both in sorted
+/// order instead of through sorted_pos and a gather of bag_of (one dependent random load
+/// fewer per group). Does nothing when the batch failed validation.
+struct SortedOccurrences {
+  const index_t* sorted_pos;  // (n)
+  const index_t* bag_of;      // (n)
+  const float* coef;          // (n), or null for plain sum pooling
+  index_t B, T;
+  std::int32_t D;
+  index_t* at;          // (n) out
+  float* cf;            // (n) out, where coef is not null
+  const index_t* gate;  // ok flag of the batch, or null
+  MPE_HOST_DEVICE void operator()(index_t k) const {
+    if (!open(gate)) return;
+    const index_t i = sorted_pos[k];
+    index_t t, b;
+    split_bag(bag_of[i], B, t, b);
+    at[k] = (b * T + t) * D;
+    if (coef) cf[k] = coef[i];
+  }
+};
+
 /// Stage `stage` of the gradient sums, one laned item per group (lanes across D in
 /// kLaneChunk chunks; a warp per group on a GPU): item w is group j of row u, from the
 /// stage's scanned plan (`base`) by binary search, except in stage 1's launch of first
 /// groups (`first_groups`: item u is group 0 of row u). Stage 1 sums the group's occurrences
-/// (grad_output rows gathered in sorted position order, times their coefficients); later
+/// (grad_output rows gathered in sorted position order through SortedOccurrences' offsets,
+/// times their coefficients); later
 /// stages sum the group's partials of the stage before (`part_in`, the row's partials from
 /// stage_outs(prev_base[u])). The group's sum goes to the row's sums (its last stage) or to
 /// `part_out` at stage_outs(base[u]) + j. No lane adds more than kSumGroup terms.
@@ -139,15 +163,13 @@ struct PlanSumStage {
 /// nothing when the batch failed validation.
 struct SumStage {
   int stage;
-  index_t Ub;                 // rows planned (base has Ub + 1 entries)
-  const index_t* base;        // (Ub + 1) exclusive scan of PlanSumStage's plan for this stage
-  const index_t* prev;        // (Ub + 1) the previous stage's scan (stage >= 2), else null
-  const index_t* seg_start;   // (U + 1)
-  const index_t* sorted_pos;  // (n)
-  const index_t* bag_of;      // (n)
-  const float* coef;          // (n), or null for plain sum pooling (coefficient 1)
-  const float* grad_output;   // (B, T*D)
-  index_t B, T;
+  index_t Ub;                // rows planned (base has Ub + 1 entries)
+  const index_t* base;       // (Ub + 1) exclusive scan of PlanSumStage's plan for this stage
+  const index_t* prev;       // (Ub + 1) the previous stage's scan (stage >= 2), else null
+  const index_t* seg_start;  // (U + 1)
+  const index_t* occ_at;     // (n) SortedOccurrences: sorted occurrence k's row offset in grad_output
+  const float* occ_cf;       // (n) its coefficient, or null for plain sum pooling (coefficient 1)
+  const float* grad_output;  // (B, T*D)
   std::int32_t D;
   const float* part_in;  // (previous stage's partials, D) or null at stage 1
   float* part_out;       // (this stage's partials, D)
@@ -160,11 +182,8 @@ struct SumStage {
 
   /// Offset into grad_output of the row of sorted occurrence k, and its coefficient in `cf`.
   MPE_HOST_DEVICE index_t occurrence(index_t k, float& cf) const {
-    const index_t i = sorted_pos[k];
-    index_t t, b;
-    split_bag(bag_of[i], B, t, b);
-    cf = coef ? coef[i] : 1.0f;
-    return (b * T + t) * D;
+    cf = occ_cf ? occ_cf[k] : 1.0f;
+    return occ_at[k];
   }
 
   MPE_HOST_DEVICE void operator()(index_t w, std::int32_t lane, std::int32_t lanes) const {
@@ -247,7 +266,7 @@ struct SumStage {
         const bool head = g + q == k0;
         MPE_UNROLL
         for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-          if (coef) {
+          if (occ_cf) {
             acc[e] = head ? num::mul(cf[q], x[q][e]) : num::add(acc[e], num::mul(cf[q], x[q][e]));
           } else {
             acc[e] = head ? x[q][e] : num::add(acc[e], x[q][e]);

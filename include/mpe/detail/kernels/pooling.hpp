@@ -1,26 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/detail/kernels/pooling.hpp
 /// @brief Pooling of bags (sum, mean, per-sample weights) from cache slots or the store; the
-/// host SIMD path is in detail/host/avx2/pool.hpp (AVX-512: detail/host/avx512/pool.hpp) and gives the same bits.
-/// Per-item functors of CachedEmbedding (not public): trivially copyable,
-/// `MPE_HOST_DEVICE`, run by HostBackend through Thrust and launched as kernels by
-/// CudaBackend; each writes disjoint outputs per item.
+/// host SIMD path is in detail/host/avx2/pool.hpp (AVX-512: detail/host/avx512/pool.hpp) and gives the same
+/// bits. Per-item functors of CachedEmbedding (not public): trivially copyable, `MPE_HOST_DEVICE`, run by
+/// HostBackend through Thrust and launched as kernels by CudaBackend; each writes disjoint outputs per item.
 #pragma once
 
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
-#include "mpe/numeric/atomics.hpp"
-#include "mpe/detail/host/avx512/pool.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/detail/kernels/row_accumulate.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
+#include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
-#include "mpe/core/types.hpp"
 
 #if MPE_HOST_SIMD
 // AVX2 + F16C members of PoolBags (as detail/host/avx2/pool.hpp's functions; undefined at the end).
@@ -45,8 +44,9 @@ namespace mpe::detail {
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
-/// every output element gets the same operations as with one lane; `Group` rows are loaded
-/// and decoded before their adds, so that many row reads are in flight per lane.
+/// every output element gets the same operations as with one lane; `Group` rows' ids and
+/// then their chunks are loaded before the first decode and add (fetch_chunk, add_loaded),
+/// so that many row reads are in flight per lane.
 template <class Storage, int Group = kPoolLaneGroup>
 struct PoolBags {
   static_assert(Group >= 1 && Group <= 16, "PoolBags: Group rows in flight per lane, 1 .. 16");
@@ -270,50 +270,92 @@ struct PoolBags {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
       index_t i = begin;
-      // Group rows at a time: every row's chunk is loaded and decoded before the adds,
-      // which stay in row order (the same operations as one row at a time).
+      // Group rows at a time, in three phases so that no load waits for another: the
+      // rows' ids (and slots, weights), then every row's chunk, then the decodes and adds,
+      // in row order (the same operations as one row at a time).
       if constexpr (Group > 1) {
         for (; i + Group <= end; i += Group) {
-          float x[Group][kLaneChunk];
+          index_t r[Group], s[Group];
           float w[Group];
+          LaneLoad x[Group] = {};
           MPE_UNROLL
           for (std::int32_t q = 0; q < Group; ++q) {
             MPE_TRIP();
-            w[q] = load_chunk(i + q, c, m, x[q]);
+            r[q] = global_rows[i + q];
+            s[q] = slot_of(i + q, r[q]);
+            w[q] = weights ? weights[i + q] : 1.0f;
           }
           MPE_UNROLL
-          for (std::int32_t q = 0; q < Group; ++q) add_chunk(x[q], w[q], acc);
+          for (std::int32_t q = 0; q < Group; ++q) fetch_chunk(r[q], s[q], c, m, x[q]);
+          MPE_UNROLL
+          for (std::int32_t q = 0; q < Group; ++q) add_loaded(x[q], w[q], acc);
         }
       }
       for (; i < end; ++i) {
         MPE_TRIP();
-        float x[kLaneChunk];
-        const float w = load_chunk(i, c, m, x);
-        add_chunk(x, w, acc);
+        const index_t r = global_rows[i];
+        LaneLoad x{};
+        fetch_chunk(r, slot_of(i, r), c, m, x);
+        add_loaded(x, weights ? weights[i] : 1.0f, acc);
       }
       for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
     }
   }
-  /// Laned: elements [c, c + m) of occurrence i's row (its cache row or its store row,
-  /// decoded by the Reader) into x[0, m) (0 beyond); returns its weight (1 without weights).
-  MPE_HOST_DEVICE float load_chunk(index_t i, std::int32_t c, std::int32_t m, float* x) const {
-    const index_t r = global_rows[i];
-    const index_t s = slot_of(i, r);
+  /// One lane's chunk of one occurrence's row as loaded, before its adds: the FP32 cache
+  /// row's elements or the decoded store elements in `v`, or (`packed`, Int8Rowwise) the
+  /// four codes and the row's scale and bias, decoded by add_loaded (so a group's loads
+  /// are all issued before the first decode waits for one).
+  struct LaneLoad {
+    float v[kLaneChunk];
+    std::uint32_t q;
+    float scale, bias;
+    bool packed;
+  };
+  /// Laned: loads elements [c, c + m) of row r (its cache row when slot s >= 0, else its
+  /// store row) into x: FP32 cache rows and aligned Int8Rowwise chunks as loaded (one
+  /// 16-byte / 4-byte load in device code), other formats decoded by decode_chunk.
+  MPE_HOST_DEVICE void fetch_chunk(index_t r, index_t s, std::int32_t c, std::int32_t m, LaneLoad& x) const {
+    x.packed = false;
     if (s >= 0) {
       const float* p = cache.row(s) + c;
+#ifdef __CUDA_ARCH__
+      if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
+        const float4 f = *reinterpret_cast<const float4*>(p);
+        x.v[0] = f.x;
+        x.v[1] = f.y;
+        x.v[2] = f.z;
+        x.v[3] = f.w;
+        return;
+      }
+#endif
       MPE_UNROLL
-      for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = e < m ? p[e] : 0.0f;
-    } else {
-      decode_chunk<Storage>(store + static_cast<std::size_t>(r) * stride, D, c, m, x);
+      for (std::int32_t e = 0; e < kLaneChunk; ++e) x.v[e] = e < m ? p[e] : 0.0f;
+      return;
     }
-    return weights ? weights[i] : 1.0f;
+    const std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
+    if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
+      if (m == 4 && ((reinterpret_cast<std::uintptr_t>(row + c) | reinterpret_cast<std::uintptr_t>(row + D)) &
+                     3u) == 0) {
+        x.q = *reinterpret_cast<const std::uint32_t*>(row + c);
+        x.scale = num::load_f32(row + D);
+        x.bias = num::load_f32(row + D + 4);
+        x.packed = true;
+        return;
+      }
+    }
+    decode_chunk<Storage>(row, D, c, m, x.v);
   }
-  /// acc[e] = acc[e] + w * x[e] (weighted) or acc[e] + x[e], e < kLaneChunk (the lanes of a
-  /// partial chunk add zeros into accumulators they never store).
-  MPE_HOST_DEVICE void add_chunk(const float* x, float w, float* acc) const {
+  /// Adds a loaded chunk into acc (weighted: add(acc, mul(w, x))), decoding packed codes as
+  /// Int8Rowwise's Reader does (add(mul(scale, q), bias)); the lanes of a partial chunk add
+  /// zeros into accumulators they never store.
+  MPE_HOST_DEVICE void add_loaded(const LaneLoad& x, float w, float* acc) const {
     MPE_UNROLL
-    for (std::int32_t e = 0; e < kLaneChunk; ++e)
-      acc[e] = weights ? num::add(acc[e], num::mul(w, x[e])) : num::add(acc[e], x[e]);
+    for (std::int32_t e = 0; e < kLaneChunk; ++e) {
+      const float v = x.packed
+                          ? num::add(num::mul(x.scale, static_cast<float>((x.q >> (8 * e)) & 0xffu)), x.bias)
+                          : x.v[e];
+      acc[e] = weights ? num::add(acc[e], num::mul(w, v)) : num::add(acc[e], v);
+    }
   }
   /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {

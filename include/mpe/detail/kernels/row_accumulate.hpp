@@ -136,10 +136,10 @@ MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
 
-/// Rows a lane of the laned pooling (PoolBags) loads and decodes before adding them. One:
-/// on an H200 (INT8, INT4 and FP32 rows, D = 128, random rows of a 10M-row table) two, four
-/// and eight rows per lane were slower, the registers they take costing more resident warps
-/// than the rows in flight gain (the gpu/pool_group benchmark of bench_embedding_cuda).
+/// Rows a lane of the laned pooling (PoolBags) loads before decoding and adding them (the
+/// rows' ids first, then their chunks). One: on an H200 (INT8 and INT4 rows, D = 128, random
+/// rows of a 10M-row table) two, four and eight rows in flight were slower, the registers
+/// they take costing more resident warps than the extra rows gain.
 inline constexpr int kPoolLaneGroup = 1;
 
 /// x[k] = element d0 + k of a stored row of format Storage (the Reader's value) for k < n

@@ -11,20 +11,20 @@
 #include <unordered_map>
 
 #include "mpe/cache/cache_ref.hpp"
-#include "mpe/numeric/atomics.hpp"
-#include "mpe/detail/kernels/gradient_sum.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/kernels/gradient_sum.hpp"
 #include "mpe/detail/kernels/row_accumulate.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
+#include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 #include "mpe/numeric/float_ops.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/optim/optimizer.hpp"
 #include "mpe/optim/state_precision.hpp"
 #include "mpe/storage/storage.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::detail {
 
@@ -581,6 +581,23 @@ struct StoreScaledLanes {
         store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
                                        store + static_cast<std::size_t>(r) * apply.stride, rng, lane, lanes);
     if (sat) apply.outcome[u] = kSaturated;
+  }
+};
+
+/// ApplyScaledLanes then StoreScaledLanes in one launch, for a backend whose lanes of an
+/// item are one warp (warp_lanes<Backend>) and a Storage with store_lanes: each lane writes
+/// its chunks of a store row's new values into `update` and then quantizes those same
+/// elements (its element groups are its chunks; the row's min and max, or largest
+/// magnitude, come from a warp reduction over the lanes' own elements), so no lane reads
+/// another lane's writes; lane 0 writes the scale and bias after that reduction, when
+/// every lane has read the old ones. The same bytes as the two launches. (Lanes that run
+/// one after another, tests/reference/async_backend.hpp, take the two launches.)
+template <class Storage, class Rounding>
+struct ApplyStoreScaledLanes {
+  StoreScaledLanes<Storage, Rounding> part;  // its `apply` is part 1
+  MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
+    part.apply(u, lane, lanes);
+    part(u, lane, lanes);
   }
 };
 
