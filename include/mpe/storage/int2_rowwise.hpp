@@ -71,8 +71,9 @@ struct Int2Rowwise {
 
   /// The part of store() that lane `lane` of `lanes` writes: the code bytes of its element
   /// groups (num::for_each_element_lanes: four elements, one byte, per group) and, lane 0,
-  /// the scale and bias. Every lane reads the whole of `src` for the row's min and max, so
-  /// the lanes together write exactly store()'s bytes; returns store()'s flag.
+  /// the scale and bias. The row's min and max are store()'s (a warp reduction over the
+  /// lanes' own elements on a GPU, detail::sanitized_min_max_lanes), so the lanes together
+  /// write exactly store()'s bytes; returns store()'s flag.
   template <class R>
   MPE_HOST_DEVICE static bool store_lanes(const float* src, std::int32_t dim, std::uint8_t* row,
                                           const num::RowRng& rng, std::int32_t lane, std::int32_t lanes) {

@@ -563,8 +563,8 @@ struct ApplyScaledLanes {
 
 /// Part 2 of ApplyScaledLanes (launched after it), for a unique row u without a cache slot:
 /// its new values (the `update` row) quantized into the store with Rounding at site
-/// StoreUpdate, each lane writing its element groups (detail::store_lanes; every lane reads
-/// the whole row for the row's parameters). The same bytes as ApplyRows. Gated on the
+/// StoreUpdate, each lane writing its element groups (detail::store_lanes; the row's
+/// parameters from every element). The same bytes as ApplyRows. Gated on the
 /// batch's apply flag.
 template <class Storage, class Rounding>
 struct StoreScaledLanes {
@@ -588,15 +588,19 @@ struct StoreScaledLanes {
 /// item are one warp (warp_lanes<Backend>) and a Storage with store_lanes: each lane writes
 /// its chunks of a store row's new values into `update` and then quantizes those same
 /// elements (its element groups are its chunks; the row's min and max, or largest
-/// magnitude, come from a warp reduction over the lanes' own elements), so no lane reads
-/// another lane's writes; lane 0 writes the scale and bias after that reduction, when
-/// every lane has read the old ones. The same bytes as the two launches. (Lanes that run
-/// one after another, tests/reference/async_backend.hpp, take the two launches.)
+/// magnitude, come from a warp reduction over the lanes' own elements); a __syncwarp
+/// between the parts makes every lane's new values, and every lane's reads of the old
+/// scale and bias, complete before any lane quantizes, so a store_lanes that reads the
+/// whole row is safe too. The same bytes as the two launches. (Lanes that run one after
+/// another, tests/reference/async_backend.hpp, take the two launches.)
 template <class Storage, class Rounding>
 struct ApplyStoreScaledLanes {
   StoreScaledLanes<Storage, Rounding> part;  // its `apply` is part 1
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     part.apply(u, lane, lanes);
+#ifdef __CUDA_ARCH__
+    __syncwarp();  // every lane of the warp gets here: part 1 returns early for the whole item
+#endif
     part(u, lane, lanes);
   }
 };
