@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
@@ -44,9 +45,10 @@ namespace mpe::detail {
 /// cached is pooled as a store-only bag of the FP32 cache rows (the same operations). Launched laned
 /// (`for_each_lanes`): with more than one lane (CudaBackend: a warp per bag) each lane
 /// sums its element chunks over the bag's rows in registers, in the same row order, so
-/// every output element gets the same operations as with one lane; `Group` rows' ids and
-/// then their chunks are loaded before the first decode and add (fetch_chunk, add_loaded),
-/// so that many row reads are in flight per lane.
+/// every output element gets the same operations as with one lane; store-only Int8Rowwise
+/// bags (D % 4 == 0) load `Group` rows' ids, then their codes, scales and biases, before
+/// the first decode and add (pool_store_words), so that many row reads are in flight per
+/// lane; other bags take one row at a time (fetch_chunk, add_loaded).
 template <class Storage, int Group = kPoolLaneGroup>
 struct PoolBags {
   static_assert(Group >= 1 && Group <= 16, "PoolBags: Group rows in flight per lane, 1 .. 16");
@@ -266,32 +268,23 @@ struct PoolBags {
     const index_t begin = offsets[j], end = offsets[j + 1];
     const bool scale = mean && end > begin;
     const float inv = scale ? num::div(1.0f, static_cast<float>(end - begin)) : 1.0f;
+    if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
+      // Int8Rowwise store rows only, D and the stride multiples of 4: every chunk and the
+      // scale and bias are aligned words, read without a branch.
+      if (!lookup && !slot_of_occ && D % 4 == 0 && stride % 4 == 0 &&
+          (reinterpret_cast<std::uintptr_t>(store) & 3u) == 0) {
+        if (weights) {
+          pool_store_words<true>(begin, end, o, scale, inv, lane, lanes);
+        } else {
+          pool_store_words<false>(begin, end, o, scale, inv, lane, lanes);
+        }
+        return;
+      }
+    }
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      index_t i = begin;
-      // Group rows at a time, in three phases so that no load waits for another: the
-      // rows' ids (and slots, weights), then every row's chunk, then the decodes and adds,
-      // in row order (the same operations as one row at a time).
-      if constexpr (Group > 1) {
-        for (; i + Group <= end; i += Group) {
-          index_t r[Group], s[Group];
-          float w[Group];
-          LaneLoad x[Group] = {};
-          MPE_UNROLL
-          for (std::int32_t q = 0; q < Group; ++q) {
-            MPE_TRIP();
-            r[q] = global_rows[i + q];
-            s[q] = slot_of(i + q, r[q]);
-            w[q] = weights ? weights[i + q] : 1.0f;
-          }
-          MPE_UNROLL
-          for (std::int32_t q = 0; q < Group; ++q) fetch_chunk(r[q], s[q], c, m, x[q]);
-          MPE_UNROLL
-          for (std::int32_t q = 0; q < Group; ++q) add_loaded(x[q], w[q], acc);
-        }
-      }
-      for (; i < end; ++i) {
+      for (index_t i = begin; i < end; ++i) {
         MPE_TRIP();
         const index_t r = global_rows[i];
         LaneLoad x{};
@@ -301,10 +294,67 @@ struct PoolBags {
       for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
     }
   }
+  /// Laned store-only Int8Rowwise pooling of occurrences [begin, end) into o (D % 4 == 0,
+  /// aligned rows): `Group` rows at a time, in three phases with no branch between them so
+  /// that no load waits for another: the rows' ids (and weights), then each row's four codes
+  /// and its scale and bias, then the decodes and adds in row order (add(mul(scale, q),
+  /// bias), as the Reader; the same operations as one row at a time).
+  template <bool Weighted>
+  MPE_HOST_DEVICE void pool_store_words(index_t begin, index_t end, float* o, bool scale, float inv,
+                                        std::int32_t lane, std::int32_t lanes) const {
+    for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      index_t i = begin;
+      const auto add_row = [&](std::uint32_t q, float sc, float bi, float w) {
+        MPE_UNROLL
+        for (std::int32_t e = 0; e < 4; ++e) {
+          const float x = num::add(num::mul(sc, static_cast<float>((q >> (8 * e)) & 0xffu)), bi);
+          acc[e] = Weighted ? num::add(acc[e], num::mul(w, x)) : num::add(acc[e], x);
+        }
+      };
+      for (; i + Group <= end; i += Group) {
+        const std::uint8_t* row[Group];
+        float w[Group];
+        MPE_UNROLL
+        for (std::int32_t q = 0; q < Group; ++q) {
+          MPE_TRIP();
+          row[q] = store + static_cast<std::size_t>(global_rows[i + q]) * stride;
+          w[q] = Weighted ? weights[i + q] : 1.0f;
+        }
+        std::uint32_t code[Group];
+        float sc[Group], bi[Group];
+        MPE_UNROLL
+        for (std::int32_t q = 0; q < Group; ++q) {
+          code[q] = load_word(row[q] + c);
+          sc[q] = num::bits_float(load_word(row[q] + D));
+          bi[q] = num::bits_float(load_word(row[q] + D + 4));
+        }
+        MPE_UNROLL
+        for (std::int32_t q = 0; q < Group; ++q) add_row(code[q], sc[q], bi[q], w[q]);
+      }
+      for (; i < end; ++i) {
+        MPE_TRIP();
+        const std::uint8_t* row = store + static_cast<std::size_t>(global_rows[i]) * stride;
+        add_row(load_word(row + c), num::bits_float(load_word(row + D)),
+                num::bits_float(load_word(row + D + 4)), Weighted ? weights[i] : 1.0f);
+      }
+      MPE_UNROLL
+      for (std::int32_t e = 0; e < 4; ++e) o[c + e] = scale ? num::mul(acc[e], inv) : acc[e];
+    }
+  }
+  /// The 4-byte word at p (4-byte aligned): one load in device code.
+  MPE_HOST_DEVICE static std::uint32_t load_word(const std::uint8_t* p) {
+#ifdef __CUDA_ARCH__
+    return *reinterpret_cast<const std::uint32_t*>(p);
+#else
+    std::uint32_t x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+#endif
+  }
   /// One lane's chunk of one occurrence's row as loaded, before its adds: the FP32 cache
   /// row's elements or the decoded store elements in `v`, or (`packed`, Int8Rowwise) the
-  /// four codes and the row's scale and bias, decoded by add_loaded (so a group's loads
-  /// are all issued before the first decode waits for one).
+  /// four codes and the row's scale and bias, decoded by add_loaded.
   struct LaneLoad {
     float v[kLaneChunk];
     std::uint32_t q;
