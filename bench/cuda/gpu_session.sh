@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One prepared GPU session: every CUDA test, then the CUDA benchmarks, in one run of at
-# most about 8 minutes. Built elsewhere (no GPU needed to build) and run on the GPU machine:
+# One prepared GPU session: every CUDA test, then the CUDA benchmarks (and, with
+# NCU_FILTERS, per-kernel Nsight Compute summaries), sized by the *_S limits below. Built elsewhere (no GPU needed to build) and run on the GPU machine:
 #
 #   here:  bench/cuda/gpu_stage.sh              # builds the CUDA targets into build-gpu/
 #                                               # and stages binaries + libs in gpu-stage/
 #   there: bash bench/cuda/gpu_session.sh DIR   # DIR = the staged folder; logs to $OUT
 #
 # Tests run side by side (they need no quiet GPU); compute-sanitizer's memcheck runs on
-# test_cuda_core beside them when the machine has it. The benchmarks run last, alone.
+# SANITIZE_BINS beside them when the machine has it. The benchmarks run last, alone.
 # Everything is written under $OUT (or ./gpu-out): env.txt, tests.log, sanitizer.log,
-# bench_gpu.{txt,json}, bench_base.{txt,json} and h200.json (the headline cases, see
-# summarize.py; MPE_COMMIT names the commit); the summary is printed last.
+# bench_gpu.{txt,json}, bench_base.{txt,json}, ncu.txt and h200.json (the headline cases,
+# see summarize.py; MPE_COMMIT names the commit); the summary is printed last.
 set -u
 STAGE=${1:-gpu-stage}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+rm -f "$OUT/ncu.txt"
 t0=$(date +%s)
 export LD_LIBRARY_PATH="$PWD/$STAGE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NCCL: the toolkit's library is too large to carry; the machine's own libnccl.so.2 is used
@@ -77,12 +78,15 @@ fi
 # ---- per-kernel time and DRAM bytes (Nsight Compute), one ncu run per benchmark filter in
 # NCU_FILTERS (';'-separated; unset: none), at most NCU_LAUNCHES kernel launches each, so a
 # call's time can be placed kernel by kernel (bench/cuda/ncu_summary.py; into ncu.txt).
-if [ -n "${NCU_FILTERS:-}" ] && command -v ncu >/dev/null; then
+if [ -n "${NCU_FILTERS:-}" ] && ! command -v ncu >/dev/null; then
+  echo "ncu not found: no per-kernel summary" >"$OUT/ncu.txt"
+elif [ -n "${NCU_FILTERS:-}" ]; then
   copy=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("context",{}).get("mpe_hbm_copy_GBps",0))' \
            "$OUT/bench_gpu.json" 2>/dev/null || echo 0)
   : >"$OUT/ncu.txt"
   IFS=';' read -r -a filters <<<"$NCU_FILTERS"
   for f in "${filters[@]}"; do
+    [ -n "$f" ] || continue  # an empty filter would profile every benchmark
     echo "==================== ncu: $f" >>"$OUT/ncu.txt"
     timeout "${NCU_S:-90}" ncu --clock-control none --csv --print-units base --kernel-name-base demangled \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \

@@ -31,9 +31,12 @@
 ///   the lanes of one item run together (on a GPU, one warp per item) and split the
 ///   item's elements among them (detail::lane_chunks), so a row's D elements are read
 ///   coalesced. A laned functor computes each element exactly as with one lane (the
-///   same operations in the same order), so the width never changes a bit. HostBackend's
-///   width is 1; tests/reference/async_backend.hpp runs 32 lanes one after another to pin
-///   the laned code on the CPU.
+///   same operations in the same order; a row's min and max, exact in any order, may be a
+///   reduction across the lanes that keeps the element the one-lane scan keeps), so the
+///   width never changes a bit. In device code a width of 32 must be one whole converged
+///   warp per item (laned stores reduce with warp shuffles there). HostBackend's width is
+///   1; tests/reference/async_backend.hpp runs 32 lanes one after another to pin the laned
+///   code on the CPU.
 /// - `stable_sort_by_key(keys, values, n, key_bits)`: stable: equal keys keep their
 ///   order, so the result does not depend on the thread or block count. Integral keys in
 ///   [0, 2^key_bits); a backend may sort only those bits.

@@ -362,8 +362,9 @@ struct PoolBags {
     bool packed;
   };
   /// Laned: loads elements [c, c + m) of row r (its cache row when slot s >= 0, else its
-  /// store row) into x: FP32 cache rows and aligned Int8Rowwise chunks as loaded (one
-  /// 16-byte / 4-byte load in device code), other formats decoded by decode_chunk.
+  /// store row) into x: FP32 cache rows (one 16-byte load in device code where aligned) and
+  /// aligned Int8Rowwise chunks (one 4-byte word) as loaded, other formats decoded by
+  /// decode_chunk.
   MPE_HOST_DEVICE void fetch_chunk(index_t r, index_t s, std::int32_t c, std::int32_t m, LaneLoad& x) const {
     x.packed = false;
     if (s >= 0) {
