@@ -192,23 +192,23 @@ MPE_HOST_DEVICE inline float sanitized_abs_max_lanes(const float* src, std::int3
                                                      bool& saturated, std::int32_t lane, std::int32_t lanes) {
   float amax = 0.0f;
   bool sat = false;
+  // Element groups of four as num::for_each_element_lanes: a warp's lanes on a GPU, else one.
   std::int32_t first = 0, step = 1;
 #ifdef __CUDA_ARCH__
   if (lanes == 32) {
-    first = 4 * lane;
-    step = 128;
+    first = lane;
+    step = 32;
   }
 #else
   (void)lane;
   (void)lanes;
 #endif
-  for (std::int32_t g = first; g < dim; g += step) {
-    const std::int32_t end = step == 1 ? dim : (g + 4 < dim ? g + 4 : dim);
-    for (std::int32_t d = g; d < end; ++d) {
+  for (std::int32_t g = first; 4 * g < dim; g += step) {
+    const std::int32_t end = 4 * g + 4 < dim ? 4 * g + 4 : dim;
+    for (std::int32_t d = 4 * g; d < end; ++d) {
       const float a = num::bits_float(num::float_bits(sanitize(src[d], limit, sat)) & 0x7fffffffu);
       amax = a > amax ? a : amax;
     }
-    if (step == 1) break;
   }
 #ifdef __CUDA_ARCH__
   if (lanes == 32) {

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
@@ -48,7 +47,7 @@ namespace mpe::detail {
 /// every output element gets the same operations as with one lane; store-only Int8Rowwise
 /// bags (D % 4 == 0) load `Group` rows' ids, then their codes, scales and biases, before
 /// the first decode and add (pool_store_words), so that many row reads are in flight per
-/// lane; other bags take one row at a time (fetch_chunk, add_loaded).
+/// lane; other bags take one row at a time (load_chunk, add_chunk).
 template <class Storage, int Group = kPoolLaneGroup>
 struct PoolBags {
   static_assert(Group >= 1 && Group <= 16, "PoolBags: Group rows in flight per lane, 1 .. 16");
@@ -286,10 +285,9 @@ struct PoolBags {
       float acc[kLaneChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (index_t i = begin; i < end; ++i) {
         MPE_TRIP();
-        const index_t r = global_rows[i];
-        LaneLoad x{};
-        fetch_chunk(r, slot_of(i, r), c, m, x);
-        add_loaded(x, weights ? weights[i] : 1.0f, acc);
+        float x[kLaneChunk];
+        const float w = load_chunk(i, c, m, x);
+        add_chunk(x, w, acc);
       }
       for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
     }
@@ -306,11 +304,11 @@ struct PoolBags {
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       index_t i = begin;
       const auto add_row = [&](std::uint32_t q, float sc, float bi, float w) {
+        float x[4];
+        decode_int8_word(q, sc, bi, x);
         MPE_UNROLL
-        for (std::int32_t e = 0; e < 4; ++e) {
-          const float x = num::add(num::mul(sc, static_cast<float>((q >> (8 * e)) & 0xffu)), bi);
-          acc[e] = Weighted ? num::add(acc[e], num::mul(w, x)) : num::add(acc[e], x);
-        }
+        for (std::int32_t e = 0; e < 4; ++e)
+          acc[e] = Weighted ? num::add(acc[e], num::mul(w, x[e])) : num::add(acc[e], x[e]);
       };
       for (; i + Group <= end; i += Group) {
         const std::uint8_t* row[Group];
@@ -342,71 +340,37 @@ struct PoolBags {
       for (std::int32_t e = 0; e < 4; ++e) o[c + e] = scale ? num::mul(acc[e], inv) : acc[e];
     }
   }
-  /// The 4-byte word at p (4-byte aligned): one load in device code.
-  MPE_HOST_DEVICE static std::uint32_t load_word(const std::uint8_t* p) {
-#ifdef __CUDA_ARCH__
-    return *reinterpret_cast<const std::uint32_t*>(p);
-#else
-    std::uint32_t x;
-    std::memcpy(&x, p, sizeof x);
-    return x;
-#endif
-  }
-  /// One lane's chunk of one occurrence's row as loaded, before its adds: the FP32 cache
-  /// row's elements or the decoded store elements in `v`, or (`packed`, Int8Rowwise) the
-  /// four codes and the row's scale and bias, decoded by add_loaded.
-  struct LaneLoad {
-    float v[kLaneChunk];
-    std::uint32_t q;
-    float scale, bias;
-    bool packed;
-  };
-  /// Laned: loads elements [c, c + m) of row r (its cache row when slot s >= 0, else its
-  /// store row) into x: FP32 cache rows (one 16-byte load in device code where aligned) and
-  /// aligned Int8Rowwise chunks (one 4-byte word) as loaded, other formats decoded by
-  /// decode_chunk.
-  MPE_HOST_DEVICE void fetch_chunk(index_t r, index_t s, std::int32_t c, std::int32_t m, LaneLoad& x) const {
-    x.packed = false;
+  /// Laned: elements [c, c + m) of occurrence i's row (its cache row, one 16-byte load in
+  /// device code where aligned, or its store row decoded by decode_chunk) into x[0, m) (0
+  /// beyond); returns its weight (1 without weights).
+  MPE_HOST_DEVICE float load_chunk(index_t i, std::int32_t c, std::int32_t m, float* x) const {
+    const index_t r = global_rows[i];
+    const index_t s = slot_of(i, r);
     if (s >= 0) {
       const float* p = cache.row(s) + c;
 #ifdef __CUDA_ARCH__
       if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
         const float4 f = *reinterpret_cast<const float4*>(p);
-        x.v[0] = f.x;
-        x.v[1] = f.y;
-        x.v[2] = f.z;
-        x.v[3] = f.w;
-        return;
+        x[0] = f.x;
+        x[1] = f.y;
+        x[2] = f.z;
+        x[3] = f.w;
+        return weights ? weights[i] : 1.0f;
       }
 #endif
       MPE_UNROLL
-      for (std::int32_t e = 0; e < kLaneChunk; ++e) x.v[e] = e < m ? p[e] : 0.0f;
-      return;
+      for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = e < m ? p[e] : 0.0f;
+    } else {
+      decode_chunk<Storage>(store + static_cast<std::size_t>(r) * stride, D, c, m, x);
     }
-    const std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
-    if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
-      if (m == 4 && ((reinterpret_cast<std::uintptr_t>(row + c) | reinterpret_cast<std::uintptr_t>(row + D)) &
-                     3u) == 0) {
-        x.q = *reinterpret_cast<const std::uint32_t*>(row + c);
-        x.scale = num::load_f32(row + D);
-        x.bias = num::load_f32(row + D + 4);
-        x.packed = true;
-        return;
-      }
-    }
-    decode_chunk<Storage>(row, D, c, m, x.v);
+    return weights ? weights[i] : 1.0f;
   }
-  /// Adds a loaded chunk into acc (weighted: add(acc, mul(w, x))), decoding packed codes as
-  /// Int8Rowwise's Reader does (add(mul(scale, q), bias)); the lanes of a partial chunk add
-  /// zeros into accumulators they never store.
-  MPE_HOST_DEVICE void add_loaded(const LaneLoad& x, float w, float* acc) const {
+  /// acc[e] = acc[e] + w * x[e] (weighted) or acc[e] + x[e], e < kLaneChunk (the lanes of a
+  /// partial chunk add zeros into accumulators they never store).
+  MPE_HOST_DEVICE void add_chunk(const float* x, float w, float* acc) const {
     MPE_UNROLL
-    for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-      const float v = x.packed
-                          ? num::add(num::mul(x.scale, static_cast<float>((x.q >> (8 * e)) & 0xffu)), x.bias)
-                          : x.v[e];
-      acc[e] = weights ? num::add(acc[e], num::mul(w, v)) : num::add(acc[e], v);
-    }
+    for (std::int32_t e = 0; e < kLaneChunk; ++e)
+      acc[e] = weights ? num::add(acc[e], num::mul(w, x[e])) : num::add(acc[e], x[e]);
   }
   /// Bag j with one lane (the host).
   MPE_HOST_DEVICE void operator()(index_t j) const {

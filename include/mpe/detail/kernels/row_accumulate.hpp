@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "mpe/numeric/float_ops.hpp"
@@ -144,6 +145,24 @@ MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return
 /// 0.200 ms for 1 / 2 / 4 / 8 rows, so two is the next candidate to measure end to end.
 inline constexpr int kPoolLaneGroup = 4;
 
+/// The 4-byte word at p (4-byte aligned): one load in device code.
+MPE_HOST_DEVICE inline std::uint32_t load_word(const std::uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const std::uint32_t*>(p);
+#else
+  std::uint32_t x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+#endif
+}
+
+/// x[k] = Int8Rowwise's value of code byte k of word q (little-endian): add(mul(scale, q_k),
+/// bias), as its Reader.
+MPE_HOST_DEVICE inline void decode_int8_word(std::uint32_t q, float scale, float bias, float* x) {
+  for (std::int32_t k = 0; k < 4; ++k)
+    x[k] = num::add(num::mul(scale, static_cast<float>((q >> (8 * k)) & 0xffu)), bias);
+}
+
 /// x[k] = element d0 + k of a stored row of format Storage (the Reader's value) for k < n
 /// (n <= kLaneChunk), 0 for n <= k < kLaneChunk. An Int8Rowwise chunk of four 4-byte-aligned
 /// codes is read as one 32-bit word (the same codes).
@@ -153,9 +172,7 @@ MPE_HOST_DEVICE void decode_chunk(const std::uint8_t* row, std::int32_t D, std::
   const typename Storage::Reader rd(row, D);
   if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
     if (n == 4 && (reinterpret_cast<std::uintptr_t>(row + d0) & 3u) == 0) {
-      const std::uint32_t q = *reinterpret_cast<const std::uint32_t*>(row + d0);
-      for (std::int32_t k = 0; k < 4; ++k)
-        x[k] = num::add(num::mul(rd.scale, static_cast<float>((q >> (8 * k)) & 0xffu)), rd.bias);
+      decode_int8_word(load_word(row + d0), rd.scale, rd.bias, x);
       return;
     }
   }
