@@ -5,8 +5,8 @@
 namespace dlrm::sharded_run {
 
 RunResult run_quantized(const RunSpec& spec, const DataSetup& data) {
-  if (spec.storage == "int8") return run_storage<mpe::Int8Rowwise>(spec, data);
-  return run_storage<mpe::Int4Rowwise>(spec, data);
+  if (spec.storage == "int8") return run_sharded_store<mpe::Int8Rowwise>(spec, data);
+  return run_sharded_store<mpe::Int4Rowwise>(spec, data);
 }
 
 }  // namespace dlrm::sharded_run

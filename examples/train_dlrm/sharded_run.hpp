@@ -103,17 +103,13 @@ inline std::string bytes_mib(std::size_t b) {
 }
 
 template <class Storage, class Rounding>
-RunResult run_inst(const RunSpec& spec, const DataSetup& data) {
+RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   using Sh = mpe::sharded::ShardedEmbedding<Storage, mpe::Lru<32>, Rounding, mpe::sharded::MpiComm>;
   mpe::sharded::MpiComm comm(MPI_COMM_WORLD);
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
   cfg.dim = spec.dim;
-  std::int64_t total = 0;
-  for (auto r : data.table_rows) total += r;
-  std::int64_t cache_rows = 0;
-  if (spec.cache != "none" && spec.cache_fraction > 0)
-    cache_rows = std::max<std::int64_t>(std::llround(spec.cache_fraction * static_cast<double>(total)), 32);
+  const std::int64_t cache_rows = cache_rows_of(spec, data, 32);  // Lru<32>
   cfg.cache_rows = cache_rows;
   cfg.seed = embedding_seed(spec);
   const int N = comm.size();
@@ -164,11 +160,11 @@ RunResult run_inst(const RunSpec& spec, const DataSetup& data) {
 }
 
 template <class Storage>
-RunResult run_storage(const RunSpec& spec, const DataSetup& data) {
+RunResult run_sharded_store(const RunSpec& spec, const DataSetup& data) {
   if (spec.cache != "lru" && spec.cache != "none")
     throw std::invalid_argument("sharded runs support --cache lru or none");
-  if (spec.rounding == "stochastic") return run_inst<Storage, mpe::StochasticRounding>(spec, data);
-  return run_inst<Storage, mpe::NearestRounding>(spec, data);
+  if (spec.rounding == "stochastic") return run_sharded_inst<Storage, mpe::StochasticRounding>(spec, data);
+  return run_sharded_inst<Storage, mpe::NearestRounding>(spec, data);
 }
 
 // INT8 and INT4 stores (sharded_quantized.cpp).

@@ -199,6 +199,15 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
 // sharded), derived from the model seed.
 inline std::uint64_t embedding_seed(const RunSpec& spec) { return hash_combine(spec.seed, 0xe3b); }
 
+// Cache rows of a run over every table: --cache-fraction of all rows (0 with --cache none
+// or a zero fraction), at least `ways` (the library rejects 0 < cache_rows < Ways).
+inline std::int64_t cache_rows_of(const RunSpec& spec, const DataSetup& data, std::int64_t ways) {
+  if (spec.cache == "none" || spec.cache_fraction <= 0) return 0;
+  std::int64_t total = 0;
+  for (auto r : data.table_rows) total += r;
+  return std::max<std::int64_t>(std::llround(spec.cache_fraction * static_cast<double>(total)), ways);
+}
+
 // "@md<d>" / "@h<k>" runs: tables holding at least 1 % of all rows at D = spec.large_dim
 // and, with k > 0, hashed into ceil(rows / k) rows; the others as the uniform run.
 template <class Storage, class Cache, class Rounding, class Precision>
@@ -258,13 +267,7 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
   cfg.dim = spec.dim;
-  std::int64_t total = 0;
-  for (auto r : data.table_rows) total += r;
-  std::int64_t cache_rows = 0;
-  if (spec.cache != "none" && spec.cache_fraction > 0) {
-    cache_rows = std::llround(spec.cache_fraction * static_cast<double>(total));
-    cache_rows = std::max(cache_rows, ways);  // the library rejects 0 < cache_rows < Ways
-  }
+  const std::int64_t cache_rows = cache_rows_of(spec, data, ways);
   cfg.cache_rows = cache_rows;
   cfg.seed = embedding_seed(spec);
   mpe::CachedEmbedding<Storage, Cache, Rounding, mpe::HostBackend, Precision> emb(cfg);
