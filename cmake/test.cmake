@@ -5,12 +5,14 @@ include("${CMAKE_CURRENT_LIST_DIR}/common.cmake")
 # The CUDA bit-identity tests for Int8Rowwise, Int4Rowwise, the state precisions and the
 # core (every policy) are built; the Fp32/Fp16/Fp8 ones add ~5 min of nvcc and g++ on two
 # cores and are left to `cmake --preset cuda-full` (run them on a machine with a GPU).
-# -DMPE_BENCH_OPT_FLAGS=... (CI: -O1) is passed on to the build (CMakeLists.txt).
-set(extra "")
-if(DEFINED MPE_BENCH_OPT_FLAGS)
-  list(APPEND extra "-DMPE_BENCH_OPT_FLAGS=${MPE_BENCH_OPT_FLAGS}")
+# -DMPE_BENCH_OPT_FLAGS=... (CI: -O1; a list: "-O1;-g0") is passed on to the build
+# (CMakeLists.txt); without it the benchmarks get the build type's flags again, whatever an
+# earlier run left in build/'s cache.
+if(NOT DEFINED MPE_BENCH_OPT_FLAGS)
+  set(MPE_BENCH_OPT_FLAGS "")
 endif()
-mpe_configure(-DMPE_CUDA_FULL_MATRIX=OFF ${extra})
+string(REPLACE ";" "\\;" bench_opt "${MPE_BENCH_OPT_FLAGS}")
+mpe_configure(-DMPE_CUDA_FULL_MATRIX=OFF "-DMPE_BENCH_OPT_FLAGS=${bench_opt}")
 mpe_jobs(jobs)
 execute_process(COMMAND ${CMAKE_COMMAND} --build "${MPE_BUILD_DIR}" -j ${jobs} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

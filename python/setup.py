@@ -11,6 +11,7 @@ repository), so build from a checkout. Parallel compilation: MAX_JOBS (default 2
 """
 import glob
 import os
+import shlex
 import sys
 
 from setuptools import setup
@@ -43,7 +44,7 @@ if not os.path.exists(os.path.join(MPE_INCLUDE, "mpe", "mpe.hpp")):
 os.environ.setdefault("MAX_JOBS", "2")
 # Optimization level: -O3 unless MPE_TORCH_OPT says otherwise (.ci/run builds its test copy
 # at -O1: the tests check values, and -ffp-contract=off gives the same bits at every level).
-OPT = os.environ.get("MPE_TORCH_OPT", "-O3")
+OPT = shlex.split(os.environ.get("MPE_TORCH_OPT") or "-O3")
 
 CSRC = os.path.join("mpe_torch", "csrc")
 # The binding, the registry and one translation unit per storage format (group_<storage>.cpp;
@@ -67,7 +68,7 @@ setup(
             # -std=c++20 after torch's own -std=c++17 (the last one wins); torch's headers as
             # system headers (-isystem overrides their -I), so -Wall -Wextra report our code only;
             # -g0: no debug info (Python's own CFLAGS add -g).
-            extra_compile_args=["-std=c++20", OPT, "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
+            extra_compile_args=["-std=c++20", *OPT, "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
             + [f for p in include_paths() for f in ("-isystem", p)],
             extra_link_args=["-fopenmp"],
         )

@@ -1,7 +1,7 @@
 // The training loop, generic over the embedding type, and the run-time ->
-// compile-time dispatch on cache policy and rounding. Included only by the
+// compile-time dispatch on cache policy and rounding. Included by the
 // configs_*.cpp files, so each storage format's instantiations compile in
-// their own translation unit.
+// their own translation unit, and by sharded_run.hpp (MPI runs).
 #pragma once
 
 #include <mpe/mpe.hpp>
