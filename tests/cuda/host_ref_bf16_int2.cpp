@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+// HostBackend side of the CUDA bit-identity tests for Bf16 and Int2Rowwise, compiled by g++
+// (the host build users run), instantiated once and linked into the CUDA tests.
+#include "scenario.hpp"
+
+MPE_TEST_MATRIX(MPE_TEST_HOST_INSTANTIATE, mpe::Bf16)
+MPE_TEST_MATRIX(MPE_TEST_HOST_INSTANTIATE, mpe::Int2Rowwise)
