@@ -37,6 +37,7 @@ set(opt "$ENV{MPE_TORCH_OPT}")
 if(opt STREQUAL "")
   set(opt "-O3")
 endif()
+set(ENV{MPE_TORCH_OPT} "${opt}")  # what setup.py builds with is what the stamp records
 set(opt_stamp "${MPE_SOURCE_DIR}/python/build/mpe_torch_opt.txt")
 set(last_opt "")
 if(EXISTS "${opt_stamp}")
