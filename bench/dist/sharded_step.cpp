@@ -87,23 +87,10 @@ int main(int argc, char** argv) {
     cfg.cache_rows = std::max<std::int64_t>(32, total / 20);
     cfg.seed = 1;
     using Store = mpe::Int8Rowwise;
-    mpe::sharded::ShardingPlan plan;
-    if (a.plan == "table")
-      plan = mpe::sharded::table_wise_plan(cfg.table_rows, cfg.dim, N,
-                                        mpe::sharded::cost_by_bytes(cfg.table_rows, Store::data_bytes(cfg.dim)));
-    else if (a.plan == "row")
-      plan = mpe::sharded::row_wise_plan(cfg.table_rows, cfg.dim, N);
-    else if (a.plan == "column")
-      plan = mpe::sharded::column_wise_plan(cfg.table_rows, cfg.dim, N);
-    else if (a.plan == "auto")
-      plan = mpe::sharded::auto_plan(cfg.table_rows, cfg.dim, N);
-    else
-      throw std::invalid_argument("--plan table|row|column|auto");
+    const mpe::sharded::ShardingPlan plan =
+        mpe::sharded::plan_by_name(a.plan, cfg.table_rows, cfg.dim, N, Store::data_bytes(cfg.dim));
     mpe::sharded::ShardOptions opt;
-    if (a.precision == "fp16")
-      opt.precision = mpe::sharded::CommPrecision::Fp16;
-    else if (a.precision == "bf16")
-      opt.precision = mpe::sharded::CommPrecision::Bf16;
+    opt.precision = mpe::sharded::comm_precision_from_string(a.precision);
     mpe::sharded::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::sharded::MpiComm> sh(
         cfg, plan, comm, opt);
     sh.init_uniform(-0.05f, 0.05f);

@@ -113,24 +113,11 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   cfg.cache_rows = cache_rows;
   cfg.seed = embedding_seed(spec);
   const int N = comm.size();
-  mpe::sharded::ShardingPlan plan;
-  if (spec.shard == "table")
-    plan = mpe::sharded::table_wise_plan(
-        cfg.table_rows, cfg.dim, N,
-        mpe::sharded::cost_by_bytes(cfg.table_rows, Storage::data_bytes(cfg.dim)));
-  else if (spec.shard == "row")
-    plan = mpe::sharded::row_wise_plan(cfg.table_rows, cfg.dim, N);
-  else if (spec.shard == "column")
-    plan = mpe::sharded::column_wise_plan(cfg.table_rows, cfg.dim, N);
-  else if (spec.shard == "auto")
-    plan = mpe::sharded::auto_plan(cfg.table_rows, cfg.dim, N);
-  else
-    throw std::invalid_argument("--shard must be table, row, column or auto");
+  // --shard and --comm-precision are checked by CLI11 (IsMember); the helpers throw too.
+  const mpe::sharded::ShardingPlan plan =
+      mpe::sharded::plan_by_name(spec.shard, cfg.table_rows, cfg.dim, N, Storage::data_bytes(cfg.dim));
   mpe::sharded::ShardOptions opts;
-  if (spec.comm_precision == "fp16")
-    opts.precision = mpe::sharded::CommPrecision::Fp16;
-  else if (spec.comm_precision == "bf16")
-    opts.precision = mpe::sharded::CommPrecision::Bf16;
+  opts.precision = mpe::sharded::comm_precision_from_string(spec.comm_precision);
   Sh sh(cfg, plan, comm, opts);
   if (comm.rank() == 0 && spec.progress)
     std::fprintf(stderr, "sharding plan (%s, %d ranks):\n%s", spec.shard.c_str(), N,

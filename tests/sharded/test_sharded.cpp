@@ -263,6 +263,34 @@ TEST_CASE("plans: text round trip, greedy balance, validation") {
       std::invalid_argument);
 }
 
+TEST_CASE("plans and wire precisions by name (train_dlrm's --shard, --comm-precision)") {
+  const int N = world().size();
+  const std::size_t row_bytes = Int8Rowwise::data_bytes(kD);
+  CHECK(plan_by_name("table", kRows, kD, N, row_bytes) ==
+        table_wise_plan(kRows, kD, N, cost_by_bytes(kRows, row_bytes)));
+  CHECK(plan_by_name("row", kRows, kD, N, row_bytes) == row_wise_plan(kRows, kD, N));
+  CHECK(plan_by_name("column", kRows, kD, N, row_bytes) == column_wise_plan(kRows, kD, N));
+  CHECK(plan_by_name("auto", kRows, kD, N, row_bytes) == auto_plan(kRows, kD, N));
+  // An unknown name is refused with the name in the message.
+  for (const char* name : {"", "rows", "Table", "mixed"}) {
+    try {
+      (void)plan_by_name(name, kRows, kD, N, row_bytes);
+      FAIL("no exception for plan name \"" << name << "\"");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("\"" + std::string(name) + "\"") != std::string::npos);
+    }
+  }
+  for (CommPrecision p : {CommPrecision::Fp32, CommPrecision::Fp16, CommPrecision::Bf16})
+    CHECK(comm_precision_from_string(to_string(p)) == p);
+  CHECK(std::string(to_string(CommPrecision::Bf16)) == "bf16");
+  try {
+    (void)comm_precision_from_string("fp8");
+    FAIL("no exception for precision fp8");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("\"fp8\"") != std::string::npos);
+  }
+}
+
 TEST_CASE("table-wise: bit-identical to one process (Fp32 store + LRU cache; SGD, RowwiseAdagrad)") {
   const int N = world().size();
   const ShardingPlan p = table_wise_plan(kRows, kD, N, cost_by_bytes(kRows, 4 * kD));

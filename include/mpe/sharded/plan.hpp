@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -306,6 +307,25 @@ inline ShardingPlan auto_plan(std::vector<std::int64_t> table_rows, std::int32_t
   }
   p.validate();
   return p;
+}
+
+/// The plan named `name`, as train_dlrm's `--shard` spells it:
+/// "table" (table_wise_plan balanced by cost_by_bytes(table_rows, row_bytes): `row_bytes` is
+/// the bytes of one stored row, e.g. `Storage::data_bytes(dim)`), "row" (row_wise_plan),
+/// "column" (column_wise_plan) or "auto" (auto_plan, default row share). Throws
+/// std::invalid_argument naming `name` when it is none of these (and whatever the planner
+/// throws for its arguments).
+inline ShardingPlan plan_by_name(std::string_view name, std::vector<std::int64_t> table_rows,
+                                 std::int32_t dim, int world_size, std::size_t row_bytes) {
+  if (name == "table") {
+    const std::vector<double> cost = cost_by_bytes(table_rows, row_bytes);
+    return table_wise_plan(std::move(table_rows), dim, world_size, cost);
+  }
+  if (name == "row") return row_wise_plan(std::move(table_rows), dim, world_size);
+  if (name == "column") return column_wise_plan(std::move(table_rows), dim, world_size);
+  if (name == "auto") return auto_plan(std::move(table_rows), dim, world_size);
+  throw std::invalid_argument("plan_by_name: name = \"" + std::string(name) +
+                              "\" is not a plan (table, row, column or auto)");
 }
 
 }  // namespace mpe::sharded

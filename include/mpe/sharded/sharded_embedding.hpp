@@ -20,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <vector>
@@ -42,6 +43,21 @@ enum class CommPrecision {
   Fp16,  ///< IEEE half, rounded with the embedding's Rounding policy, saturating at +-65504
   Bf16,  ///< bfloat16, rounded with the embedding's Rounding policy
 };
+
+/// The precision's name: "fp32", "fp16" or "bf16" (what comm_precision_from_string reads).
+inline const char* to_string(CommPrecision p) {
+  return p == CommPrecision::Fp32 ? "fp32" : p == CommPrecision::Fp16 ? "fp16" : "bf16";
+}
+
+/// The CommPrecision named "fp32", "fp16" or "bf16" (train_dlrm's `--comm-precision`).
+/// Throws std::invalid_argument naming `name` for any other string.
+inline CommPrecision comm_precision_from_string(std::string_view name) {
+  if (name == "fp32") return CommPrecision::Fp32;
+  if (name == "fp16") return CommPrecision::Fp16;
+  if (name == "bf16") return CommPrecision::Bf16;
+  throw std::invalid_argument("comm_precision_from_string: name = \"" + std::string(name) +
+                              "\" is not a precision (fp32, fp16 or bf16)");
+}
 
 /// Options of a ShardedEmbedding beyond the (global) EmbeddingConfig.
 struct ShardOptions {
@@ -482,9 +498,9 @@ class ShardedEmbedding {
       std::ostringstream s;
       s << f.rdbuf();
       m = parse_manifest(s.str());
-      if (m.precision != precision_name(options_.precision))
+      if (m.precision != sharded::to_string(options_.precision))
         throw checkpoint_error("manifest comm_precision " + m.precision + " differs from this object's " +
-                               precision_name(options_.precision) + " (ShardOptions::precision)");
+                               sharded::to_string(options_.precision) + " (ShardOptions::precision)");
       if (m.plan.world_size != plan_.world_size)
         throw checkpoint_error("checkpoint has " + std::to_string(m.plan.world_size) + " ranks, this run " +
                                std::to_string(plan_.world_size) + " (re-sharding is not supported)");
@@ -575,9 +591,6 @@ class ShardedEmbedding {
   static std::string shard_file(const std::string& prefix, int r, std::size_t g) {
     return prefix + ".rank" + std::to_string(r) + ".group" + std::to_string(g) + ".mpe";
   }
-  static const char* precision_name(CommPrecision p) {
-    return p == CommPrecision::Fp32 ? "fp32" : p == CommPrecision::Fp16 ? "fp16" : "bf16";
-  }
   /// 1 + the largest k of the files `step<step>.save<k>.*` in dir (1 if none): a shard name
   /// no earlier save at this step used, so none of a committed checkpoint's files is written.
   static std::int64_t next_save_number(const std::filesystem::path& dir, std::uint64_t step) {
@@ -597,8 +610,9 @@ class ShardedEmbedding {
   std::string manifest_text(const std::string& shards) const {
     return "mpe-sharded-checkpoint v2\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name +
            "\ncache " + Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " +
-           precision_name(options_.precision) + "\noptimizer " + (opt_name_.empty() ? "none" : opt_name_) +
-           "\nexchanges " + std::to_string(exchanges_) + "\nshards " + shards + "\n" + plan_.to_string();
+           sharded::to_string(options_.precision) + "\noptimizer " +
+           (opt_name_.empty() ? "none" : opt_name_) + "\nexchanges " + std::to_string(exchanges_) +
+           "\nshards " + shards + "\n" + plan_.to_string();
   }
   /// A manifest's contents. Version 1 (no optimizer, exchanges, shards lines) names its
   /// shards `step<S>` and has no optimizer (taken from the first backward) and counter 0.
