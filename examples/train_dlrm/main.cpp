@@ -32,6 +32,19 @@
 #include "run.hpp"
 #include "synthetic.hpp"
 
+namespace dlrm {
+
+std::string sharded_unsupported(const RunSpec& s) {
+  if (s.storage == "dense") return {};
+  const std::string head = "config " + s.label + ": sharded runs ";
+  if (s.storage != "fp32" && s.storage != "fp16" && s.storage != "int8" && s.storage != "int4")
+    return head + "need an fp32, fp16, int8 or int4 store, not " + s.storage;
+  if (s.cache != "lru" && s.cache != "none") return head + "support cache lru or none, not " + s.cache;
+  return {};
+}
+
+}  // namespace dlrm
+
 namespace {
 
 using namespace dlrm;
@@ -630,6 +643,27 @@ int main(int argc, char** argv) {
         if (base.storage != "fp32" || base.cache != "none") specs.push_back(f);
       }
       specs.push_back(base);
+    }
+
+    if (base.shard != "none") {
+      // Checked before any training: a sweep keeps what a sharded run can build (and says
+      // what it left out); an explicit config that cannot run is an error.
+      std::vector<RunSpec> kept;
+      std::string left_out;
+      for (const RunSpec& sp : specs) {
+        const std::string why = sharded_unsupported(sp);
+        if (why.empty()) {
+          kept.push_back(sp);
+        } else if (o.sweep != "none") {
+          left_out += (left_out.empty() ? "" : ", ") + sp.label;
+        } else {
+          throw std::invalid_argument(why + " (--shard " + base.shard + ")");
+        }
+      }
+      if (!left_out.empty())
+        std::cerr << "--shard " << base.shard << ": left out of the sweep (sharded runs build fp32, fp16, int8 or "
+                  << "int4 stores with an LRU cache or none): " << left_out << "\n";
+      specs = std::move(kept);
     }
 
     std::shared_ptr<SyntheticWorld> world;

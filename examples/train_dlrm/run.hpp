@@ -77,6 +77,9 @@ RunResult run_dense_only(const RunSpec&, const DataSetup&);
 
 // Sharded runs over MPI (sharded.cpp; built when MPI is found, else stubs in main.cpp).
 RunResult run_sharded(const RunSpec&, const DataSetup&);
+// Why a config cannot run sharded (main.cpp; empty when it can): sharded runs build an
+// fp32, fp16, int8 or int4 store with an LRU cache or none (dense-only needs no tables).
+std::string sharded_unsupported(const RunSpec&);
 bool dist_available();
 void dist_init(int* argc, char*** argv);
 void dist_finalize();

@@ -5,10 +5,11 @@
 namespace dlrm {
 
 RunResult run_sharded(const RunSpec& spec, const DataSetup& data) {
+  if (const std::string why = sharded_unsupported(spec); !why.empty()) throw std::invalid_argument(why);
   if (spec.storage == "fp32") return sharded_run::run_sharded_store<mpe::Fp32>(spec, data);
   if (spec.storage == "fp16") return sharded_run::run_sharded_store<mpe::Fp16>(spec, data);
   if (spec.storage == "int8" || spec.storage == "int4") return sharded_run::run_quantized(spec, data);
-  throw std::invalid_argument("sharded runs need an embedding store (fp32, fp16, int8, int4)");
+  throw std::logic_error("run_sharded: storage " + spec.storage + " passed sharded_unsupported");
 }
 
 bool dist_available() { return true; }

@@ -5,7 +5,7 @@
 ///
 /// The core (mpe/embedding/cached_embedding.hpp) declares save()/load() but holds no file code;
 /// this header supplies it (mpe/mpe.hpp includes it). The byte format (MPECKPT1, version
-/// 3) is documented in mpe/io/checkpoint_format.hpp.
+/// 4, kVersion) is documented in mpe/io/checkpoint_format.hpp.
 #pragma once
 
 #include <cstdint>
