@@ -59,6 +59,7 @@ struct Options {
   std::uint64_t train_samples = 1000000, test_samples = 100000, data_seed = 1;
   // what to run
   std::string sweep = "none";
+  std::string admission = "all";  // --admission: all (the cache's own rule) or second-touch
   std::vector<std::string> configs;
   bool baselines = false;
   int seeds = 1;
@@ -555,6 +556,7 @@ int main(int argc, char** argv) {
   auto* g_cfg = "Configuration";
   app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "int2", "dense"}));
   app.add_option("--cache", base.cache, "cache policy: lru, lfu, direct, stlru (second-touch LRU: a miss replaces a row only from its second touch), none")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "stlru", "none"}));
+  app.add_option("--admission", o.admission, "which misses the LRU cache admits: all (every miss) or second-touch (--cache stlru: a miss replaces a row only from its second touch; refused rows are read and updated in the store)")->group(g_cfg)->check(CLI::IsMember({"all", "second-touch"}));
   app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
   app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
   app.add_option("--optimizer", base.optimizer, "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")->group(g_cfg)->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
@@ -584,6 +586,18 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "no progress line")->group(g_out);
 
   CLI11_PARSE(app, argc, argv);
+  if (o.admission == "second-touch") {  // admission is part of the cache policy: Lru -> SecondTouchLru
+    if (o.sweep != "none" || !o.configs.empty()) {
+      std::cerr << "error: --admission sets the single config's cache; a --configs or --sweep label names its "
+                   "own (+stlru)\n";
+      return 1;
+    }
+    if (base.cache != "lru" && base.cache != "stlru") {
+      std::cerr << "error: --admission second-touch needs --cache lru (or stlru), not " << base.cache << "\n";
+      return 1;
+    }
+    base.cache = "stlru";
+  }
   DistGuard dist;
   if (base.shard != "none" && base.state_precision != "fp32") {
     std::cerr << "error: --shard trains FP32 optimizer state only (--state-precision fp32)\n";
