@@ -3,7 +3,7 @@
 
 ``TableBatchedEmbeddingBags`` keeps its tables in mpe's low-precision store (fp32, fp16, bf16,
 int8, int4 or int2 row-wise, FP8 E4M3/E5M2 row-wise) with an optional FP32 cache of hot rows (LRU,
-LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
+second-touch LRU, LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
 (table-major int64 CSR) and returns the pooled vectors as a ``(B, sum D_t)`` float32 tensor.
 The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
@@ -15,6 +15,8 @@ bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import operator
+
 import torch
 from torch import nn
 
@@ -24,6 +26,16 @@ __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations",
            "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
 
 CheckpointError = _C.CheckpointError
+
+
+def _table_index(table):
+    # A table number: an int (or a 0-d integer tensor), never a bool or a float silently truncated.
+    try:
+        if isinstance(table, bool) or (torch.is_tensor(table) and table.dtype == torch.bool):
+            raise TypeError
+        return operator.index(table)
+    except TypeError:
+        raise TypeError(f"mpe_torch: table = {table!r} must be an integer table number") from None
 
 # The names each choice accepts: the C++ variant lists of the extension (csrc/variants.hpp), each
 # variant named by mpe's own name (less "_rowwise"). Which combinations are compiled:
@@ -140,6 +152,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
         state_precision = _name(state_precision, "state_precision")
+        try:
+            if isinstance(seed, bool):
+                raise TypeError
+            seed = operator.index(seed)
+        except TypeError:
+            raise TypeError(f"mpe_torch: seed = {seed!r} must be an integer in [0, 2**64)") from None
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"mpe_torch: seed = {seed} is outside [0, 2**64)")
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
@@ -237,14 +257,14 @@ class TableBatchedEmbeddingBags(nn.Module):
     def get_weights(self, table):
         """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the
         cache (cached rows in FP32, others dequantized). Raises IndexError for a bad table."""
-        return self._tbe.get_weights(int(table))
+        return self._tbe.get_weights(_table_index(table))
 
     def set_weights(self, table, weights):
         """Replaces table ``table`` with ``weights`` (``(rows, D)`` torch.float32, CPU,
         contiguous), quantized with the module's rounding; its cache lines are dropped.
         Optimizer state is kept. Raises TypeError/ValueError for a wrong tensor, ValueError for
         a value the storage cannot hold, IndexError for a bad table."""
-        self._tbe.set_weights(int(table), weights)
+        self._tbe.set_weights(_table_index(table), weights)
 
     def split_embedding_weights(self):
         """List of ``get_weights(t)`` for every table (FBGEMM TBE's name; copies, not views)."""
@@ -262,10 +282,11 @@ class TableBatchedEmbeddingBags(nn.Module):
             layout: ``"fbgemm_fused"``: FBGEMM's fused row-wise rows (int8: D codes, f32 scale,
                 f32 bias, as ``torch.ops.fbgemm.FloatToFused8BitRowwiseQuantized``; int4:
                 ceil(D/2) bytes, f16 scale, f16 bias, as ``FloatToFusedNBitRowwiseQuantizedSBHalf``;
+                int2: ceil(D/4) bytes, f16 scale, f16 bias, the same op with bit rate 2;
                 fp16/bf16/fp32: plain rows). ``"tbe_inference"``: the weights of fbgemm_gpu's
                 ``IntNBitTableBatchedEmbeddingBagsCodegen`` / TorchRec's quantized EBC (f16 scale,
-                f16 bias, then the codes, each row padded to ``alignment``; fp32, fp16, int8 and
-                int4 rows only: no bf16).
+                f16 bias, then the codes, each row padded to ``alignment``; fp32, fp16, int8,
+                int4 and int2 rows only: no bf16).
             format: ``None`` (the store's own format: a byte move, except int8 to
                 ``tbe_inference``, which re-quantizes to f16 scale/bias), or ``"fp32"``,
                 ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``, ``"int2"`` (``EXPORT_FORMATS``: dequantize and
@@ -280,13 +301,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         Raises ValueError (bad layout/format/alignment, a format without that layout, a value
         the format cannot hold), IndexError (bad table).
         """
-        return self._tbe.export_table(int(table), layout, int(alignment), bool(scale_bias_last),
+        return self._tbe.export_table(_table_index(table), layout, int(alignment), bool(scale_bias_last),
                                       "" if format is None else str(format))
 
     def import_table(self, table, data, layout="fbgemm_fused", alignment=1, scale_bias_last=False):
         """Replaces table ``table`` with ``data``: a ``(rows, row_bytes)`` torch.uint8 CPU
         contiguous tensor in ``layout`` (see ``export_table``) of the store's own format (int8
-        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4, fp32/fp16 plain rows in both
+        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4, int2 fused 2-bit or TBE INT2, fp32/fp16 plain rows in both
         layouts, bf16 plain rows in ``fbgemm_fused``; an FP8 store, or bf16 with
         ``tbe_inference``, raises ValueError: FBGEMM has no such rows). Exact byte conversion;
         rows decoding beyond the format's range by at most one quantization step (FBGEMM's
@@ -294,7 +315,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         anything changes; the table's cache lines are dropped. Returns the number of saturated
         rows. Raises TypeError/ValueError for a wrong tensor or a row the store cannot hold
         (naming row and value), IndexError for a bad table."""
-        return self._tbe.import_table(int(table), data, layout, int(alignment), bool(scale_bias_last))
+        return self._tbe.import_table(_table_index(table), data, layout, int(alignment), bool(scale_bias_last))
 
     # ---- statistics ----
     def stats(self):

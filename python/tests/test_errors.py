@@ -172,3 +172,45 @@ def test_stats_and_memory_dicts():
     assert mem["store_bytes"] == 1000 * 16 + 500 * 12
     assert mem["embedding_bytes"] == mem["store_bytes"] + mem["cache_bytes"] + mem["metadata_bytes"]
     assert set(s) >= {"lookups", "hits", "misses", "evictions", "writebacks", "saturated_rows", "skipped_steps"}
+
+
+@pytest.mark.parametrize("specs", [[(10, 4), (6, 4)], [(10, 4), (6, 8)]], ids=["one_d", "mixed_d"])
+@pytest.mark.parametrize("bad", ["index", "weight"])
+def test_rejected_forward_keeps_the_pending_backward(specs, bad):
+    # A training forward rejected for its input changes nothing: the earlier forward's output
+    # still backpropagates, and the module then equals a twin that never saw the bad call.
+    def make():
+        mod = mpe_torch.TableBatchedEmbeddingBags(specs, storage="int8", cache="lru", cache_fraction=0.5, seed=3)
+        mod.init_uniform(-1, 1)
+        return mod
+
+    victim, twin = make(), make()
+    idx, off = ok()
+    psw = torch.tensor([0.5, 1.0, 2.0, 1.5])
+    out_v, out_t = victim(idx, off, psw), twin(idx, off, psw)
+    if bad == "index":
+        with pytest.raises(ValueError, match="indices\\[3\\] = 6"):
+            victim(torch.tensor([1, 2, 3, 6]), off)
+    else:
+        with pytest.raises(ValueError, match="nan"):
+            victim(idx, off, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    g = torch.arange(out_v.numel(), dtype=torch.float32).reshape(out_v.shape) / 7
+    out_v.backward(g)
+    out_t.backward(g)
+    assert victim.step == twin.step == 1
+    assert all(torch.equal(victim.get_weights(t), twin.get_weights(t)) for t in range(2))
+
+
+def test_table_and_seed_must_be_integers(m):
+    with pytest.raises(TypeError, match="table = 1.7"):
+        m.get_weights(1.7)
+    with pytest.raises(TypeError, match="table = True"):
+        m.set_weights(True, torch.zeros(6, 4))
+    assert torch.equal(m.get_weights(torch.tensor(1)), m.get_weights(1))
+    with pytest.raises(ValueError, match="seed = -1 is outside"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=-1)
+    with pytest.raises(ValueError, match="seed = 18446744073709551616 is outside"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=2**64)
+    with pytest.raises(TypeError, match="seed = 1.5"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=1.5)
+    assert mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=2**64 - 1).state_dict() is not None

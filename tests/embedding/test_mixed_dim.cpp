@@ -302,6 +302,24 @@ TEST_CASE("mixed D: one D is exactly one CachedEmbedding") {
     e.backward(g, mpe::RowwiseAdagrad{0.05f, 1e-8f});
     one.backward(g, mpe::RowwiseAdagrad{0.05f, 1e-8f});
   }
+  {
+    // A forward refused for its input (one group: the group's own checks refuse it) leaves
+    // the earlier forward awaiting its backward, as in the CachedEmbedding.
+    const ref::Batch b = ref::random_batch(rng, rows_of(specs), 5, 6, true);
+    const auto out = run_forward(e, b, mpe::Pooling::Sum);
+    std::vector<float> o(out.size());
+    one.forward(b.indices, b.offsets, o, mpe::Pooling::Sum, b.weights);
+    ref::Batch bad = b;
+    REQUIRE(!bad.indices.empty());
+    bad.indices[0] = 60;  // outside every table (60, 45, 30 rows)
+    CHECK_THROWS_AS(e.forward(bad.indices, bad.offsets, o, mpe::Pooling::Sum, bad.weights), std::invalid_argument);
+    CHECK_THROWS_AS(one.forward(bad.indices, bad.offsets, o, mpe::Pooling::Sum, bad.weights),
+                    std::invalid_argument);
+    const auto g = ref::random_floats(rng, out.size(), -1, 1);
+    e.backward(g, mpe::RowwiseAdagrad{0.05f, 1e-8f});
+    one.backward(g, mpe::RowwiseAdagrad{0.05f, 1e-8f});
+    CHECK(e.step() == 5);
+  }
   std::vector<float> w(static_cast<std::size_t>(135 * 16));
   one.get_weights(w);
   std::vector<float> mine;

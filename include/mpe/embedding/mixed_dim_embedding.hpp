@@ -155,10 +155,21 @@ class MixedDimEmbedding {
                std::span<float> output, Pooling pooling = Pooling::Sum,
                std::span<const float> per_sample_weights = {}) {
     const std::int64_t B = check("forward", indices, offsets, output.size(), pooling, per_sample_weights);
+    const bool was_pending = pending_;
     pending_ = false;
-    each_group(
-        indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
-        [&](std::size_t g, auto i, auto o, auto out, auto w) { groups_[g].forward(i, o, out, pooling, w); });
+    std::size_t done = 0;  // groups whose forward returned
+    try {
+      each_group(indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
+                 [&](std::size_t g, auto i, auto o, auto out, auto w) {
+                   groups_[g].forward(i, o, out, pooling, w);
+                   ++done;
+                 });
+    } catch (const std::invalid_argument&) {
+      // Bad input refused by the first group's own checks (one group: check() leaves the
+      // indices to it) changed nothing there: the earlier forward still awaits backward.
+      if (done == 0) pending_ = was_pending;
+      throw;
+    }
     pending_B_ = B;
     pending_ = true;
   }

@@ -267,8 +267,16 @@ class Tbe {
     {
       py::gil_scoped_release nogil;
       if (training) {
-        pending_ = false;  // a failing forward leaves no batch for backward()
-        emb_->forward(idx, off, mspan<float>(out), pooling_, w);
+        try {
+          emb_->forward(idx, off, mspan<float>(out), pooling_, w);
+        } catch (const std::invalid_argument&) {
+          // Bad input: mpe changed nothing (a synchronous backend), so the forward awaiting
+          // backward, if any, still does.
+          throw;
+        } catch (...) {
+          pending_ = false;  // anything else may have replaced it: no batch for backward()
+          throw;
+        }
         pending_ = true;
         pending_B_ = B;
         ++forward_id_;
