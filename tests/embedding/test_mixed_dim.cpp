@@ -312,7 +312,8 @@ TEST_CASE("mixed D: one D is exactly one CachedEmbedding") {
     ref::Batch bad = b;
     REQUIRE(!bad.indices.empty());
     bad.indices[0] = 60;  // outside every table (60, 45, 30 rows)
-    CHECK_THROWS_AS(e.forward(bad.indices, bad.offsets, o, mpe::Pooling::Sum, bad.weights), std::invalid_argument);
+    CHECK_THROWS_AS(e.forward(bad.indices, bad.offsets, o, mpe::Pooling::Sum, bad.weights),
+                    std::invalid_argument);
     CHECK_THROWS_AS(one.forward(bad.indices, bad.offsets, o, mpe::Pooling::Sum, bad.weights),
                     std::invalid_argument);
     const auto g = ref::random_floats(rng, out.size(), -1, 1);
