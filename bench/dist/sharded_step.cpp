@@ -87,8 +87,7 @@ int main(int argc, char** argv) {
     cfg.cache_rows = std::max<std::int64_t>(32, total / 20);
     cfg.seed = 1;
     using Store = mpe::Int8Rowwise;
-    const mpe::sharded::ShardingPlan plan =
-        mpe::sharded::plan_by_name(a.plan, cfg.table_rows, cfg.dim, N, Store::data_bytes(cfg.dim));
+    const mpe::sharded::ShardingPlan plan = mpe::sharded::plan_by_name(a.plan, cfg.table_rows, cfg.dim, N);
     mpe::sharded::ShardOptions opt;
     opt.precision = mpe::sharded::comm_precision_from_string(a.precision);
     mpe::sharded::ShardedEmbedding<Store, mpe::Lru<32>, mpe::StochasticRounding, mpe::sharded::MpiComm> sh(

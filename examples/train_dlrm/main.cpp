@@ -675,8 +675,7 @@ int main(int argc, char** argv) {
         }
       }
       if (!left_out.empty())
-        std::cerr << "--shard " << base.shard << ": left out of the sweep (sharded runs build fp32, fp16, int8 or "
-                  << "int4 stores with an LRU cache or none): " << left_out << "\n";
+        std::cerr << "--shard " << base.shard << ": left out of the sweep (no sharded build): " << left_out << "\n";
       specs = std::move(kept);
     }
 

@@ -28,14 +28,18 @@ __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations",
 CheckpointError = _C.CheckpointError
 
 
-def _table_index(table):
-    # A table number: an int (or a 0-d integer tensor), never a bool or a float silently truncated.
+def _integer(value, name, what):
+    # An int (or a 0-d integer tensor), never a bool or a float silently truncated.
     try:
-        if isinstance(table, bool) or (torch.is_tensor(table) and table.dtype == torch.bool):
+        if isinstance(value, bool) or (torch.is_tensor(value) and value.dtype == torch.bool):
             raise TypeError
-        return operator.index(table)
+        return operator.index(value)
     except TypeError:
-        raise TypeError(f"mpe_torch: table = {table!r} must be an integer table number") from None
+        raise TypeError(f"mpe_torch: {name} = {value!r} must be {what}") from None
+
+
+def _table_index(table):
+    return _integer(table, "table", "an integer table number")
 
 # The names each choice accepts: the C++ variant lists of the extension (csrc/variants.hpp), each
 # variant named by mpe's own name (less "_rowwise"). Which combinations are compiled:
@@ -125,8 +129,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
             message lists the valid ones), or a storage/cache/rounding/state_precision
             combination that is not built (the message lists the built ones, see
-            ``built_combinations()``).
-        TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs.
+            ``built_combinations()``), a ``seed`` outside [0, 2**64).
+        TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs, or ``seed`` is not
+            an integer.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
@@ -152,12 +157,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
         state_precision = _name(state_precision, "state_precision")
-        try:
-            if isinstance(seed, bool):
-                raise TypeError
-            seed = operator.index(seed)
-        except TypeError:
-            raise TypeError(f"mpe_torch: seed = {seed!r} must be an integer in [0, 2**64)") from None
+        seed = _integer(seed, "seed", "an integer in [0, 2**64)")
         if not 0 <= seed < 2**64:
             raise ValueError(f"mpe_torch: seed = {seed} is outside [0, 2**64)")
         if eps is None:
@@ -256,14 +256,15 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def get_weights(self, table):
         """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the
-        cache (cached rows in FP32, others dequantized). Raises IndexError for a bad table."""
+        cache (cached rows in FP32, others dequantized). Raises IndexError for a bad table,
+        TypeError for a table that is not an integer."""
         return self._tbe.get_weights(_table_index(table))
 
     def set_weights(self, table, weights):
         """Replaces table ``table`` with ``weights`` (``(rows, D)`` torch.float32, CPU,
         contiguous), quantized with the module's rounding; its cache lines are dropped.
         Optimizer state is kept. Raises TypeError/ValueError for a wrong tensor, ValueError for
-        a value the storage cannot hold, IndexError for a bad table."""
+        a value the storage cannot hold, IndexError for a bad table (TypeError: not an integer)."""
         self._tbe.set_weights(_table_index(table), weights)
 
     def split_embedding_weights(self):
@@ -299,7 +300,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
         Flushes the cache first (dirty rows are written back, counted in ``stats()``).
         Raises ValueError (bad layout/format/alignment, a format without that layout, a value
-        the format cannot hold), IndexError (bad table).
+        the format cannot hold), IndexError (bad table), TypeError (a table that is not an integer).
         """
         return self._tbe.export_table(_table_index(table), layout, int(alignment), bool(scale_bias_last),
                                       "" if format is None else str(format))
@@ -307,14 +308,14 @@ class TableBatchedEmbeddingBags(nn.Module):
     def import_table(self, table, data, layout="fbgemm_fused", alignment=1, scale_bias_last=False):
         """Replaces table ``table`` with ``data``: a ``(rows, row_bytes)`` torch.uint8 CPU
         contiguous tensor in ``layout`` (see ``export_table``) of the store's own format (int8
-        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4, int2 fused 2-bit or TBE INT2, fp32/fp16 plain rows in both
-        layouts, bf16 plain rows in ``fbgemm_fused``; an FP8 store, or bf16 with
-        ``tbe_inference``, raises ValueError: FBGEMM has no such rows). Exact byte conversion;
+        reads fused 8-bit or TBE INT8, int4 fused 4-bit or TBE INT4, int2 fused 2-bit or TBE
+        INT2, fp32/fp16 plain rows in both layouts, bf16 plain rows in ``fbgemm_fused``; an FP8
+        store, or bf16 with ``tbe_inference``, raises ValueError: FBGEMM has no such rows). Exact byte conversion;
         rows decoding beyond the format's range by at most one quantization step (FBGEMM's
         quantizers near +-65504) are saturated and counted. Every row is validated before
         anything changes; the table's cache lines are dropped. Returns the number of saturated
         rows. Raises TypeError/ValueError for a wrong tensor or a row the store cannot hold
-        (naming row and value), IndexError for a bad table."""
+        (naming row and value), IndexError for a bad table (TypeError: not an integer)."""
         return self._tbe.import_table(_table_index(table), data, layout, int(alignment), bool(scale_bias_last))
 
     # ---- statistics ----

@@ -309,18 +309,15 @@ inline ShardingPlan auto_plan(std::vector<std::int64_t> table_rows, std::int32_t
   return p;
 }
 
-/// The plan named `name`, as train_dlrm's `--shard` spells it:
-/// "table" (table_wise_plan balanced by cost_by_bytes(table_rows, row_bytes): `row_bytes` is
-/// the bytes of one stored row, e.g. `Storage::data_bytes(dim)`), "row" (row_wise_plan),
-/// "column" (column_wise_plan) or "auto" (auto_plan, default row share). Throws
-/// std::invalid_argument naming `name` when it is none of these (and whatever the planner
-/// throws for its arguments).
+/// The plan named `name`, as train_dlrm's `--shard` spells it, for tables of
+/// `table_rows` (T) rows at dim D over `world_size` ranks: "table" (table_wise_plan by rows,
+/// which places tables as cost_by_bytes does when every row has the same bytes), "row"
+/// (row_wise_plan), "column" (column_wise_plan) or "auto" (auto_plan, default row share).
+/// Throws std::invalid_argument naming `name` when it is none of these (and whatever the
+/// planner throws for its arguments).
 inline ShardingPlan plan_by_name(std::string_view name, std::vector<std::int64_t> table_rows,
-                                 std::int32_t dim, int world_size, std::size_t row_bytes) {
-  if (name == "table") {
-    const std::vector<double> cost = cost_by_bytes(table_rows, row_bytes);
-    return table_wise_plan(std::move(table_rows), dim, world_size, cost);
-  }
+                                 std::int32_t dim, int world_size) {
+  if (name == "table") return table_wise_plan(std::move(table_rows), dim, world_size);
   if (name == "row") return row_wise_plan(std::move(table_rows), dim, world_size);
   if (name == "column") return column_wise_plan(std::move(table_rows), dim, world_size);
   if (name == "auto") return auto_plan(std::move(table_rows), dim, world_size);

@@ -267,16 +267,9 @@ class Tbe {
     {
       py::gil_scoped_release nogil;
       if (training) {
-        try {
-          emb_->forward(idx, off, mspan<float>(out), pooling_, w);
-        } catch (const std::invalid_argument&) {
-          // Bad input: mpe changed nothing (a synchronous backend), so the forward awaiting
-          // backward, if any, still does.
-          throw;
-        } catch (...) {
-          pending_ = false;  // anything else may have replaced it: no batch for backward()
-          throw;
-        }
+        // A refused batch leaves the forward awaiting backward as it was (MixedDimEmbedding
+        // keeps it for bad input; after any other error its backward() refuses).
+        emb_->forward(idx, off, mspan<float>(out), pooling_, w);
         pending_ = true;
         pending_B_ = B;
         ++forward_id_;
