@@ -333,8 +333,8 @@ void bm_pool_group(benchmark::State& st) {
   for (auto _ : st) {
     DeviceBatch& b = *batches[k++ % batches.size()];
     const mpe::detail::PoolBags<S, G> pool{b.offsets.p, b.indices.p, nullptr, nullptr, mpe::CacheRef{},
-                                           false,       store,       stride,  p.B,     1,
-                                           D,           false,       out.p,   nullptr};
+                                           store,       stride,      p.B,     1,       D,
+                                           false,       out.p,       nullptr};
     cuda_ok(cudaEventRecord(ev[0], stream), "cudaEventRecord");
     be.for_each_lanes(p.B, pool);
     cuda_ok(cudaEventRecord(ev[1], stream), "cudaEventRecord");

@@ -54,7 +54,10 @@
 /// the batch, admits rows (fills and evictions) and pools from the cache and the store: the
 /// paper's cached forward, to compare with FBGEMM's store-only kernel on the same batches),
 /// mpe_cached_st (the same with SecondTouchLru<32>: a miss replaces a cached row only from its
-/// second touch; refused rows are pooled from the store).
+/// second touch; refused rows are pooled from the store), mpe_cached_inf (`forward_inference()`
+/// through mpe_cached's kind of cache on another object, filled by one populating forward() per
+/// pool batch before the warm-up: each occurrence's set scanned, rows pooled from their slot
+/// or the store, nothing admitted).
 ///
 /// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
 /// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
@@ -283,7 +286,8 @@ void usage() {
       "  --dims D,D,...       embedding dims (default 64)\n"
       "  --precs P,...        fp32,fp16,int8,int4,int2 (default: the first four)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
-      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st (default "
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st,mpe_cached_inf "
+      "(default "
       "fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
       "  --batch B            bags per batch (default 2048)\n"
@@ -557,6 +561,8 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows));
   }
   if (has("mpe_cached_st")) cached_copy(emb_cached_st);
+  std::unique_ptr<E> emb_cached_inf;
+  if (has("mpe_cached_inf")) cached_copy(emb_cached_inf);
   std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
               prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
               secs(t0, clk::now()));
@@ -610,6 +616,11 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
                                  std::span<float>(out, static_cast<std::size_t>(B * D)));
           sbs::g_phases.on = false;
         };
+      } else if (v == "mpe_cached_inf") {
+        x.run = [&](const std::int64_t* ind, float* out) {
+          emb_cached_inf->forward_inference(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)),
+                                            so, std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {
           emb_inf->forward_inference(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
@@ -622,6 +633,12 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       vs.push_back(std::move(x));
     }
     const auto nv = static_cast<int>(vs.size());
+    if (emb_cached_inf) {  // its cache: one populating forward() per pool batch
+      std::vector<float> tmp(static_cast<std::size_t>(B * D));
+      for (std::int64_t k = 0; k < pool.batches; ++k)
+        emb_cached_inf->forward(std::span<const std::int64_t>(pool.batch(k), static_cast<std::size_t>(n)), so,
+                                tmp);
+    }
     for (swap_half = 0; swap_half < (o.swap ? 2 : 1); ++swap_half)  // warm-up pass over the pool
       for (std::int64_t k = 0; k < pool.batches; ++k)
         for (auto& v : vs) v.run(pool.batch(k), v.out.data());

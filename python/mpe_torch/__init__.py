@@ -365,7 +365,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         # A state of another format (format 1: `mpe_group_<g>` tensors) is named before its
         # keys are compared, whatever `strict` is.
         extra = state_dict.get(extra_key)
-        if extra is not None and (not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT):
+        if extra_key in state_dict and (not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT):
             got = extra.get("format") if isinstance(extra, dict) else None
             raise ValueError(f"mpe_torch: {extra_key} has state format {got!r}; this mpe_torch reads format "
                              f"{_STATE_FORMAT} (format 1, written before the module used mpe::MixedDimEmbedding, "
@@ -378,14 +378,26 @@ class TableBatchedEmbeddingBags(nn.Module):
             for k in state_dict:
                 if k.startswith(prefix) and k not in keys and k != extra_key and "." not in k[len(prefix):]:
                     unexpected_keys.append(k)
-        mine, theirs = self._config, extra.get("config", {})
+        mine, theirs, p = self._config, extra.get("config"), extra.get("optimizer_params")
+        # Its structure is checked before any field is read: a damaged or hand-made one is a
+        # ValueError naming the key, not a KeyError or TypeError from deep inside.
+        hyper = ("learning_rate", "eps", "beta1", "beta2")
+        if not isinstance(theirs, dict) or not isinstance(p, dict) or any(
+                k not in p or isinstance(p[k], bool) or not isinstance(p[k], (int, float)) for k in hyper):
+            raise ValueError(f"mpe_torch: {extra_key} is malformed: it needs a 'config' dict and an "
+                             f"'optimizer_params' dict with numbers {', '.join(hyper)}; got config "
+                             f"{type(theirs).__name__}, optimizer_params {p!r}")
         for field in ("specs", "pooling_mode", "optimizer"):
             a, b = mine[field], theirs.get(field)
             if field == "specs" and b is not None:
-                b = [tuple(x) for x in b]
+                try:
+                    b = [tuple(x) for x in b]
+                except TypeError:
+                    raise ValueError(f"mpe_torch: {extra_key}'s specs = {b!r} is not a list of (rows, dim) "
+                                     "pairs") from None
             if a != b:
                 raise ValueError(f"mpe_torch: the state's {field} = {b!r} differs from this module's {a!r}")
-        p, old = extra["optimizer_params"], self.optimizer_params
+        old = self.optimizer_params
         self._tbe.set_hyperparameters(p["learning_rate"], p["eps"], p["beta1"], p["beta2"])  # checks them
         try:
             self._tbe.load_state(state_dict[keys[0]])

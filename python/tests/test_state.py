@@ -170,3 +170,29 @@ def test_format_1_state_is_named():
     for strict in (True, False):
         with pytest.raises(ValueError, match="state format 1"):
             m.load_state_dict(old, strict=strict)
+
+
+def test_malformed_extra_state_is_named():
+    """An `_extra_state` of the right format whose structure is damaged (missing or mistyped
+    config, optimizer_params or specs) is a ValueError naming the key, and changes nothing."""
+    cfg = CONFIGS[1]
+    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    m.init_uniform(-0.1, 0.1)
+    train(m, batches(cfg["specs"], 2, seed=1))
+    before = snapshot(m)
+    sd = m.state_dict()
+    extra = sd["_extra_state"]
+    params = {k: v for k, v in extra["optimizer_params"].items() if k != "eps"}
+    for bad in (dict(extra, config=None), {k: v for k, v in extra.items() if k != "config"},
+                {k: v for k, v in extra.items() if k != "optimizer_params"}, dict(extra, optimizer_params=3),
+                dict(extra, optimizer_params=params),
+                dict(extra, optimizer_params=dict(extra["optimizer_params"], beta1="0.9"))):
+        with pytest.raises(ValueError, match="_extra_state is malformed"):
+            m.load_state_dict(dict(sd, _extra_state=bad))
+    with pytest.raises(ValueError, match="state format None"):
+        m.load_state_dict(dict(sd, _extra_state=None))
+    with pytest.raises(ValueError, match="specs = 7 is not a list"):
+        m.load_state_dict(dict(sd, _extra_state=dict(extra, config=dict(extra["config"], specs=7))))
+    after = snapshot(m)
+    assert before[1:] == after[1:] and all(torch.equal(x, y) for x, y in zip(before[0], after[0]))
+    m.load_state_dict(sd)  # the intact state still loads

@@ -217,7 +217,7 @@ TEST_CASE("per-item functors address rows past 2^31 with 64-bit arithmetic") {
   const std::vector<std::int64_t> global_rows{r0 + 1, r0};
   std::vector<float> pooled(D);
   const mpe::detail::PoolBags<S> pool{
-      offsets.data(), global_rows.data(), nullptr, nullptr, no_cache, false, store, stride, 1, 1, D,
+      offsets.data(), global_rows.data(), nullptr, nullptr, no_cache, store, stride, 1, 1, D,
       false,          pooled.data(),      nullptr};
   pool(0);
   for (int d = 0; d < D; ++d) {

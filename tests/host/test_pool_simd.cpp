@@ -284,6 +284,33 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
     whole_bags += all ? 1 : 0;
   }
   if (slots == Slots::Cached) CHECK(whole_bags >= 3);
+  // Lookup (forward_inference): ProbeSlots' slots, in two host ranges (the portable scan,
+  // then the AVX2 one) and laned (3 lanes across the 4 ways), each CacheRef::find's.
+  std::vector<std::int64_t> probed(static_cast<std::size_t>(n), -1);
+  if (slots == Slots::Lookup) {
+    const mpe::detail::ProbeSlots probe{global_rows.data(), cache, probed.data()};
+    std::int64_t hits = 0;
+    for (int mode = 0; mode < 3; ++mode) {  // portable, AVX2, laned
+      CAPTURE(mode);
+      std::fill(probed.begin(), probed.end(), mode == 2 ? -1 : -7);
+      if (mode == 2) {
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int32_t lane = 0; lane < 3; ++lane) probe(i, lane, 3);
+      } else {
+        use_kernel(mode == 0 ? Kernel::Portable : Kernel::Avx2);
+        probe.host_range(0, n / 2);
+        probe.host_range(n / 2, n);
+      }
+      hits = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t s = probed[static_cast<std::size_t>(i)];
+        CHECK(s == cache.find(global_rows[static_cast<std::size_t>(i)]));
+        hits += s >= 0 ? 1 : 0;
+      }
+    }
+    CHECK(hits > 0);
+    CHECK(hits < n);
+  }
   std::vector<float> out_fast(static_cast<std::size_t>(B * T * D), -1.0f), out_port(out_fast.size(), -2.0f);
   // ranged: the bags as HostBackend hands them out (PoolBags::host_range), in two ranges
   // split at an odd bag so the second starts mid-table.
@@ -291,21 +318,21 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
     use_kernel(kernel);
     if (kernel == Kernel::Avx512 && mpe::detail::cpu_has_avx512())
       REQUIRE(mpe::detail::host_avx512_enabled());
-    const mpe::detail::PoolBags<S> pb{
-        offsets.data(),
-        global_rows.data(),
-        slots == Slots::Populated || slots == Slots::Cached ? slot_of_occ.data() : nullptr,
-        weighted ? weights.data() : nullptr,
-        slots == Slots::None ? mpe::CacheRef{} : cache,
-        slots == Slots::Lookup,
-        store.data(),
-        stride,
-        B,
-        T,
-        D,
-        mean,
-        out.data(),
-        nullptr};
+    const mpe::detail::PoolBags<S> pb{offsets.data(),
+                                      global_rows.data(),
+                                      slots == Slots::Populated || slots == Slots::Cached ? slot_of_occ.data()
+                                      : slots == Slots::Lookup                            ? probed.data()
+                                                                                          : nullptr,
+                                      weighted ? weights.data() : nullptr,
+                                      slots == Slots::None ? mpe::CacheRef{} : cache,
+                                      store.data(),
+                                      stride,
+                                      B,
+                                      T,
+                                      D,
+                                      mean,
+                                      out.data(),
+                                      nullptr};
     if (ranged) {
       pb.host_range(0, 5);
       // The first range wrote nothing of the bags past it (a run must stop at its end).
@@ -558,7 +585,6 @@ void compare_kernels_on(const std::vector<std::uint8_t>& store, std::size_t stri
                                               nullptr,
                                               weighted ? weights.data() : nullptr,
                                               mpe::CacheRef{},
-                                              false,
                                               store.data(),
                                               stride,
                                               B,
@@ -805,7 +831,6 @@ TEST_CASE("pooling through HostBackend's ranges on 2 threads equals bag-by-bag p
                                         cached ? slot_of_occ.data() : nullptr,
                                         nullptr,
                                         cached ? cache : mpe::CacheRef{},
-                                        false,
                                         store.data(),
                                         stride,
                                         B,

@@ -156,6 +156,8 @@ class CachedEmbedding {
 
   /// Like forward() but reads through cache and store without changing anything (no
   /// populate, no stats): for evaluation. Same validation, always synchronous (one wait).
+  /// With a cache, each occurrence's set is scanned for its row first (workspace: 3 index
+  /// arrays of indices.size(), the call's own, so concurrent calls share nothing).
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const;

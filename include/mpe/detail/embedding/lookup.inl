@@ -360,8 +360,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   }
   MPE_PHASE_MARK("slots");
   backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ,
-                                                          w, cache_ref(), false, store_.data(), stride_,
-                                                          cur.B, T, config_.dim, mean, output.data(), gate});
+                                                          w, cache_ref(), store_.data(), stride_, cur.B, T,
+                                                          config_.dim, mean, output.data(), gate});
   MPE_PHASE_MARK("pool");
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
@@ -399,10 +399,18 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   backend_.for_each(1, detail::SealForward{record.data(), offsets.data(), bags, n, B, indices.data(), w,
                                            false, nullptr, true, nullptr, detail::kCallForward, 0});
   throw_if_failed(fn, read_record(record.data()), false, nullptr);
+  // Each occurrence's slot first (one pass over the sets, prefetched ahead), then pooling
+  // from the slots as forward's does: the rows ahead prefetched from where they are.
+  IBuf slots(backend_, num_sets_ > 0 ? indices.size() : 0);
+  if (num_sets_ > 0 && n > 0) {
+    backend_.fill_bytes(slots.data(), 0xff, slots.bytes());  // -1
+    backend_.for_each_lanes(n, detail::ProbeSlots{global_rows.data(), cache_ref(), slots.data()});
+  }
   backend_.for_each_lanes(
-      bags, detail::PoolBags<Storage>{offsets.data(), global_rows.data(), nullptr, w, cache_ref(),
-                                      num_sets_ > 0, store_.data(), stride_, B, num_tables(), config_.dim,
-                                      pooling == Pooling::Mean, output.data(), nullptr});
+      bags,
+      detail::PoolBags<Storage>{offsets.data(), global_rows.data(), num_sets_ > 0 ? slots.data() : nullptr, w,
+                                cache_ref(), store_.data(), stride_, B, num_tables(), config_.dim,
+                                pooling == Pooling::Mean, output.data(), nullptr});
 }
 
 }  // namespace mpe

@@ -232,6 +232,54 @@ struct LookupSlots {
   }
 };
 
+/// Each occurrence's cache slot, looked up in its row's set (-1: not resident), for a pooling
+/// that populates nothing (forward_inference): slot_of_occ[i] = cache.find(global_rows[i]).
+/// Laned: slot_of_occ must be -1 beforehand and lane `lane` of `lanes` scans ways lane,
+/// lane + lanes, ...; a row has at most one slot, so the one lane that finds it writes it.
+/// On the host (host_range, one lane) the set kProbeAhead occurrences ahead is prefetched
+/// while this one is scanned (by simd::find_tag where the CPU has AVX2: the same slot), so
+/// the scans do not wait on their tags one after another.
+struct ProbeSlots {
+  static constexpr index_t kProbeAhead = 16;
+  const index_t* global_rows;  // (n)
+  CacheRef cache;              // num_sets > 0
+  index_t* slot_of_occ;        // (n) out, -1 beforehand
+  MPE_HOST_DEVICE void operator()(index_t i, std::int32_t lane, std::int32_t lanes) const {
+    const index_t r = global_rows[i];
+    const index_t base = cache.set_of(r) * cache.ways;
+    for (std::int32_t w = lane; w < cache.ways; w += lanes) {
+      MPE_TRIP();
+      if (cache.tags[base + w] == r) slot_of_occ[i] = base + w;
+    }
+  }
+  void host_range(index_t i0, index_t i1) const {
+    const std::size_t set_bytes = sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways);
+    index_t base[kProbeAhead];  // ring: the set base of occurrence i at i % kProbeAhead
+    const auto ahead = [&](index_t i) {
+      const index_t b = cache.set_of(global_rows[i]) * cache.ways;
+      base[i % kProbeAhead] = b;
+      prefetch_lines(cache.tags + b, set_bytes);
+    };
+    for (index_t i = i0; i < i1 && i < i0 + kProbeAhead; ++i) ahead(i);
+#if MPE_HOST_SIMD
+    const bool simd = host_simd_enabled();
+#endif
+    for (index_t i = i0; i < i1; ++i) {
+      const index_t b = base[i % kProbeAhead];
+      if (i + kProbeAhead < i1) ahead(i + kProbeAhead);
+      const index_t r = global_rows[i];
+#if MPE_HOST_SIMD
+      if (simd) {
+        const std::int32_t w = simd::find_tag(cache.tags + b, cache.ways, r);
+        slot_of_occ[i] = w < 0 ? -1 : b + w;
+        continue;
+      }
+#endif
+      slot_of_occ[i] = cache.find_in_set(b, r);
+    }
+  }
+};
+
 /// Each occurrence's cache slot for pooling: its unique row's slot from the populate, or -1
 /// when the row stayed uncached or (with `check_tags`: the populate ran in an earlier call)
 /// set_weights dropped the line since, so the slot's tag is no longer the row. One

@@ -32,8 +32,8 @@ namespace mpe::detail {
 /// elements summed in index order (weighted: add(acc, mul(w, x))); mean multiplies by
 /// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
 /// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
-/// then every row is read from the store; with `lookup` the slot is found by scanning the
-/// row's set (forward_inference).
+/// then every row is read from the store (forward_inference finds the slots first, by
+/// ProbeSlots).
 /// On the host the rows ahead are prefetched into L2 (bags read from one row array,
 /// store-only or all cached: pool_rows_ahead occurrences ahead of that array's rows; mixed
 /// bags: pool_rows_ahead of an FP32 cache row; the portable loop: kPoolPrefetchAhead, into L1).
@@ -56,7 +56,6 @@ struct PoolBags {
   const index_t* slot_of_occ;  // (n) or null
   const float* weights;        // (n) or null
   CacheRef cache;
-  bool lookup;
   const std::uint8_t* store;
   std::size_t stride;
   index_t B, T;
@@ -64,29 +63,18 @@ struct PoolBags {
   bool mean;
   float* output;
   const index_t* gate;  // batch ok flag, or null (a failed batch leaves output untouched)
-  MPE_HOST_DEVICE index_t slot_of(index_t i, index_t r) const {
-    index_t s = -1;
-    if (lookup) {
-      s = cache.find(r);
-    } else if (slot_of_occ) {
-      s = slot_of_occ[i];
-    }
-    return s;
-  }
+  MPE_HOST_DEVICE index_t slot_of(index_t i) const { return slot_of_occ ? slot_of_occ[i] : -1; }
   /// Prefetches what pooling occurrence k will read: its cache row when it has a slot, else
-  /// its store row (with `lookup`, also its set's tags), the row into L1 or, with `L2`,
-  /// into L2 only (`prefetcht1`). Host only.
+  /// its store row, into L1 or, with `L2`, into L2 only (`prefetcht1`). Host only.
   template <bool L2 = false>
   MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
-    if (!lookup && slot_of_occ) {
+    if (slot_of_occ) {
       const index_t s = slot_of_occ[k];
       if (s >= 0) {
         prefetch_lines<false, L2>(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
       }
-    } else if (lookup && cache.num_sets > 0) {
-      prefetch_lines(cache.tags + cache.set_of(r) * cache.ways, static_cast<std::size_t>(cache.ways) * 8);
     }
     prefetch_lines<false, L2>(store + static_cast<std::size_t>(r) * stride, Storage::data_bytes(D));
   }
@@ -107,10 +95,10 @@ struct PoolBags {
   /// The SIMD path of bags [j0, j1) (host, where the CPU has AVX2 + F16C): per bag, store
   /// rows only (no cache), the FP32 cache rows as a store (every row of the bag cached),
   /// both by the AVX-512 kernel where the CPU has it (pool_rows), or each row from its slot
-  /// or the store (`row`, with `lookup` by scanning its set) by the AVX2 kernel. Two run
-  /// loops replace the per-bag calls: runs of one-row bags (pool_single_run), and, on an
-  /// AVX-512 host, each table's bags of an unweighted store-only sum of D = 16 .. 128
-  /// (simd512::pool_bags_run, where the range averages more than one row per bag).
+  /// or the store (`row`) by the AVX2 kernel. Two run loops replace the per-bag calls: runs
+  /// of one-row bags (pool_single_run), and, on an AVX-512 host, each table's bags of an
+  /// unweighted store-only sum of D = 16 .. 128 (simd512::pool_bags_run, where the range
+  /// averages more than one row per bag).
   MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
     const index_t n_all = offsets[B * T];
     const std::size_t bytes = Storage::data_bytes(D);
@@ -120,7 +108,7 @@ struct PoolBags {
     const simd::StoreRows cache_src = simd::StoreRows::of(crows, cbytes, cbytes, slot_of_occ, n_all);
     const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
       const index_t r = global_rows[i];
-      const index_t s = slot_of(i, r);
+      const index_t s = slot_of(i);
       cached = s >= 0;
       return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
                     : store + static_cast<std::size_t>(r) * stride;
@@ -143,7 +131,7 @@ struct PoolBags {
     // index per bag, keeps pool_single_run below; a one-row bag here is add(0, x) either
     // way): each table's run of bags in one loop (simd512::pool_bags_run; the same bits as
     // bag by bag).
-    if (wide && !lookup && !slot_of_occ && !weights && !mean && simd512::bag_run_fits(D) &&
+    if (wide && !slot_of_occ && !weights && !mean && simd512::bag_run_fits(D) &&
         offsets[j1] - offsets[j0] > j1 - j0) {
       const std::size_t o_stride = static_cast<std::size_t>(T) * static_cast<std::size_t>(D);
       for (index_t j = j0; j < j1;) {
@@ -163,7 +151,7 @@ struct PoolBags {
       // (simd512::pool_single_rows, or simd::pool_single_rows without AVX-512). Mean
       // pooling leaves a one-row bag's sums as they are (mul(x, 1.0f) is x for every x the
       // sum add(0, .) can give).
-      if (!lookup && end - begin == 1) {
+      if (end - begin == 1) {
         const index_t most = (j1 - j < B - b) ? j1 - j : B - b;
         index_t k = 1;
         while (k < most && offsets[j + k + 1] - offsets[j + k] == 1) ++k;
@@ -180,9 +168,9 @@ struct PoolBags {
         }
         continue;
       }
-      bool all_cached = !lookup && slot_of_occ != nullptr;
+      bool all_cached = slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
-      if (!lookup && !slot_of_occ) {
+      if (!slot_of_occ) {
         pool_rows<Storage>(wide, store_src, begin, end, o);
       } else if (all_cached) {
         pool_rows<Fp32>(wide, cache_src, begin, end, o);
@@ -270,7 +258,7 @@ struct PoolBags {
     if constexpr (has_chunk_load<Storage> && kLaneChunk == 4) {
       // Int8Rowwise store rows only, D and the stride multiples of 4: every chunk and the
       // scale and bias are aligned words, read without a branch.
-      if (!lookup && !slot_of_occ && D % 4 == 0 && stride % 4 == 0 &&
+      if (!slot_of_occ && D % 4 == 0 && stride % 4 == 0 &&
           (reinterpret_cast<std::uintptr_t>(store) & 3u) == 0) {
         if (weights) {
           pool_store_words<true>(begin, end, o, scale, inv, lane, lanes);
@@ -345,7 +333,7 @@ struct PoolBags {
   /// beyond); returns its weight (1 without weights).
   MPE_HOST_DEVICE float load_chunk(index_t i, std::int32_t c, std::int32_t m, float* x) const {
     const index_t r = global_rows[i];
-    const index_t s = slot_of(i, r);
+    const index_t s = slot_of(i);
     if (s >= 0) {
       const float* p = cache.row(s) + c;
 #ifdef __CUDA_ARCH__
@@ -396,7 +384,7 @@ struct PoolBags {
       if (i + kPoolPrefetchAhead < n_all) prefetch_row(i + kPoolPrefetchAhead);
 #endif
       const index_t r = global_rows[i];
-      const index_t s = slot_of(i, r);
+      const index_t s = slot_of(i);
       const float w = weights ? weights[i] : 1.0f;
       if (s >= 0) {
         accumulate_f32(cache.row(s), D, w, o, weights != nullptr);
