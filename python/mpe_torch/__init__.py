@@ -122,6 +122,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         pooling_mode: ``"sum"`` or ``"mean"`` (or fbgemm_gpu's ``PoolingMode.SUM`` / ``.MEAN``).
         seed: seed of the stochastic-rounding stream and of ``init_uniform``; group 0 uses it
             as given, other groups a stream derived from it.
+        non_finite: ``"raise"`` (default): a NaN or infinite output gradient or per-sample
+            weight, or a step whose summed gradient, optimizer state or update overflows,
+            raises ValueError and changes nothing; ``"skip"`` (mpe's ``NonFinite::Skip``): such
+            a forward returns what the weights give, and its backward skips the whole step (no
+            weight, optimizer state or ``step`` changes; counted in ``stats()["skipped_steps"]``),
+            as a loss scaler skips the dense optimizer's step on an overflow.
 
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
@@ -136,7 +142,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
-                 seed=0, state_precision="fp32"):
+                 seed=0, state_precision="fp32", non_finite="raise"):
         super().__init__()
         pairs = []
         try:
@@ -157,6 +163,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
         state_precision = _name(state_precision, "state_precision")
+        non_finite = _name(non_finite, "non_finite")
         seed = _integer(seed, "seed", "an integer in [0, 2**64)")
         if not 0 <= seed < 2**64:
             raise ValueError(f"mpe_torch: seed = {seed} is outside [0, 2**64)")
@@ -164,9 +171,10 @@ class TableBatchedEmbeddingBags(nn.Module):
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
-                            optimizer=optimizer, seed=int(seed))
+                            optimizer=optimizer, seed=int(seed), non_finite=non_finite)
         self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
-                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), int(seed))
+                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), int(seed),
+                           non_finite)
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 

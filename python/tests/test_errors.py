@@ -214,3 +214,58 @@ def test_table_and_seed_must_be_integers(m):
     with pytest.raises(TypeError, match="seed = 1.5"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=1.5)
     assert mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=2**64 - 1).groups()[0]["seed"] == 2**64 - 1
+
+
+@pytest.mark.parametrize("kw", [dict(),
+                                dict(storage="int8", cache="lru", cache_fraction=0.3, optimizer="adam", learning_rate=0.05),
+                                dict(specs=[(10, 4), (6, 8)], storage="int4", optimizer="rowwise_adagrad")],
+                         ids=["fp32-sgd", "int8-lru-adam", "int4-two-groups-adagrad"])
+@pytest.mark.parametrize("bad", ["grad", "weight", "overflow"])
+def test_non_finite_skip_skips_the_whole_step(kw, bad):
+    """non_finite="skip": an infinite output gradient, a NaN per-sample weight (which the forward
+    then accepts) or a finite gradient whose sum over a row's two occurrences overflows makes
+    backward skip the whole step, counted in stats: weights, optimizer state and step stay those
+    of a twin that ran the same forwards and no backward for that batch, and training goes on
+    identically."""
+    kw = dict(kw)
+    specs = kw.pop("specs", SPECS)
+    total = sum(d for _, d in specs)
+    victim, twin = (mpe_torch.TableBatchedEmbeddingBags(specs, non_finite="skip", seed=3, **kw) for _ in range(2))
+    for mod in (victim, twin):
+        mod.init_uniform(-1, 1)
+    idx, off = ok()
+    g = torch.linspace(-1, 1, 2 * total).view(2, total)
+    for mod in (victim, twin):  # one finite step each
+        mod(idx, off).backward(g)
+    psw = torch.tensor([1.0, float("nan"), 1.0, 1.0]) if bad == "weight" else torch.ones(4)
+    bad_g = g.clone()
+    bad_idx = idx
+    if bad == "grad":
+        bad_g[1, 2] = float("inf")
+    elif bad == "overflow":
+        bad_idx = torch.tensor([1, 1, 3, 0], dtype=torch.int64)  # table 0, bag 0: row 1 twice
+        bad_g = torch.full_like(g, 3e38)
+    out_v = victim(bad_idx, off, psw)
+    twin(bad_idx, off, psw)  # the same forward, never backpropagated
+    assert torch.isnan(out_v).any() == (bad == "weight")
+    out_v.backward(bad_g)  # skipped: no exception
+    assert victim.stats()["skipped_steps"] == 1 and twin.stats()["skipped_steps"] == 0
+    assert victim.step == twin.step == 1
+    for mod in (victim, twin):  # training goes on
+        mod(idx.flip(0) % 6, off).backward(g * 0.5)
+    assert victim.step == twin.step == 2
+    for t in range(len(specs)):
+        assert torch.equal(victim.get_weights(t), twin.get_weights(t))
+    assert torch.equal(victim(idx, off), twin(idx, off))
+
+
+def test_non_finite_names():
+    with pytest.raises(ValueError, match="non_finite = 'ignore' is not one of 'raise', 'skip'"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="ignore")
+    with pytest.raises(TypeError, match="non_finite must be a string"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite=True)
+    # "raise" (the default) refuses the same gradient
+    m = mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="RAISE")
+    idx, off = ok()
+    with pytest.raises(ValueError, match="not finite"):
+        m(idx, off).backward(torch.full((2, 8), float("nan")))
