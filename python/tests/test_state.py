@@ -111,20 +111,29 @@ def test_state_dict_keys_and_nested():
     outer.load_state_dict(outer.state_dict())
 
 
-def test_bad_state_changes_nothing():
-    cfg = CONFIGS[1]
+def trained_module(cfg):
+    """A module of `cfg` trained two steps, and its snapshot."""
     m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
     m.init_uniform(-0.1, 0.1)
     train(m, batches(cfg["specs"], 2, seed=1))
-    before = snapshot(m)
+    return m, snapshot(m)
+
+
+def assert_unchanged(m, before):
+    after = snapshot(m)
+    assert before[1:] == after[1:] and all(torch.equal(x, y) for x, y in zip(before[0], after[0]))
+
+
+def test_bad_state_changes_nothing():
+    cfg = CONFIGS[1]
+    m, before = trained_module(cfg)
     sd = m.state_dict()
     bad = dict(sd)
     bad["mpe_state"] = sd["mpe_state"].clone()
     bad["mpe_state"][200] ^= 0xFF  # a flipped byte: the container's checksum fails
     with pytest.raises(mpe_torch.CheckpointError, match="checksum|crc|CRC"):
         m.load_state_dict(bad)
-    after = snapshot(m)
-    assert before[1:] == after[1:] and all(torch.equal(x, y) for x, y in zip(before[0], after[0]))
+    assert_unchanged(m, before)
     # another storage format's state is refused by mpe, naming both
     other = mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, storage="int4"))
     with pytest.raises(mpe_torch.CheckpointError, match="int4_rowwise"):
@@ -175,11 +184,7 @@ def test_format_1_state_is_named():
 def test_malformed_extra_state_is_named():
     """An `_extra_state` of the right format whose structure is damaged (missing or mistyped
     config, optimizer_params or specs) is a ValueError naming the key, and changes nothing."""
-    cfg = CONFIGS[1]
-    m = mpe_torch.TableBatchedEmbeddingBags(**cfg)
-    m.init_uniform(-0.1, 0.1)
-    train(m, batches(cfg["specs"], 2, seed=1))
-    before = snapshot(m)
+    m, before = trained_module(CONFIGS[1])
     sd = m.state_dict()
     extra = sd["_extra_state"]
     params = {k: v for k, v in extra["optimizer_params"].items() if k != "eps"}
@@ -193,6 +198,5 @@ def test_malformed_extra_state_is_named():
         m.load_state_dict(dict(sd, _extra_state=None))
     with pytest.raises(ValueError, match="specs = 7 is not a list"):
         m.load_state_dict(dict(sd, _extra_state=dict(extra, config=dict(extra["config"], specs=7))))
-    after = snapshot(m)
-    assert before[1:] == after[1:] and all(torch.equal(x, y) for x, y in zip(before[0], after[0]))
+    assert_unchanged(m, before)
     m.load_state_dict(sd)  # the intact state still loads
