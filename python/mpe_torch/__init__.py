@@ -125,9 +125,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         non_finite: ``"raise"`` (default): a NaN or infinite output gradient or per-sample
             weight, or a step whose summed gradient, optimizer state or update overflows,
             raises ValueError and changes nothing; ``"skip"`` (mpe's ``NonFinite::Skip``): such
-            a forward returns what the weights give, and its backward skips the whole step (no
-            weight, optimizer state or ``step`` changes; counted in ``stats()["skipped_steps"]``),
-            as a loss scaler skips the dense optimizer's step on an overflow.
+            a training forward returns what the weights give, and its backward skips the whole
+            step (no weight, optimizer state or ``step`` changes; counted in
+            ``stats()["skipped_steps"]``). The decision is this module's, from its own
+            gradients. Its optimizer, fused into backward, applies the gradient it is given:
+            under loss scaling (``torch.amp.GradScaler``) that is the scaled gradient, and the
+            scaler's decision to skip the dense step does not reach it. An eval forward
+            refuses a non-finite weight either way. ``load_state_dict`` keeps the module's own
+            setting.
 
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
@@ -373,15 +378,25 @@ class TableBatchedEmbeddingBags(nn.Module):
         # A state of another format (format 1: `mpe_group_<g>` tensors) is named before its
         # keys are compared, whatever `strict` is.
         extra = state_dict.get(extra_key)
-        if extra_key in state_dict and (not isinstance(extra, dict) or extra.get("format") != _STATE_FORMAT):
-            got = extra.get("format") if isinstance(extra, dict) else None
-            raise ValueError(f"mpe_torch: {extra_key} has state format {got!r}; this mpe_torch reads format "
-                             f"{_STATE_FORMAT} (format 1, written before the module used mpe::MixedDimEmbedding, "
-                             "held one tensor per D-group and is not read)")
+        if extra_key in state_dict and (not isinstance(extra, dict) or "format" not in extra):
+            raise ValueError(f"mpe_torch: {extra_key} is not an mpe_torch state (a dict with a 'format'); got "
+                             f"{type(extra).__name__}{'' if extra is None else ' without a format'}")
+        if extra_key in state_dict and extra["format"] != _STATE_FORMAT:
+            raise ValueError(f"mpe_torch: {extra_key} has state format {extra['format']!r}; this mpe_torch reads "
+                             f"format {_STATE_FORMAT} (format 1, written before the module used "
+                             "mpe::MixedDimEmbedding, held one tensor per D-group and is not read)")
         absent = [k for k in keys + [extra_key] if k not in state_dict]
         if absent:
+            if len(absent) < len(keys) + 1:
+                # One half without the other: loading nothing while `strict=False` reports only
+                # a missing key would quietly keep this module's weights.
+                raise ValueError(f"mpe_torch: the state has {', '.join(sorted(set(keys + [extra_key]) - set(absent)))}"
+                                 f" but not {', '.join(absent)}; both are needed to load it, nothing was loaded")
             missing_keys.extend(absent)
             return
+        if not (torch.is_tensor(state_dict[keys[0]]) and state_dict[keys[0]].dtype == torch.uint8):
+            raise ValueError(f"mpe_torch: {keys[0]} must be a uint8 tensor of mpe's checkpoint bytes, got "
+                             f"{type(state_dict[keys[0]]).__name__}")
         if strict:
             for k in state_dict:
                 if k.startswith(prefix) and k not in keys and k != extra_key and "." not in k[len(prefix):]:
@@ -420,4 +435,5 @@ class TableBatchedEmbeddingBags(nn.Module):
                 f"cache_fraction={c['cache_fraction']}, rounding={c['rounding']!r}, "
                 f"state_precision={c['state_precision']!r}, "
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
-                f"learning_rate={self.get_learning_rate():g}, groups={self.num_groups}")
+                f"learning_rate={self.get_learning_rate():g}, non_finite={c['non_finite']!r}, "
+                f"groups={self.num_groups}")

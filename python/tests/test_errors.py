@@ -264,6 +264,13 @@ def test_non_finite_names():
         mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="ignore")
     with pytest.raises(TypeError, match="non_finite must be a string"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite=True)
+    assert "non_finite='skip'" in repr(mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="skip"))
+    # An eval forward refuses a NaN weight under "skip" too, in the caller's numbering (two
+    # D-groups: position 3 is the second group's first occurrence).
+    two = mpe_torch.TableBatchedEmbeddingBags([(10, 4), (6, 8)], non_finite="skip").eval()
+    idx, off = ok()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"forward_inference: per_sample_weights\[3\] = nan"):
+        two(idx, off, torch.tensor([1.0, 1.0, 1.0, float("nan")]))
     # "raise" (the default) refuses the same gradient
     m = mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="RAISE")
     idx, off = ok()

@@ -141,8 +141,8 @@ def test_bad_state_changes_nothing():
     # another shape is refused before mpe is asked
     with pytest.raises(ValueError, match="specs"):
         m.load_state_dict(mpe_torch.TableBatchedEmbeddingBags(**dict(cfg, specs=[(300, 16)])).state_dict())
-    with pytest.raises(RuntimeError, match="Missing key"):
-        m.load_state_dict({k: v for k, v in sd.items() if k != "mpe_state"})
+    with pytest.raises(RuntimeError, match="Missing key"):  # neither half: PyTorch's strict check
+        m.load_state_dict({})
 
 
 def test_backward_after_load_refused():
@@ -194,9 +194,19 @@ def test_malformed_extra_state_is_named():
                 dict(extra, optimizer_params=dict(extra["optimizer_params"], beta1="0.9"))):
         with pytest.raises(ValueError, match="_extra_state is malformed"):
             m.load_state_dict(dict(sd, _extra_state=bad))
-    with pytest.raises(ValueError, match="state format None"):
-        m.load_state_dict(dict(sd, _extra_state=None))
+    for not_state in (None, {}):
+        with pytest.raises(ValueError, match="_extra_state is not an mpe_torch state"):
+            m.load_state_dict(dict(sd, _extra_state=not_state))
+    with pytest.raises(ValueError, match="mpe_state must be a uint8 tensor"):
+        m.load_state_dict(dict(sd, mpe_state=None))
+    # One half without the other loads nothing, strict or not, and says so.
+    for strict in (True, False):
+        for key in ("mpe_state", "_extra_state"):
+            with pytest.raises(ValueError, match="both are needed to load it, nothing was loaded"):
+                m.load_state_dict({k: v for k, v in sd.items() if k != key}, strict=strict)
     with pytest.raises(ValueError, match="specs = 7 is not a list"):
         m.load_state_dict(dict(sd, _extra_state=dict(extra, config=dict(extra["config"], specs=7))))
     assert_unchanged(m, before)
-    m.load_state_dict(sd)  # the intact state still loads
+    other, _ = trained_module(dict(CONFIGS[1], seed=9))
+    other.load_state_dict(sd)  # the intact state still loads, and replaces the weights
+    assert all(torch.equal(other.get_weights(t), before[0][t]) for t in range(other.num_tables))

@@ -435,6 +435,24 @@ TEST_CASE("mixed D: NonFinite::Skip skips every group and counts once") {
     CHECK(e.step() == 0);
   }
   CHECK(e.stats().skipped_steps == 2);
+  // forward_inference refuses a NaN per-sample weight under Skip too (there is no step to
+  // skip), naming the caller's position (the last occurrence's; its position inside its
+  // group is smaller), with nothing changed.
+  ref::Batch wb = b;
+  wb.weights.assign(wb.indices.size(), 1.0f);
+  const std::size_t p = wb.indices.size() - 1;
+  wb.weights[p] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> out(static_cast<std::size_t>(wb.B * e.total_dim()));
+  const std::string want =
+      "MixedDimEmbedding::forward_inference: per_sample_weights[" + std::to_string(p) + "] = nan";
+  CHECK_THROWS_WITH_AS(e.forward_inference(wb.indices, wb.offsets, out, mpe::Pooling::Sum, wb.weights),
+                       doctest::Contains(want.c_str()), std::invalid_argument);
+  CHECK(all_weights(e) == w0);
+  // A training forward lets it through to the step's skip.
+  e.forward(wb.indices, wb.offsets, out, mpe::Pooling::Sum, wb.weights);
+  e.backward(std::vector<float>(out.size(), 1.0f), mpe::Sgd{0.1f});
+  CHECK(all_weights(e) == w0);
+  CHECK(e.stats().skipped_steps == 3);
 }
 
 /// The call counter of a CachedEmbedding (the header's `u64 calls`, the last field before

@@ -154,7 +154,8 @@ class MixedDimEmbedding {
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
                std::span<const float> per_sample_weights = {}) {
-    const std::int64_t B = check("forward", indices, offsets, output.size(), pooling, per_sample_weights);
+    const std::int64_t B =
+        check("forward", indices, offsets, output.size(), pooling, per_sample_weights, /*training=*/true);
     const bool was_pending = pending_;
     pending_ = false;
     std::size_t done = 0;  // groups whose forward returned
@@ -179,8 +180,8 @@ class MixedDimEmbedding {
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const {
-    const std::int64_t B =
-        check("forward_inference", indices, offsets, output.size(), pooling, per_sample_weights);
+    const std::int64_t B = check("forward_inference", indices, offsets, output.size(), pooling,
+                                 per_sample_weights, /*training=*/false);
     detail::GroupBatch b;  // per call, so concurrent const calls share nothing
     each_group(indices, offsets, output, per_sample_weights, B, &b, 0,
                [&](std::size_t g, auto i, auto o, auto out, auto w) {
@@ -546,9 +547,12 @@ class MixedDimEmbedding {
     return s + "}";
   }
 
+  /// `training`: a forward (NonFinite::Skip lets its non-finite weights through to the
+  /// step's skip); forward_inference refuses them whatever non_finite says, as each group
+  /// does, so here in the caller's numbering.
   std::int64_t check(const char* fn, std::span<const std::int64_t> indices,
                      std::span<const std::int64_t> offsets, std::size_t output_size, Pooling pooling,
-                     std::span<const float> w) const {
+                     std::span<const float> w, bool training) const {
     if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
       invalid(fn, "pooling = " + std::to_string(static_cast<int>(pooling)) + " is not a Pooling value");
     }
@@ -560,8 +564,8 @@ class MixedDimEmbedding {
     // second pass over the batch. B as the group will find it (offsets' size checked there).
     if (groups_.size() == 1)
       return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size() - 1) / layout_.T();
-    const std::int64_t B =
-        detail::check_mixed_batch(fn, layout_, indices, offsets, w, config_.non_finite == NonFinite::Throw);
+    const std::int64_t B = detail::check_mixed_batch(fn, layout_, indices, offsets, w,
+                                                     !training || config_.non_finite == NonFinite::Throw);
     if (output_size != static_cast<std::size_t>(B * layout_.total_dim)) {
       invalid(fn, "output.size() = " + std::to_string(output_size) +
                       "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
