@@ -276,3 +276,7 @@ def test_non_finite_names():
     idx, off = ok()
     with pytest.raises(ValueError, match="not finite"):
         m(idx, off).backward(torch.full((2, 8), float("nan")))
+    # an overflowing step names the setting that skips it as Python spells it
+    over = torch.tensor([1, 1, 3, 0], dtype=torch.int64)  # table 0, bag 0: row 1 twice
+    with pytest.raises(ValueError, match='overflows in this step.*non_finite="skip"'):
+        m(over, off).backward(torch.full((2, 8), 3e38))

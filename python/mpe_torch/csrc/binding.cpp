@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "group.hpp"
@@ -194,7 +195,8 @@ class Tbe {
       const std::string& non_finite = "raise")
       : pooling_(parse_pooling(pooling)) {
     if (non_finite != "raise" && non_finite != "skip")
-      throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite + "' is not one of 'raise', 'skip'");
+      throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +
+                                  "' is not one of 'raise', 'skip'");
     if (specs.empty())
       throw std::invalid_argument("mpe_torch: specs is empty; give at least one (rows, D) table");
     if (!(cache_fraction >= 0.0 && cache_fraction <= 1.0))
@@ -300,7 +302,17 @@ class Tbe {
     const std::span<const float> g = cspan<float>(grad_output);
     {
       py::gil_scoped_release nogil;
-      emb_->backward(g, opt_);
+      try {
+        emb_->backward(g, opt_);
+      } catch (const std::invalid_argument& e) {
+        // mpe's overflow message names the C++ setting; a Python user sets it by name. A
+        // refused step changes nothing, so rethrowing with the new text loses nothing.
+        std::string m = e.what();
+        constexpr std::string_view cxx = "NonFinite::Skip";
+        if (const std::size_t at = m.find(cxx); at != std::string::npos)
+          m.replace(at, cxx.size(), "non_finite=\"skip\"");
+        throw std::invalid_argument(m);
+      }
     }
     pending_ = false;
   }
