@@ -176,10 +176,9 @@ class TableBatchedEmbeddingBags(nn.Module):
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
-                            optimizer=optimizer, seed=int(seed), non_finite=non_finite)
+                            optimizer=optimizer, seed=seed, non_finite=non_finite)
         self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
-                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), int(seed),
-                           non_finite)
+                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), seed, non_finite)
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -378,20 +377,23 @@ class TableBatchedEmbeddingBags(nn.Module):
         # A state of another format (format 1: `mpe_group_<g>` tensors) is named before its
         # keys are compared, whatever `strict` is.
         extra = state_dict.get(extra_key)
-        if extra_key in state_dict and (not isinstance(extra, dict) or "format" not in extra):
-            raise ValueError(f"mpe_torch: {extra_key} is not an mpe_torch state (a dict with a 'format'); got "
-                             f"{type(extra).__name__}{'' if extra is None else ' without a format'}")
-        if extra_key in state_dict and extra["format"] != _STATE_FORMAT:
-            raise ValueError(f"mpe_torch: {extra_key} has state format {extra['format']!r}; this mpe_torch reads "
-                             f"format {_STATE_FORMAT} (format 1, written before the module used "
-                             "mpe::MixedDimEmbedding, held one tensor per D-group and is not read)")
-        absent = [k for k in keys + [extra_key] if k not in state_dict]
+        if extra_key in state_dict:
+            if not isinstance(extra, dict) or "format" not in extra:
+                raise ValueError(f"mpe_torch: {extra_key} is not an mpe_torch state (a dict with a 'format'); "
+                                 f"got {type(extra).__name__}{'' if extra is None else ' without a format'}")
+            if extra["format"] != _STATE_FORMAT:
+                raise ValueError(f"mpe_torch: {extra_key} has state format {extra['format']!r}; this mpe_torch "
+                                 f"reads format {_STATE_FORMAT} (format 1, written before the module used "
+                                 "mpe::MixedDimEmbedding, held one tensor per D-group and is not read)")
+        wanted = keys + [extra_key]
+        absent = [k for k in wanted if k not in state_dict]
         if absent:
-            if len(absent) < len(keys) + 1:
+            if len(absent) < len(wanted):
                 # One half without the other: loading nothing while `strict=False` reports only
                 # a missing key would quietly keep this module's weights.
-                raise ValueError(f"mpe_torch: the state has {', '.join(sorted(set(keys + [extra_key]) - set(absent)))}"
-                                 f" but not {', '.join(absent)}; both are needed to load it, nothing was loaded")
+                present = [k for k in wanted if k in state_dict]
+                raise ValueError(f"mpe_torch: the state has {', '.join(present)} but not {', '.join(absent)}; "
+                                 "both are needed to load it, nothing was loaded")
             missing_keys.extend(absent)
             return
         if not (torch.is_tensor(state_dict[keys[0]]) and state_dict[keys[0]].dtype == torch.uint8):

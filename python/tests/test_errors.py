@@ -273,7 +273,6 @@ def test_non_finite_names():
         two(idx, off, torch.tensor([1.0, 1.0, 1.0, float("nan")]))
     # "raise" (the default) refuses the same gradient
     m = mpe_torch.TableBatchedEmbeddingBags(SPECS, non_finite="RAISE")
-    idx, off = ok()
     with pytest.raises(ValueError, match="not finite"):
         m(idx, off).backward(torch.full((2, 8), float("nan")))
     # an overflowing step names the setting that skips it as Python spells it

@@ -285,17 +285,19 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   }
   if (slots == Slots::Cached) CHECK(whole_bags >= 3);
   // Lookup (forward_inference): ProbeSlots' slots, in two host ranges (the portable scan,
-  // then the AVX2 one) and laned (3 lanes across the 4 ways), each CacheRef::find's.
+  // then the AVX2 one), laned (3 lanes across the 4 ways, over -1) and with one lane (over
+  // garbage), each CacheRef::find's.
   std::vector<std::int64_t> probed(static_cast<std::size_t>(n), -1);
   if (slots == Slots::Lookup) {
     const mpe::detail::ProbeSlots probe{global_rows.data(), cache, probed.data()};
     std::int64_t hits = 0;
-    for (int mode = 0; mode < 3; ++mode) {  // portable, AVX2, laned
+    for (int mode = 0; mode < 4; ++mode) {  // portable, AVX2, 3 lanes, 1 lane
       CAPTURE(mode);
       std::fill(probed.begin(), probed.end(), mode == 2 ? -1 : -7);
-      if (mode == 2) {
+      if (mode >= 2) {
+        const std::int32_t lanes = mode == 2 ? 3 : 1;
         for (std::int64_t i = 0; i < n; ++i)
-          for (std::int32_t lane = 0; lane < 3; ++lane) probe(i, lane, 3);
+          for (std::int32_t lane = 0; lane < lanes; ++lane) probe(i, lane, lanes);
       } else {
         use_kernel(mode == 0 ? Kernel::Portable : Kernel::Avx2);
         probe.host_range(0, n / 2);

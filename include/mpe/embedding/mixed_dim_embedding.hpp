@@ -158,17 +158,17 @@ class MixedDimEmbedding {
         check("forward", indices, offsets, output.size(), pooling, per_sample_weights, /*training=*/true);
     const bool was_pending = pending_;
     pending_ = false;
-    std::size_t done = 0;  // groups whose forward returned
+    bool any_done = false;  // a group's forward has returned
     try {
       each_group(indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
                  [&](std::size_t g, auto i, auto o, auto out, auto w) {
                    groups_[g].forward(i, o, out, pooling, w);
-                   ++done;
+                   any_done = true;
                  });
     } catch (const std::invalid_argument&) {
       // Bad input refused by the first group's own checks (one group: check() leaves the
       // indices to it) changed nothing there: the earlier forward still awaits backward.
-      if (done == 0) pending_ = was_pending;
+      if (!any_done) pending_ = was_pending;
       throw;
     }
     pending_B_ = B;
@@ -176,7 +176,9 @@ class MixedDimEmbedding {
   }
 
   /// Like forward() but changes nothing (no populate, no stats): for evaluation. Same
-  /// validation. Uses per-call buffers, so const calls may run concurrently.
+  /// validation, except that a non-finite per-sample weight throws std::invalid_argument
+  /// (naming its position) even under NonFinite::Skip: there is no step to skip. Uses
+  /// per-call buffers, so const calls may run concurrently.
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
                          std::span<const float> per_sample_weights = {}) const {

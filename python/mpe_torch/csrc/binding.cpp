@@ -192,7 +192,7 @@ class Tbe {
       const std::string& cache, double cache_fraction, const std::string& rounding,
       const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
       double learning_rate, double eps, double beta1, double beta2, uint64_t seed,
-      const std::string& non_finite = "raise")
+      const std::string& non_finite)
       : pooling_(parse_pooling(pooling)) {
     if (non_finite != "raise" && non_finite != "skip")
       throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +

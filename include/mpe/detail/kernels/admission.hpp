@@ -72,20 +72,6 @@ struct AdmitRows {
   }
 };
 
-/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find_in_set).
-/// `simd`: the host's AVX2 scan (the same result).
-MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
-#if MPE_HOST_SIMD
-  if (simd) {
-    const std::int32_t w = simd::find_tag(c.tags + base, c.ways, row);
-    return w < 0 ? -1 : base + w;
-  }
-#else
-  (void)simd;
-#endif
-  return c.find_in_set(base, row);
-}
-
 /// Decodes store row `src` of format Storage into the D floats at dst (a cache fill):
 /// the Reader's values; on the host with AVX2 (`simd`) by detail::simd::decode_row (same bits),
 /// with `stream` by non-temporal stores (decode_row's Stream: the same values; the writer

@@ -232,21 +232,39 @@ struct LookupSlots {
   }
 };
 
+/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find_in_set).
+/// `simd`: the host's AVX2 scan (the same result).
+MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
+#if MPE_HOST_SIMD
+  if (simd) {
+    const std::int32_t w = simd::find_tag(c.tags + base, c.ways, row);
+    return w < 0 ? -1 : base + w;
+  }
+#else
+  (void)simd;
+#endif
+  return c.find_in_set(base, row);
+}
+
 /// Each occurrence's cache slot, looked up in its row's set (-1: not resident), for a pooling
 /// that populates nothing (forward_inference): slot_of_occ[i] = cache.find(global_rows[i]).
-/// Laned: slot_of_occ must be -1 beforehand and lane `lane` of `lanes` scans ways lane,
-/// lane + lanes, ...; a row has at most one slot, so the one lane that finds it writes it.
-/// On the host (host_range, one lane) the set kProbeAhead occurrences ahead is prefetched
-/// while this one is scanned (by simd::find_tag where the CPU has AVX2: the same slot), so
-/// the scans do not wait on their tags one after another.
+/// Laned with more than one lane: slot_of_occ must be -1 beforehand and lane `lane` of
+/// `lanes` scans ways lane, lane + lanes, ...; a row has at most one slot, so the one lane
+/// that finds it writes it. On the host (host_range, one lane) the set kProbeAhead
+/// occurrences ahead is prefetched while this one is scanned (find_in_set, the AVX2 scan
+/// where the CPU has it), so the scans do not wait on their tags one after another.
 struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
   const index_t* global_rows;  // (n)
   CacheRef cache;              // num_sets > 0
-  index_t* slot_of_occ;        // (n) out, -1 beforehand
+  index_t* slot_of_occ;        // (n) out; -1 beforehand where launched with more than one lane
   MPE_HOST_DEVICE void operator()(index_t i, std::int32_t lane, std::int32_t lanes) const {
     const index_t r = global_rows[i];
     const index_t base = cache.set_of(r) * cache.ways;
+    if (lanes == 1) {
+      slot_of_occ[i] = cache.find_in_set(base, r);
+      return;
+    }
     for (std::int32_t w = lane; w < cache.ways; w += lanes) {
       MPE_TRIP();
       if (cache.tags[base + w] == r) slot_of_occ[i] = base + w;
@@ -261,21 +279,11 @@ struct ProbeSlots {
       prefetch_lines(cache.tags + b, set_bytes);
     };
     for (index_t i = i0; i < i1 && i < i0 + kProbeAhead; ++i) ahead(i);
-#if MPE_HOST_SIMD
     const bool simd = host_simd_enabled();
-#endif
     for (index_t i = i0; i < i1; ++i) {
       const index_t b = base[i % kProbeAhead];
       if (i + kProbeAhead < i1) ahead(i + kProbeAhead);
-      const index_t r = global_rows[i];
-#if MPE_HOST_SIMD
-      if (simd) {
-        const std::int32_t w = simd::find_tag(cache.tags + b, cache.ways, r);
-        slot_of_occ[i] = w < 0 ? -1 : b + w;
-        continue;
-      }
-#endif
-      slot_of_occ[i] = cache.find_in_set(b, r);
+      slot_of_occ[i] = find_in_set(cache, b, global_rows[i], simd);
     }
   }
 };
