@@ -57,7 +57,8 @@
 /// second touch; refused rows are pooled from the store), mpe_cached_inf (`forward_inference()`
 /// through mpe_cached's kind of cache on another object, filled by one populating forward() per
 /// pool batch before the warm-up: each occurrence's set scanned, rows pooled from their slot
-/// or the store, nothing admitted).
+/// or the store, nothing admitted). --slot-index gives the cached variants a row -> slot index
+/// (EmbeddingConfig::slot_index): forward_inference reads each occurrence's slot from it.
 ///
 /// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
 /// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
@@ -259,8 +260,9 @@ struct Options {
   double cache_pct = 5.0;  // mpe_cached
   std::size_t limit_mib = 2048;
   int fb_prefetch = 16;
-  bool phases = false;  // mpe_cached: time between mpe's phase marks
-  bool swap = false;    // --swap-buffers: fbgemm and mpe_fwd trade tables every other pair of rounds
+  bool phases = false;      // mpe_cached: time between mpe's phase marks
+  bool swap = false;        // --swap-buffers: fbgemm and mpe_fwd trade tables every other pair of rounds
+  bool slot_index = false;  // --slot-index: the cached variants keep EmbeddingConfig::slot_index
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -290,6 +292,7 @@ void usage() {
       "(default "
       "fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
+      "  --slot-index         the cached variants keep a row -> slot index (EmbeddingConfig::slot_index)\n"
       "  --batch B            bags per batch (default 2048)\n"
       "  --bag L              indices per bag (default 32)\n"
       "  --reps R             timed rounds (default 40)\n"
@@ -344,6 +347,8 @@ Options parse(int argc, char** argv) {
       o.fb_prefetch = std::stoi(val());
     } else if (a == "--thp") {
       g_thp = true;
+    } else if (a == "--slot-index") {
+      o.slot_index = true;
     } else if (a == "--phases") {
       o.phases = true;
     } else if (a == "--swap-buffers") {
@@ -547,6 +552,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
   mpe::EmbeddingConfig cc = cfg;
   cc.cache_rows =
       std::max<std::int64_t>(32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
+  cc.slot_index = o.slot_index;
   const auto cached_copy = [&]<class Emb>(std::unique_ptr<Emb>& e) {
     e = std::make_unique<Emb>(cc, be);
     mpe::io::import_table(*e, 0, mpe::interop::FbgemmFused{}, std::span<const std::uint8_t>(fbt.p, total));
@@ -556,9 +562,10 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
   if (has("mpe_cached")) {
     cached_copy(emb_cached);
     std::printf(
-        "# mpe_cached: Lru<32> cache of %lld rows (%.2f %% of the table), forward() populates every call\n",
+        "# mpe_cached: Lru<32> cache of %lld rows (%.2f %% of the table)%s, forward() populates every call\n",
         static_cast<long long>(emb_cached->cache_slots()),
-        100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows));
+        100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows),
+        o.slot_index ? " with a slot index" : "");
   }
   if (has("mpe_cached_st")) cached_copy(emb_cached_st);
   std::unique_ptr<E> emb_cached_inf;

@@ -133,6 +133,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             scaler's decision to skip the dense step does not reach it. An eval forward
             refuses a non-finite weight either way. ``load_state_dict`` keeps the module's own
             setting.
+        slot_index: ``True``: each group with a cache keeps a row -> cache slot index (mpe's
+            ``EmbeddingConfig::slot_index``: 4 bytes per row of the table, counted in
+            ``memory()["cache_bytes"]``), so an eval forward finds each index's cached row with
+            one load instead of a scan of its set; outputs and training are the same bits either
+            way. Default ``False``. Configuration, not state: ``load_state_dict`` keeps the
+            module's own setting.
 
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
@@ -142,12 +148,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             combination that is not built (the message lists the built ones, see
             ``built_combinations()``), a ``seed`` outside [0, 2**64).
         TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs, or ``seed`` is not
-            an integer.
+            an integer, or ``slot_index`` is not a bool.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
-                 seed=0, state_precision="fp32", non_finite="raise"):
+                 seed=0, state_precision="fp32", non_finite="raise", slot_index=False):
         super().__init__()
         pairs = []
         try:
@@ -172,13 +178,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         seed = _integer(seed, "seed", "an integer in [0, 2**64)")
         if not 0 <= seed < 2**64:
             raise ValueError(f"mpe_torch: seed = {seed} is outside [0, 2**64)")
+        if not isinstance(slot_index, bool):
+            raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
-                            optimizer=optimizer, seed=seed, non_finite=non_finite)
+                            optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index)
         self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
-                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), seed, non_finite)
+                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), seed, non_finite,
+                           slot_index)
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -438,4 +447,5 @@ class TableBatchedEmbeddingBags(nn.Module):
                 f"state_precision={c['state_precision']!r}, "
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
                 f"learning_rate={self.get_learning_rate():g}, non_finite={c['non_finite']!r}, "
+                f"slot_index={c['slot_index']}, "
                 f"groups={self.num_groups}")

@@ -210,3 +210,48 @@ def test_malformed_extra_state_is_named():
     other, _ = trained_module(dict(CONFIGS[1], seed=9))
     other.load_state_dict(sd)  # the intact state still loads, and replaces the weights
     assert all(torch.equal(other.get_weights(t), before[0][t]) for t in range(other.num_tables))
+
+
+@pytest.mark.parametrize("cache", ["lru", "second_touch_lru"])
+def test_slot_index_same_bits(cache):
+    """slot_index=True (mpe's row -> slot index) costs 4 bytes a row and changes no bit: training
+    outputs, eval outputs, weights and the state are those of the module without it, and a
+    state moves between the two either way."""
+    cfg = dict(specs=[(300, 8), (50, 3), (70, 8)], storage="int8", cache=cache, cache_fraction=0.1,
+               optimizer="rowwise_adagrad", learning_rate=0.05, seed=3)
+    with pytest.raises(TypeError, match="slot_index = 1 must be a bool"):
+        mpe_torch.TableBatchedEmbeddingBags(slot_index=1, **cfg)
+    a = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    b = mpe_torch.TableBatchedEmbeddingBags(slot_index=True, **cfg)
+    assert "slot_index=True" in repr(b) and "slot_index=False" in repr(a)
+    assert b.memory()["cache_bytes"] - a.memory()["cache_bytes"] == 4 * (300 + 50 + 70)
+    for m in (a, b):
+        m.init_uniform(-0.1, 0.1)
+    data = batches(cfg["specs"], 8, seed=21)
+    for x, y in zip(train(a, data), train(b, data)):
+        assert torch.equal(x, y)
+    evals = batches(cfg["specs"], 3, seed=77)
+    for m in (a, b):
+        m.eval()
+    with torch.no_grad():
+        for idx, off, _ in evals:
+            assert torch.equal(a(idx, off), b(idx, off))
+    assert a.stats()["hits"] > 0  # the cache holds rows: the eval forwards read some from it
+    for t in range(a.num_tables):
+        assert torch.equal(a.get_weights(t), b.get_weights(t))
+    for k, v in a.state_dict().items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, b.state_dict()[k]), k
+    # A state of the module without the index loads into one with it (the index is rebuilt
+    # from the loaded cache) and the other way round; each keeps its own setting.
+    c = mpe_torch.TableBatchedEmbeddingBags(slot_index=True, **cfg)
+    c.load_state_dict(a.state_dict())
+    d = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    d.load_state_dict(b.state_dict())
+    assert "slot_index=True" in repr(c) and "slot_index=False" in repr(d)
+    with torch.no_grad():
+        for m in (c, d):
+            m.eval()
+        for idx, off, _ in evals:
+            want = a(idx, off)
+            assert torch.equal(c(idx, off), want) and torch.equal(d(idx, off), want)

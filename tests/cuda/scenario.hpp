@@ -22,7 +22,8 @@ struct Scenario {
   Mode mode = Mode::Sum;
   bool prefetch = false;  // prefetch batch s+1 between forward(s) and backward(s)
   int steps = 5;
-  bool deferred = false;  // Validation::Deferred (no wait in prefetch/forward/backward)
+  bool deferred = false;    // Validation::Deferred (no wait in prefetch/forward/backward)
+  bool slot_index = false;  // EmbeddingConfig::slot_index (the row -> slot array)
   std::string label() const {
     return "cache_rows=" + std::to_string(cache_rows) +
            (opt == Opt::Sgd       ? " sgd"
@@ -31,7 +32,7 @@ struct Scenario {
            (mode == Mode::Sum    ? " sum"
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
-           (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "");
+           (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "") + (slot_index ? " slot_index" : "");
   }
 };
 
@@ -51,6 +52,10 @@ inline std::vector<Scenario> all_scenarios() {
   // Validation::Deferred: the same bits with every size and statistic kept on the device.
   for (Mode m : {Mode::Sum, Mode::Weighted}) {
     for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, true});
+  }
+  // The slot index: kept by the device's fills and drops, read by forward_inference.
+  for (Mode m : {Mode::Sum, Mode::Weighted}) {
+    for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, false, true});
   }
   return v;
 }
@@ -169,6 +174,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
   cfg.cache_rows = sc.cache_rows;
   cfg.seed = 0xfeedbeefcafeull;
   cfg.validation = sc.deferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous;
+  cfg.slot_index = sc.slot_index;
   mpe::CachedEmbedding<Storage, Cache, Rounding, Backend, Precision> emb(cfg, be);
   emb.init_uniform(-0.5f, 0.5f);
   std::vector<float> w(5 * kDim);

@@ -30,15 +30,20 @@ struct CacheRef {
   std::int32_t ways = 1;
   /// Floats per cached row: the table's embedding dimension D (row(slot) = rows + slot * D).
   std::int32_t dim = 0;
+  /// (rows) slot of each global row, -1 where it is not cached (EmbeddingConfig::slot_index),
+  /// or null without one. Whoever writes a tag writes it too (set_tag(), drop()).
+  std::int32_t* slot_of_row = nullptr;
 
   /// Total number of slots, num_sets * ways (CachedEmbedding::cache_slots()): the length
   /// of tags, last_use and dirty, and the number of rows in `rows`.
   MPE_HOST_DEVICE std::int64_t slots() const { return num_sets * ways; }
   /// Set of a global row (requires num_sets > 0).
   MPE_HOST_DEVICE std::int64_t set_of(std::int64_t row) const { return set_of_row(row, num_sets); }
-  /// Slot holding `row`, or -1 (also -1 when the cache has no sets). O(ways).
+  /// Slot holding `row`, or -1 (also -1 when the cache has no sets). O(ways); one load with
+  /// a slot index.
   MPE_HOST_DEVICE std::int64_t find(std::int64_t row) const {
     if (num_sets == 0) return -1;
+    if (slot_of_row) return slot_of_row[row];
     return find_in_set(set_of(row) * ways, row);
   }
   /// Slot holding `row` among the `ways` slots from `base` (a set's first slot), or -1.
@@ -50,9 +55,20 @@ struct CacheRef {
   }
   /// Empties a slot without write-back (its row is then read from the store).
   MPE_HOST_DEVICE void drop(std::int64_t slot) const {
+    if (slot_of_row && tags[slot] >= 0) slot_of_row[tags[slot]] = -1;
     tags[slot] = -1;
     dirty[slot] = 0;
     last_use[slot] = 0;
+  }
+  /// Makes `slot` hold `row` (>= 0) in place of its tag, keeping the slot index exact: the
+  /// row evicted from the slot (if any) is no longer found. Writes the tag and the index
+  /// only: the caller fills the FP32 row, its last use and dirty byte.
+  MPE_HOST_DEVICE void set_tag(std::int64_t slot, std::int64_t row) const {
+    if (slot_of_row) {
+      if (tags[slot] >= 0) slot_of_row[tags[slot]] = -1;
+      slot_of_row[row] = static_cast<std::int32_t>(slot);
+    }
+    tags[slot] = row;
   }
   /// FP32 row of a slot: D floats.
   MPE_HOST_DEVICE float* row(std::int64_t slot) const { return rows + slot * dim; }

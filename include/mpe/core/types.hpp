@@ -49,6 +49,15 @@ struct EmbeddingConfig {
   /// there, so that a piece rounds with the bits the whole set would (docs/numerics.md).
   /// Configuration, not state: checkpoints do not hold it.
   std::vector<std::int64_t> row_keys = {};
+  /// Keep a slot index: a (rows) int32 array holding each row's cache slot, or -1 where the
+  /// row is not cached, kept exact by every fill, eviction and drop (4 B per row of the
+  /// table, counted in MemoryFootprint::cache_bytes; memory space: the backend's).
+  /// CacheRef::find() and forward_inference() then find a row's slot with one load instead
+  /// of hashing it to its set and scanning the set's tags. Outputs and trained bits are the
+  /// same with or without it. Configuration, not state: checkpoints do not hold it and
+  /// load() rebuilds it from the cache's tags. Ignored without a cache; with one it needs
+  /// fewer than 2^31 slots (std::invalid_argument naming config.slot_index otherwise).
+  bool slot_index = false;
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its

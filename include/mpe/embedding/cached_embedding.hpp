@@ -385,13 +385,14 @@ class CachedEmbedding {
   IBuf row_keys_;                                // (T) config.row_keys, or empty
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
-  detail::Buffer<float, Backend> cache_rows_;        // (slots, D)
-  IBuf tags_;                                        // (slots)
-  detail::Buffer<std::uint64_t, Backend> last_use_;  // (slots)
-  detail::Buffer<std::uint8_t, Backend> dirty_;      // (slots)
-  detail::Buffer<std::uint32_t, Backend> meta_;      // (Cache::meta_words(slots)) policy metadata
-  detail::Buffer<std::uint8_t, Backend> opt_state_;  // (rows, S) values of StatePrecision
-  detail::Buffer<float, Backend> cache_state_;       // (slots, S) FP32 state of cached rows (compact only)
+  detail::Buffer<float, Backend> cache_rows_;         // (slots, D)
+  IBuf tags_;                                         // (slots)
+  detail::Buffer<std::int32_t, Backend> slot_index_;  // (rows) slot of each row, -1; empty without
+  detail::Buffer<std::uint64_t, Backend> last_use_;   // (slots)
+  detail::Buffer<std::uint8_t, Backend> dirty_;       // (slots)
+  detail::Buffer<std::uint32_t, Backend> meta_;       // (Cache::meta_words(slots)) policy metadata
+  detail::Buffer<std::uint8_t, Backend> opt_state_;   // (rows, S) values of StatePrecision
+  detail::Buffer<float, Backend> cache_state_;        // (slots, S) FP32 state of cached rows (compact only)
   std::string opt_name_;  // OptimizerRule::name of the optimizer that owns opt_state_ (empty: none yet)
   std::uint64_t populate_counter_ = 0;
   std::uint64_t call_seq_ = 0;  // prefetch/forward/backward calls (numbers deferred errors; checkpointed)

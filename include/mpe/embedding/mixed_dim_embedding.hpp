@@ -37,6 +37,7 @@ struct MixedDimConfig {
   std::uint64_t seed = 0;          ///< stochastic rounding stream (group g > 0 derives its own)
   std::int32_t row_alignment = 4;  ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
+  bool slot_index = false;  ///< each group keeps a row -> slot index (EmbeddingConfig::slot_index)
 };
 
 /// Table-batched embedding bags in mixed precision whose T tables have any mix of D.
@@ -508,6 +509,7 @@ class MixedDimEmbedding {
     c.seed = g == 0 ? config_.seed : config_.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
     c.row_alignment = config_.row_alignment;
     c.non_finite = config_.non_finite;
+    c.slot_index = config_.slot_index;
     c.validation = Validation::Synchronous;
     return c;
   }

@@ -122,6 +122,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   store_.set_backend(backend_);
   cache_rows_.set_backend(backend_);
   tags_.set_backend(backend_);
+  slot_index_.set_backend(backend_);
   last_use_.set_backend(backend_);
   dirty_.set_backend(backend_);
   meta_.set_backend(backend_);
@@ -140,6 +141,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   store_.set_purpose(MemoryPurpose::Store);
   cache_rows_.set_purpose(MemoryPurpose::Cache);
   tags_.set_purpose(MemoryPurpose::Cache);
+  slot_index_.set_purpose(MemoryPurpose::Cache);
   last_use_.set_purpose(MemoryPurpose::Cache);
   dirty_.set_purpose(MemoryPurpose::Cache);
   meta_.set_purpose(MemoryPurpose::Cache);
@@ -174,6 +176,13 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     backend_.fill_bytes(cache_rows_.data(), 0, cache_rows_.bytes());
     tags_.reset(slots);
     backend_.fill_bytes(tags_.data(), 0xff, tags_.bytes());  // -1: empty
+    if (config.slot_index) {
+      if (slots > static_cast<std::size_t>(INT32_MAX))
+        detail::invalid(fn, "config.slot_index needs fewer than 2^31 cache slots; config.cache_rows gives " +
+                                std::to_string(slots));
+      slot_index_.reset(static_cast<std::size_t>(total_rows_));
+      backend_.fill_bytes(slot_index_.data(), 0xff, slot_index_.bytes());  // -1: not cached
+    }
     last_use_.reset(slots);
     backend_.fill_bytes(last_use_.data(), 0, last_use_.bytes());
     dirty_.reset(slots);
@@ -195,6 +204,7 @@ CacheRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::cac
   c.num_sets = num_sets_;
   c.ways = Cache::ways;
   c.dim = config_.dim;
+  c.slot_of_row = slot_index_.size() > 0 ? const_cast<std::int32_t*>(slot_index_.data()) : nullptr;
   return c;
 }
 
@@ -247,7 +257,8 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 MemoryFootprint CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::memory() const {
   MemoryFootprint m;
   m.store_bytes = store_.bytes();
-  m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + last_use_.bytes() + dirty_.bytes() + meta_.bytes();
+  m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + slot_index_.bytes() + last_use_.bytes() +
+                  dirty_.bytes() + meta_.bytes();
   m.optimizer_bytes = opt_state_.bytes() + cache_state_.bytes();
   m.metadata_bytes = table_offsets_.bytes() + row_keys_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +

@@ -420,6 +420,11 @@ struct AdmitSet {
           prefetch_lines<true>(store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride,
                                Storage::data_bytes(D));
         }
+        if (cache.slot_of_row) {  // the slot index's two entries set_tag() writes
+          __builtin_prefetch(cache.slot_of_row + rows[q], 1);
+          if (cache.tags[choice.slot] >= 0)
+            __builtin_prefetch(cache.slot_of_row + cache.tags[choice.slot], 1);
+        }
 #endif
       }
     }
@@ -467,7 +472,7 @@ struct AdmitSet {
         fill_row<Storage>(store + static_cast<std::size_t>(row) * stride, D, crow, simd, stream_fills);
         state.fill(victim, row);
       }
-      cache.tags[victim] = row;
+      cache.set_tag(victim, row);
       cache.last_use[victim] = batch_id;
       cache.dirty[victim] = 0;
       slot_of_unique[u] = victim;

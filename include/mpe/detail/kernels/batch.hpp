@@ -252,7 +252,8 @@ MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, inde
 /// `lanes` scans ways lane, lane + lanes, ...; a row has at most one slot, so the one lane
 /// that finds it writes it. On the host (host_range, one lane) the set kProbeAhead
 /// occurrences ahead is prefetched while this one is scanned (find_in_set, the AVX2 scan
-/// where the CPU has it), so the scans do not wait on their tags one after another.
+/// where the CPU has it), so the scans do not wait on their tags one after another. With a
+/// slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead.
 struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
   const index_t* global_rows;  // (n)
@@ -260,6 +261,10 @@ struct ProbeSlots {
   index_t* slot_of_occ;        // (n) out; -1 beforehand where launched with more than one lane
   MPE_HOST_DEVICE void operator()(index_t i, std::int32_t lane, std::int32_t lanes) const {
     const index_t r = global_rows[i];
+    if (cache.slot_of_row) {  // one load: lane 0 writes it
+      if (lane == 0) slot_of_occ[i] = cache.slot_of_row[r];
+      return;
+    }
     const index_t base = cache.set_of(r) * cache.ways;
     if (lanes == 1) {
       slot_of_occ[i] = cache.find_in_set(base, r);
@@ -271,6 +276,14 @@ struct ProbeSlots {
     }
   }
   void host_range(index_t i0, index_t i1) const {
+    if (const std::int32_t* map = cache.slot_of_row) {  // the slot index: one load each
+      for (index_t i = i0; i < i1; ++i) {
+        // An aligned int32 lies in one line: one prefetch, no line loop.
+        if (i + kProbeAhead < i1) __builtin_prefetch(map + global_rows[i + kProbeAhead]);
+        slot_of_occ[i] = map[global_rows[i]];
+      }
+      return;
+    }
     const std::size_t set_bytes = sizeof(*cache.tags) * static_cast<std::size_t>(cache.ways);
     index_t base[kProbeAhead];  // ring: the set base of occurrence i at i % kProbeAhead
     const auto ahead = [&](index_t i) {

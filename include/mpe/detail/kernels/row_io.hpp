@@ -66,6 +66,15 @@ struct DropRows {
   }
 };
 
+/// Records slot s in the slot index if it holds a row (the index is all -1 beforehand):
+/// rebuilds the index from the tags after they are replaced wholesale (load()).
+struct IndexSlot {
+  CacheRef cache;  // slot_of_row non-null
+  MPE_HOST_DEVICE void operator()(index_t s) const {
+    if (const index_t r = cache.tags[s]; r >= 0) cache.slot_of_row[r] = static_cast<std::int32_t>(s);
+  }
+};
+
 /// Fills rows with uniform values in [low, high) from Philox (counter: the row, step 0,
 /// site Init, one block per 4 elements), written to `out` (count, D) in FP32.
 struct UniformRows {
