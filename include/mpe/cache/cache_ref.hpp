@@ -31,7 +31,7 @@ struct CacheRef {
   /// Floats per cached row: the table's embedding dimension D (row(slot) = rows + slot * D).
   std::int32_t dim = 0;
   /// (rows) slot of each global row, -1 where it is not cached (EmbeddingConfig::slot_index),
-  /// or null without one. Whoever writes a tag writes it too (set_tag(), drop()).
+  /// or null without one. Tags are written through set_tag(), which keeps it exact.
   std::int32_t* slot_of_row = nullptr;
 
   /// Total number of slots, num_sets * ways (CachedEmbedding::cache_slots()): the length
@@ -55,18 +55,17 @@ struct CacheRef {
   }
   /// Empties a slot without write-back (its row is then read from the store).
   MPE_HOST_DEVICE void drop(std::int64_t slot) const {
-    if (slot_of_row && tags[slot] >= 0) slot_of_row[tags[slot]] = -1;
-    tags[slot] = -1;
+    set_tag(slot, -1);
     dirty[slot] = 0;
     last_use[slot] = 0;
   }
-  /// Makes `slot` hold `row` (>= 0) in place of its tag, keeping the slot index exact: the
-  /// row evicted from the slot (if any) is no longer found. Writes the tag and the index
+  /// Makes `slot` hold global row `row`, or empties it (`row` = -1), keeping the slot index
+  /// exact: the row the slot held (if any) is no longer found. Writes the tag and the index
   /// only: the caller fills the FP32 row, its last use and dirty byte.
   MPE_HOST_DEVICE void set_tag(std::int64_t slot, std::int64_t row) const {
     if (slot_of_row) {
       if (tags[slot] >= 0) slot_of_row[tags[slot]] = -1;
-      slot_of_row[row] = static_cast<std::int32_t>(slot);
+      if (row >= 0) slot_of_row[row] = static_cast<std::int32_t>(slot);
     }
     tags[slot] = row;
   }

@@ -364,6 +364,7 @@ class CachedEmbedding {
   void sort_unique(Batch& b, bool bitmap_ok = true);
   void populate(Batch& b, const Batch* awaiting_backward);
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  void reindex_slots();  // the slot index (if kept) re-derived from tags_, after they are replaced
   void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
   index_t read_scalar(const index_t* p) const;
   detail::Counters read_counters() const;

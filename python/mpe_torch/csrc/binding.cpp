@@ -495,7 +495,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
            py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
-           py::arg("non_finite") = "raise", py::arg("slot_index") = false)
+           py::arg("non_finite"), py::arg("slot_index"))
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
       .def_property_readonly("forward_id", &Tbe::forward_id)

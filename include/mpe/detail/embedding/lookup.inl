@@ -403,9 +403,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // from the slots as forward's does: the rows ahead prefetched from where they are.
   IBuf slots(backend_, num_sets_ > 0 ? indices.size() : 0);
   if (num_sets_ > 0 && n > 0) {
-    // -1 first where lanes split a set's ways (only the finding lane writes); one lane
-    // writes every slot itself.
-    if constexpr (Backend::lane_width > 1) backend_.fill_bytes(slots.data(), 0xff, slots.bytes());
+    // -1 first where lanes split a set's ways (only the finding lane writes); one lane, or
+    // lane 0 reading the slot index, writes every slot itself.
+    if constexpr (Backend::lane_width > 1)
+      if (slot_index_.size() == 0) backend_.fill_bytes(slots.data(), 0xff, slots.bytes());
     backend_.for_each_lanes(n, detail::ProbeSlots{global_rows.data(), cache_ref(), slots.data()});
   }
   backend_.for_each_lanes(

@@ -181,7 +181,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
         detail::invalid(fn, "config.slot_index needs fewer than 2^31 cache slots; config.cache_rows gives " +
                                 std::to_string(slots));
       slot_index_.reset(static_cast<std::size_t>(total_rows_));
-      backend_.fill_bytes(slot_index_.data(), 0xff, slot_index_.bytes());  // -1: not cached
+      reindex_slots();  // every row -1: nothing is cached yet
     }
     last_use_.reset(slots);
     backend_.fill_bytes(last_use_.data(), 0, last_use_.bytes());
@@ -206,6 +206,16 @@ CacheRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::cac
   c.dim = config_.dim;
   c.slot_of_row = slot_index_.size() > 0 ? const_cast<std::int32_t*>(slot_index_.data()) : nullptr;
   return c;
+}
+
+// Every row -1, then each tagged slot's row its slot: after tags_ is replaced wholesale
+// (construction, load()). Nothing without a slot index.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::reindex_slots() {
+  if (slot_index_.size() == 0) return;
+  backend_.fill_bytes(slot_index_.data(), 0xff, slot_index_.bytes());
+  backend_.for_each(cache_slots(), detail::IndexSlot{cache_ref()});
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

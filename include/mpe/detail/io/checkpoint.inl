@@ -680,10 +680,7 @@ struct CheckpointAccess {
       e.backend_.copy_from_host(dst[i], payload[i], bytes);
     }
     if (new_opt) e.opt_state_.swap(opt);
-    if (e.slot_index_.size() > 0) {  // derived from the tags just loaded
-      e.backend_.fill_bytes(e.slot_index_.data(), 0xff, e.slot_index_.bytes());
-      e.backend_.for_each(e.cache_slots(), IndexSlot{e.cache_ref()});
-    }
+    e.reindex_slots();
     if (opt_cache_bytes > 0) {
       e.backend_.copy_from_host(new_opt_cache ? opt_cache.data() : e.cache_state_.data(),
                                 payload[fmt::kOptimizerCacheSection],
@@ -846,20 +843,6 @@ struct CheckpointAccess {
     if (rows > 0)
       e.backend_.for_each(
           1, AddCount{&e.counters_.data()->stats.saturated_rows, static_cast<std::uint64_t>(rows)});
-  }
-  /// Empties every cache line (no write-back: call flush() first to keep dirty rows).
-  template <class E>
-  static void empty_cache(E& e) {
-    const auto slots = static_cast<std::size_t>(e.cache_slots());
-    if (slots == 0) return;
-    e.backend_.fill_bytes(e.tags_.data(), 0xff, slots * sizeof(index_t));
-    if (e.slot_index_.size() > 0) e.backend_.fill_bytes(e.slot_index_.data(), 0xff, e.slot_index_.bytes());
-    e.backend_.fill_bytes(e.dirty_.data(), 0, slots);
-    e.backend_.fill_bytes(e.last_use_.data(), 0, slots * sizeof(std::uint64_t));
-    for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
-      b->valid = false;
-      b->awaiting_backward = false;
-    }
   }
 };
 

@@ -410,20 +410,19 @@ struct AdmitSet {
 #ifndef __CUDA_ARCH__
         // A streamed fill does not read the victim's row; a dirty victim's is read (its
         // write-back) before the fill overwrites it.
-        const bool dirty = cache.tags[choice.slot] >= 0 && cache.dirty[choice.slot];
+        const index_t old = cache.tags[choice.slot];  // the victim's row, or -1
+        const bool dirty = old >= 0 && cache.dirty[choice.slot];
         if (!stream_fills) {
           prefetch_lines<true>(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
         } else if (dirty) {
           prefetch_lines(cache.row(choice.slot), static_cast<std::size_t>(D) * sizeof(float));
         }
         if (dirty) {
-          prefetch_lines<true>(store + static_cast<std::size_t>(cache.tags[choice.slot]) * stride,
-                               Storage::data_bytes(D));
+          prefetch_lines<true>(store + static_cast<std::size_t>(old) * stride, Storage::data_bytes(D));
         }
         if (cache.slot_of_row) {  // the slot index's two entries set_tag() writes
           __builtin_prefetch(cache.slot_of_row + rows[q], 1);
-          if (cache.tags[choice.slot] >= 0)
-            __builtin_prefetch(cache.slot_of_row + cache.tags[choice.slot], 1);
+          if (old >= 0) __builtin_prefetch(cache.slot_of_row + old, 1);
         }
 #endif
       }

@@ -258,7 +258,7 @@ struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
   const index_t* global_rows;  // (n)
   CacheRef cache;              // num_sets > 0
-  index_t* slot_of_occ;        // (n) out; -1 beforehand where launched with more than one lane
+  index_t* slot_of_occ;        // (n) out; -1 beforehand where lanes scan (more than one, no index)
   MPE_HOST_DEVICE void operator()(index_t i, std::int32_t lane, std::int32_t lanes) const {
     const index_t r = global_rows[i];
     if (cache.slot_of_row) {  // one load: lane 0 writes it

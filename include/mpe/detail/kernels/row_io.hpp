@@ -67,7 +67,7 @@ struct DropRows {
 };
 
 /// Records slot s in the slot index if it holds a row (the index is all -1 beforehand):
-/// rebuilds the index from the tags after they are replaced wholesale (load()).
+/// CachedEmbedding::reindex_slots(), after the tags are replaced wholesale.
 struct IndexSlot {
   CacheRef cache;  // slot_of_row non-null
   MPE_HOST_DEVICE void operator()(index_t s) const {
