@@ -107,6 +107,8 @@ def test_names():
         mpe_torch.TableBatchedEmbeddingBags(SPECS, cache_fraction=0.1)
     with pytest.raises(ValueError, match="Sgd.learning_rate = nan is not finite"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, learning_rate=float("nan"))
+    with pytest.raises(ValueError, match="Adam.learning_rate = -0.1 is negative; must be >= 0"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", learning_rate=-0.1)
     with pytest.raises(ValueError, match="Adam.beta1 = 1 must be in \\[0, 1\\)"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", beta1=1.0)
     with pytest.raises(ValueError, match="rows must be >= 1"):
@@ -127,6 +129,8 @@ def test_set_learning_rate(m):
     assert m.get_learning_rate() == 0.25
     with pytest.raises(ValueError, match="Sgd.learning_rate = inf is not finite"):
         m.set_learning_rate(float("inf"))
+    with pytest.raises(ValueError, match="Sgd.learning_rate = -0.25 is negative"):
+        m.set_learning_rate(-0.25)
     assert m.get_learning_rate() == 0.25
 
 

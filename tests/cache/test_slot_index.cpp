@@ -139,3 +139,121 @@ TEST_CASE_TEMPLATE("slot index: exact after every call; same bits as without it"
   std::filesystem::remove(path);
   std::filesystem::remove(path_plain);
 }
+
+namespace {
+
+/// A batch of T * B bags mixing what the pooling paths tell apart: empty bags, runs of
+/// one-row bags, bags of hot rows only (all cached once the cache is warm), long bags of
+/// hot and cold rows; optional per-sample weights. `only` >= 0: every bag of that kind.
+ref::Batch mixed_batch(std::mt19937_64& rng, const std::vector<std::int64_t>& rows, std::int64_t B,
+                       bool weighted, int only = -1) {
+  ref::Batch b;
+  b.B = B;
+  b.offsets.push_back(0);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f), wdist(-1.5f, 1.5f);
+  for (const std::int64_t r : rows) {
+    for (std::int64_t s = 0; s < B; ++s) {
+      // 0: empty, 1-3: one row, 4-5: hot rows, 6-7: long mixed
+      const auto kind = only >= 0 ? static_cast<std::uint64_t>(only) : rng() % 8;
+      const int L = kind == 0 ? 0 : kind < 4 ? 1 : kind < 6 ? 6 : 40;
+      for (int k = 0; k < L; ++k) {
+        const float x = u01(rng);
+        auto idx = kind == 4 || kind == 5 ? static_cast<std::int64_t>(rng() % 8)
+                                          : static_cast<std::int64_t>(x * x * x * static_cast<float>(r));
+        if (idx >= r) idx = r - 1;
+        b.indices.push_back(idx);
+        if (weighted) b.weights.push_back(wdist(rng));
+      }
+      b.offsets.push_back(static_cast<std::int64_t>(b.indices.size()));
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+// forward_inference with the index reads each occurrence's slot inside the pooling pass
+// (PoolBags::probe_out), ahead of the rows it pools and only within each thread's range of
+// bags; without the index a pass before it scans the sets. Both must give the same slots,
+// so the same bits, on every pooling path: the AVX-512 and AVX2 kernels, the portable loop
+// (SIMD off), one-row runs, all-cached and mixed bags, weights and mean, one and two threads
+// (two: ranges of 16 bags, so many range ends fall inside the prefetch distance).
+TEST_CASE_TEMPLATE("slot index: forward_inference's in-pass slot reads give the set scan's bits", S,
+                   mpe::Int8Rowwise, mpe::Fp16, mpe::Int4Rowwise) {
+  const std::vector<std::int64_t> tables{3000, 700};
+  constexpr std::int64_t B = 64;
+  for (const int D : {64, 20}) {
+    CAPTURE(D);
+    using E = mpe::CachedEmbedding<S, mpe::Lru<8>, mpe::StochasticRounding>;
+    const auto cfg = [&](bool index) {
+      return mpe::EmbeddingConfig{
+          .table_rows = tables, .dim = D, .cache_rows = 256, .seed = 3, .slot_index = index};
+    };
+    E plain(cfg(false), mpe::HostBackend{1});
+    E one(cfg(true), mpe::HostBackend{1});
+    E two(cfg(true), mpe::HostBackend{2});
+    std::mt19937_64 rng(11);
+    const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(plain.total_rows()) * D, -1, 1);
+    for (E* e : {&plain, &one, &two}) e->set_weights(w0);
+    const std::size_t out_size = static_cast<std::size_t>(B) * tables.size() * static_cast<std::size_t>(D);
+    // Warm the cache by training (the three objects stay identical).
+    for (int step = 0; step < 6; ++step) {
+      const ref::Batch b = mixed_batch(rng, tables, B, false);
+      const auto g = ref::random_floats(rng, out_size, -1, 1);
+      for (E* e : {&plain, &one, &two}) {
+        std::vector<float> o(out_size);
+        e->forward(b.indices, b.offsets, o);
+        e->backward(g, mpe::RowwiseAdagrad{0.1f});
+      }
+    }
+    std::int64_t cached = 0;
+    for (std::int64_t s = 0; s < plain.cache_ref().slots(); ++s) cached += plain.cache_ref().tags[s] >= 0;
+    REQUIRE(cached > 128);  // the cache holds rows: pooled bags mix cached and store rows
+    // Restores the pooling switches however the block ends.
+    struct Switches {
+      bool simd = mpe::detail::set_host_simd(true), wide = mpe::detail::set_host_avx512(true);
+      ~Switches() {
+        mpe::detail::set_host_avx512(wide);
+        mpe::detail::set_host_simd(simd);
+      }
+    } restore;
+    // Path 0 is AVX2 again on a CPU without AVX-512 (set_host_avx512 cannot turn it on).
+    for (const int path : {0, 1, 2}) {  // AVX-512 where the CPU has it, AVX2, portable
+      CAPTURE(path);
+      mpe::detail::set_host_avx512(path == 0);
+      mpe::detail::set_host_simd(path < 2);
+      for (const bool weighted : {false, true}) {
+        for (const auto pooling : {mpe::Pooling::Sum, mpe::Pooling::Mean}) {
+          if (weighted && pooling == mpe::Pooling::Mean) continue;
+          const ref::Batch b = mixed_batch(rng, tables, B, weighted);
+          std::vector<float> want(out_size), got1(out_size, -7.0f), got2(out_size, -7.0f);
+          plain.forward_inference(b.indices, b.offsets, want, pooling, b.weights);
+          one.forward_inference(b.indices, b.offsets, got1, pooling, b.weights);
+          two.forward_inference(b.indices, b.offsets, got2, pooling, b.weights);
+          CHECK(got1 == want);
+          CHECK(got2 == want);
+          // And they are the plain FP32 bag of the weights the object reads back, bit for
+          // bit: the same operations in the same order (index order; mean: times 1/L), the
+          // tests built without FMA contraction.
+          ref::EmbeddingBag bag(tables, D);
+          plain.get_weights(bag.weights());
+          CHECK(ref::same_bits(want, bag.forward(b, pooling)));
+        }
+      }
+      // Every bag empty (no occurrence: nothing to read), and 150 one-row bags a table (runs
+      // longer than the 64 bags whose slots the pooling reads at a time).
+      for (const auto& [kind, bags] : {std::pair{0, B}, std::pair{1, std::int64_t{150}}}) {
+        CAPTURE(kind);
+        const ref::Batch b = mixed_batch(rng, tables, bags, false, kind);
+        const std::size_t size = static_cast<std::size_t>(bags) * tables.size() * static_cast<std::size_t>(D);
+        std::vector<float> want(size), got1(size, -7.0f), got2(size, -7.0f);
+        plain.forward_inference(b.indices, b.offsets, want);
+        one.forward_inference(b.indices, b.offsets, got1);
+        two.forward_inference(b.indices, b.offsets, got2);
+        CHECK(got1 == want);
+        CHECK(got2 == want);
+        if (kind == 0) CHECK(want == std::vector<float>(size, 0.0f));
+      }
+    }
+  }
+}

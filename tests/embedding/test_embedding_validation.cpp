@@ -273,9 +273,11 @@ TEST_CASE("wrong output, gradient and per-sample-weight sizes are rejected") {
     std::vector<float> out(out_size(2));
     const std::vector<float> w(kIdx.size(), 1.0f);
     expect_throw<std::invalid_argument>([&] { t.victim.forward(kIdx, kOff, out, mpe::Pooling::Mean, w); },
-                                        {"per_sample_weights", "Pooling::Sum"});
+                                        {"per_sample_weights", "Pooling::Sum",
+                                         "Pooling::Mean with " + std::to_string(w.size()) + " weights"});
     expect_throw<std::invalid_argument>(
-        [&] { t.victim.forward_inference(kIdx, kOff, out, mpe::Pooling::Mean, w); }, {"per_sample_weights"});
+        [&] { t.victim.forward_inference(kIdx, kOff, out, mpe::Pooling::Mean, w); },
+        {"per_sample_weights", "Pooling::Mean with " + std::to_string(w.size()) + " weights"});
     t.check_unchanged();
   }
 }
@@ -431,6 +433,16 @@ TEST_CASE("bad configs are rejected with the field and value") {
   bad([](auto& c) { c.table_rows.clear(); }, {"config.table_rows", "empty"});
   bad([](auto& c) { c.table_rows[1] = 0; }, {"config.table_rows[1] = 0"});
   bad([](auto& c) { c.table_rows[2] = -5; }, {"config.table_rows[2] = -5"});
+  // Row counts are int64 and the total must stay <= INT64_MAX / 2 (room for index
+  // arithmetic): one table over it, and a second table that takes the sum over it.
+  bad([](auto& c) { c.table_rows[1] = std::int64_t{1} << 62; },
+      {"config.table_rows[1] = 4611686018427387904", "INT64_MAX / 2 = 4611686018427387903"});
+  const std::vector<std::int64_t> halves{std::int64_t{1} << 61, std::int64_t{1} << 61};
+  bad([&](auto& c) { c.table_rows = halves; },
+      {"config.table_rows[1] = 2305843009213693952", "tables before it: 2305843009213693952"});
+  // 2^61 rows fit the total, but not a store of 2^61 rows x at least 8 bytes in size_t.
+  bad([](auto& c) { c.table_rows = {std::int64_t{1} << 61}; },
+      {"2305843009213693952 rows", "config.dim = 5", "overflows size_t"});
   bad([](auto& c) { c.dim = 0; }, {"config.dim = 0"});
   bad([](auto& c) { c.dim = -3; }, {"config.dim = -3"});
   bad([](auto& c) { c.cache_rows = 3; }, {"config.cache_rows = 3", "4"});  // 0 < 3 < Ways = 4

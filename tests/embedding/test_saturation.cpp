@@ -81,6 +81,14 @@ TEST_CASE("optimizer parameters that cannot be used are named with their value")
     return std::string("no exception");
   };
   CHECK(message(mpe::Sgd{NAN}).find("Sgd.learning_rate = nan") != std::string::npos);
+  // A negative learning rate (gradient ascent) is refused for every optimizer; 0 is allowed
+  // (it trains nothing; checked at the end).
+  CHECK(message(mpe::Sgd{-0.5f}).find("Sgd.learning_rate = -0.5 is negative; must be >= 0") !=
+        std::string::npos);
+  CHECK(message(mpe::Adagrad{-0.5f}).find("Adagrad.learning_rate = -0.5 is negative") != std::string::npos);
+  CHECK(message(mpe::RowwiseAdagrad{-0.5f}).find("RowwiseAdagrad.learning_rate = -0.5 is negative") !=
+        std::string::npos);
+  CHECK(message(mpe::Adam{-0.5f}).find("Adam.learning_rate = -0.5 is negative") != std::string::npos);
   CHECK(message(mpe::RowwiseAdagrad{0.1f, -1.0f}).find("RowwiseAdagrad.eps = -1") != std::string::npos);
   CHECK(message(mpe::RowwiseAdagrad{INFINITY}).find("RowwiseAdagrad.learning_rate = inf") !=
         std::string::npos);
@@ -98,6 +106,10 @@ TEST_CASE("optimizer parameters that cannot be used are named with their value")
   e.backward(g, mpe::Sgd{0.5f});
   e.get_weights(after);
   CHECK(after[2] == before[2] - 0.5f);
+  e.forward(idx, off, out);
+  e.backward(g, mpe::Sgd{0.0f});
+  e.get_weights(before);
+  CHECK(before == after);
 }
 
 namespace {

@@ -18,8 +18,8 @@ namespace mpe {
 ///
 /// Metadata (its checkpoint section `lfu`; `sketch` in checkpoint versions 1 and 2): the
 /// sketch, 4 lines x `width` u32 counters, line-major, `width` = the smallest power of two
-/// >= max(16, 2 x slots) (32 to 64 bytes per slot). Every unique row of a batch adds 1 to
-/// its counter in each line before admission (mpe::SketchRef::cell gives the positions);
+/// >= max(16, 2 x slots) (32 to 64 bytes per slot from 8 slots, 256 bytes in all below). Every unique row of
+/// a batch adds 1 to its counter in each line before admission (mpe::SketchRef::cell gives the positions);
 /// every counter is halved once per 10 x slots increments.
 template <int Ways = 32>
 struct Lfu : ScoredPolicy<Lfu<Ways>> {

@@ -24,7 +24,8 @@ namespace mpe {
 ///
 /// The doorkeeper (mpe::DoorkeeperRef) is a Bloom filter of two generations, two bits a row
 /// in one 32-bit word per generation half, sized to the cache: `words` = the smallest power
-/// of two >= max(32, slots) (4 bytes a slot; the count-min sketch of Lfu takes 32 to 64).
+/// of two >= max(32, slots) (4 to 8 bytes a slot from 32 slots; Lfu's count-min sketch takes
+/// 32 to 64 from 8 slots).
 /// Before admission every unique row of a batch is looked up (pass 0: seen in either
 /// generation before this batch?) and then inserted into the current generation (pass 1,
 /// an atomic OR: the same bits in any order). A populate after which the unique rows

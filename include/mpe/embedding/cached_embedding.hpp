@@ -176,7 +176,9 @@ class CachedEmbedding {
   /// non-finite gradient. Throws std::logic_error without a pending forward() or if the
   /// optimizer type changed; std::invalid_argument for a wrong size, a non-finite gradient
   /// or an overflowing step (unless config.non_finite == NonFinite::Skip: then the step is
-  /// skipped and counted), or unusable optimizer parameters. A non-finite gradient waits
+  /// skipped and counted), or unusable optimizer parameters (a learning rate that is not
+  /// finite or is negative, an eps that is not finite or not > 0, Adam betas outside [0, 1):
+  /// the message names the field and value). A non-finite gradient waits
   /// once and throws here (Validation::Synchronous) or is recorded for synchronize()
   /// (Validation::Deferred: the step is not applied; a backward of a failed forward applies
   /// nothing).

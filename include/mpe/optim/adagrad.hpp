@@ -43,12 +43,14 @@ struct OptimizerRule<Adagrad> {
       g[d] = num::div(num::mul(o.learning_rate, g[d]), num::add(num::sqrt(G), o.eps));
     }
   }
-  /// Empty when learning_rate is finite and eps is finite and > 0; else the first
+  /// Empty when learning_rate is finite and >= 0 and eps is finite and > 0; else the first
   /// problem, e.g. "Adagrad.eps = 0 must be finite and > 0".
   static std::string check(const Adagrad& o) {
     if (!num::is_finite(o.learning_rate)) {
       return "Adagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
     }
+    if (o.learning_rate < 0.0f)
+      return "Adagrad.learning_rate = " + format_float(o.learning_rate) + " is negative; must be >= 0";
     if (!num::is_finite(o.eps) || !(o.eps > 0.0f))
       return "Adagrad.eps = " + format_float(o.eps) + " must be finite and > 0";
     return {};

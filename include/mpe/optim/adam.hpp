@@ -63,11 +63,13 @@ struct OptimizerRule<Adam> {
       g[d] = num::div(num::mul(o.learning_rate, mhat), num::add(num::sqrt(vhat), o.eps));
     }
   }
-  /// Empty when learning_rate is finite, beta1 and beta2 are in [0, 1) and eps is finite
+  /// Empty when learning_rate is finite and >= 0, beta1 and beta2 are in [0, 1) and eps is finite
   /// and > 0; else the first problem, e.g. "Adam.beta2 = 1 must be in [0, 1)".
   static std::string check(const Adam& o) {
     if (!num::is_finite(o.learning_rate))
       return "Adam.learning_rate = " + format_float(o.learning_rate) + " is not finite";
+    if (o.learning_rate < 0.0f)
+      return "Adam.learning_rate = " + format_float(o.learning_rate) + " is negative; must be >= 0";
     if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
       return "Adam.beta1 = " + format_float(o.beta1) + " must be in [0, 1)";
     if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))

@@ -43,12 +43,14 @@ struct OptimizerRule<RowwiseAdagrad> {
     const float m = num::div(o.learning_rate, num::add(num::sqrt(G), o.eps));
     for (std::int32_t d = 0; d < dim; ++d) g[d] = num::mul(m, g[d]);
   }
-  /// Empty when learning_rate is finite and eps is finite and > 0; else the first
+  /// Empty when learning_rate is finite and >= 0 and eps is finite and > 0; else the first
   /// problem, e.g. "RowwiseAdagrad.eps = 0 must be finite and > 0".
   static std::string check(const RowwiseAdagrad& o) {
     if (!num::is_finite(o.learning_rate)) {
       return "RowwiseAdagrad.learning_rate = " + format_float(o.learning_rate) + " is not finite";
     }
+    if (o.learning_rate < 0.0f)
+      return "RowwiseAdagrad.learning_rate = " + format_float(o.learning_rate) + " is negative; must be >= 0";
     if (!num::is_finite(o.eps) || !(o.eps > 0.0f)) {  // eps = 0 would give 0/0 for a zero gradient
       return "RowwiseAdagrad.eps = " + format_float(o.eps) + " must be finite and > 0";
     }

@@ -33,11 +33,14 @@ struct OptimizerRule<Sgd> {
   /// The factor step multiplies each gradient element by: the learning rate (makes Sgd a
   /// ScalesGradient optimizer).
   MPE_HOST_DEVICE static float gradient_scale(const Sgd& o) { return o.learning_rate; }
-  /// Empty when learning_rate is finite, else "Sgd.learning_rate = <value> is not finite".
+  /// Empty when learning_rate is finite and >= 0, else "Sgd.learning_rate = <value> is not
+  /// finite" or "... is negative".
   static std::string check(const Sgd& o) {
-    return num::is_finite(o.learning_rate)
-               ? std::string()
-               : "Sgd.learning_rate = " + format_float(o.learning_rate) + " is not finite";
+    if (!num::is_finite(o.learning_rate))
+      return "Sgd.learning_rate = " + format_float(o.learning_rate) + " is not finite";
+    if (o.learning_rate < 0.0f)
+      return "Sgd.learning_rate = " + format_float(o.learning_rate) + " is negative; must be >= 0";
+    return {};
   }
   /// Always true: there is no state to check.
   static bool state_ok(const float* /*state*/, std::int32_t /*dim*/) { return true; }

@@ -57,7 +57,10 @@ index_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::chec
   const index_t B = static_cast<index_t>(offsets.size() - 1) / T;
   if (output_size != kSkipOutputCheck) check_output_size(fn, output_size, B);
   if (!weights.empty()) {
-    if (pooling != Pooling::Sum) detail::invalid(fn, "per_sample_weights are only allowed with Pooling::Sum");
+    if (pooling != Pooling::Sum) {
+      detail::invalid(fn, "per_sample_weights need Pooling::Sum (got Pooling::Mean with " +
+                              std::to_string(weights.size()) + " weights)");
+    }
     if (weights.size() != indices.size()) {
       detail::invalid(fn, "per_sample_weights.size() = " + std::to_string(weights.size()) +
                               "; must equal indices.size() = " + std::to_string(indices.size()));

@@ -400,9 +400,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
                                            false, nullptr, true, nullptr, detail::kCallForward, 0});
   throw_if_failed(fn, read_record(record.data()), false, nullptr);
   // Each occurrence's slot first (one pass over the sets, prefetched ahead), then pooling
-  // from the slots as forward's does: the rows ahead prefetched from where they are.
+  // from the slots as forward's does: the rows ahead prefetched from where they are. With a
+  // slot index on the host's SIMD pooling the pooling pass reads the slots itself
+  // (PoolBags::probe_out), a little ahead of the rows it pools, instead of a pass before it.
   IBuf slots(backend_, num_sets_ > 0 ? indices.size() : 0);
-  if (num_sets_ > 0 && n > 0) {
+  const bool probe_in_pool =
+      Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path();
+  if (num_sets_ > 0 && n > 0 && !probe_in_pool) {
     // -1 first where lanes split a set's ways (only the finding lane writes); one lane, or
     // lane 0 reading the slot index, writes every slot itself.
     if constexpr (Backend::lane_width > 1)
@@ -410,10 +414,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     backend_.for_each_lanes(n, detail::ProbeSlots{global_rows.data(), cache_ref(), slots.data()});
   }
   backend_.for_each_lanes(
-      bags,
-      detail::PoolBags<Storage>{offsets.data(), global_rows.data(), num_sets_ > 0 ? slots.data() : nullptr, w,
-                                cache_ref(), store_.data(), stride_, B, num_tables(), config_.dim,
-                                pooling == Pooling::Mean, output.data(), nullptr});
+      bags, detail::PoolBags<Storage>{
+                offsets.data(), global_rows.data(), num_sets_ > 0 ? slots.data() : nullptr, w, cache_ref(),
+                store_.data(), stride_, B, num_tables(), config_.dim, pooling == Pooling::Mean, output.data(),
+                nullptr, num_sets_ > 0 && probe_in_pool ? slots.data() : nullptr});
 }
 
 }  // namespace mpe

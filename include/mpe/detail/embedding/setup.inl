@@ -91,7 +91,12 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
       detail::invalid(
           fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) + "; must be >= 1");
     }
-    if (r > INT64_MAX / 2 - table_offsets_host_.back()) detail::invalid(fn, "total rows overflow int64");
+    if (r > INT64_MAX / 2 - table_offsets_host_.back()) {
+      detail::invalid(
+          fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) +
+                  " brings the total rows over INT64_MAX / 2 = " + std::to_string(INT64_MAX / 2) +
+                  " (rows of the tables before it: " + std::to_string(table_offsets_host_.back()) + ")");
+    }
     table_offsets_host_.push_back(table_offsets_host_.back() + r);
   }
   total_rows_ = table_offsets_host_.back();
@@ -110,8 +115,11 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     }
   }
   stride_ = row_bytes<Storage>(config.dim, a);
-  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_)
-    detail::invalid(fn, "store size overflows size_t");
+  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_) {
+    detail::invalid(fn, "the store of " + std::to_string(total_rows_) + " rows x " + std::to_string(stride_) +
+                            " bytes a row (config.dim = " + std::to_string(config.dim) +
+                            ") overflows size_t (SIZE_MAX = " + std::to_string(SIZE_MAX) + ")");
+  }
 
   for (auto* b : {&current_, &pending_, &staging_}) {
     b->set_backend(backend_);

@@ -253,7 +253,9 @@ MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, inde
 /// that finds it writes it. On the host (host_range, one lane) the set kProbeAhead
 /// occurrences ahead is prefetched while this one is scanned (find_in_set, the AVX2 scan
 /// where the CPU has it), so the scans do not wait on their tags one after another. With a
-/// slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead.
+/// slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead (where
+/// the host pools by its SIMD path, forward_inference's pooling pass reads the index itself,
+/// PoolBags::probe_out, and this pass does not run).
 struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
   const index_t* global_rows;  // (n)

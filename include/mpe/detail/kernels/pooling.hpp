@@ -33,7 +33,7 @@ namespace mpe::detail {
 /// 1.0f / L; an empty bag gives zeros. Rows come from their cache slot or the store.
 /// `slot_of_occ` (each occurrence's verified slot, OccurrenceSlots) may be null (no cache):
 /// then every row is read from the store (forward_inference finds the slots first, by
-/// ProbeSlots).
+/// ProbeSlots, or, with a slot index on the host, reads them in this pass: probe_out).
 /// On the host the rows ahead are prefetched into L2 (bags read from one row array,
 /// store-only or all cached: pool_rows_ahead occurrences ahead of that array's rows; mixed
 /// bags: pool_rows_ahead of an FP32 cache row; the portable loop: kPoolPrefetchAhead, into L1).
@@ -63,14 +63,32 @@ struct PoolBags {
   bool mean;
   float* output;
   const index_t* gate;  // batch ok flag, or null (a failed batch leaves output untouched)
-  MPE_HOST_DEVICE index_t slot_of(index_t i) const { return slot_of_occ ? slot_of_occ[i] : -1; }
+  /// (n) or null: forward_inference with a slot index (cache.slot_of_row). The storage of
+  /// slot_of_occ, which is then not filled beforehand: the host SIMD path (pool_range_simd)
+  /// reads each occurrence's slot from the index into it a little ahead of the rows it pools,
+  /// in the same pass (the index entries prefetched further ahead); every other path reads
+  /// the index itself (slot_of).
+  index_t* probe_out = nullptr;
+  MPE_HOST_DEVICE index_t slot_of(index_t i) const {
+    if (probe_out) return cache.slot_of_row[global_rows[i]];
+    return slot_of_occ ? slot_of_occ[i] : -1;
+  }
+  /// Whether the host pools through pool_range_simd now (the CPU has AVX2 + F16C, the path is
+  /// on and Storage has a decoder): only then does probe_out pay (forward_inference).
+  static bool host_simd_path() {
+#if MPE_HOST_SIMD
+    if constexpr (simd::has_row<Storage>) return host_simd_enabled();
+#endif
+    return false;
+  }
   /// Prefetches what pooling occurrence k will read: its cache row when it has a slot, else
-  /// its store row, into L1 or, with `L2`, into L2 only (`prefetcht1`). Host only.
-  template <bool L2 = false>
+  /// its store row, into L1 or, with `L2`, into L2 only (`prefetcht1`). `Filled`: slot_of_occ
+  /// holds k's slot even where probe_out is set (pool_range_simd has read it). Host only.
+  template <bool L2 = false, bool Filled = false>
   MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
     if (slot_of_occ) {
-      const index_t s = slot_of_occ[k];
+      const index_t s = Filled ? slot_of_occ[k] : slot_of(k);
       if (s >= 0) {
         prefetch_lines<false, L2>(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
@@ -101,14 +119,33 @@ struct PoolBags {
   /// averages more than one row per bag).
   MPE_POOL_SIMD_TARGET void pool_range_simd(index_t j0, index_t j1) const {
     const index_t n_all = offsets[B * T];
+    // Slots are read ahead only up to the range's end when this pass fills them (probe_out):
+    // beyond it lie another thread's occurrences.
+    const index_t n_slots = probe_out ? offsets[j1] : n_all;
     const std::size_t bytes = Storage::data_bytes(D);
     const simd::StoreRows store_src = simd::StoreRows::of(store, stride, bytes, global_rows, n_all);
     const auto* crows = reinterpret_cast<const std::uint8_t*>(cache.rows);
     const std::size_t cbytes = static_cast<std::size_t>(D) * sizeof(float);
-    const simd::StoreRows cache_src = simd::StoreRows::of(crows, cbytes, cbytes, slot_of_occ, n_all);
+    const simd::StoreRows cache_src = simd::StoreRows::of(crows, cbytes, cbytes, slot_of_occ, n_slots);
+    // probe_out: occurrences [probed, range end) still to read from the slot index, read up
+    // to `lead` occurrences past the rows about to be pooled (as far as any prefetch reads a
+    // slot), each index entry prefetched kProbeLead occurrences before it is read.
+    index_t probed = offsets[j0];
+    const index_t lead = cache_src.dist;
+    const auto probe_to = [this, &probed, n_slots](index_t upto) {
+      if (!probe_out) return;
+      constexpr index_t kProbeLead = 64;
+      const std::int32_t* map = cache.slot_of_row;
+      if (upto > n_slots) upto = n_slots;
+      for (; probed < upto; ++probed) {
+        // An aligned int32 lies in one line: one prefetch.
+        if (probed + kProbeLead < n_slots) __builtin_prefetch(map + global_rows[probed + kProbeLead]);
+        probe_out[probed] = map[global_rows[probed]];
+      }
+    };
     const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
       const index_t r = global_rows[i];
-      const index_t s = slot_of(i);
+      const index_t s = slot_of_occ ? slot_of_occ[i] : -1;
       cached = s >= 0;
       return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
                     : store + static_cast<std::size_t>(r) * stride;
@@ -118,8 +155,8 @@ struct PoolBags {
     // rows and store rows, so the distance is set by the longer (cache) row, and L2 rather
     // than L1 leaves room for the rows still being added (docs/host_kernels.md).
     const index_t mixed_dist = cache_src.dist;
-    const auto ahead = [this, n_all, mixed_dist](index_t i) {
-      if (i + mixed_dist < n_all) prefetch_row<true>(i + mixed_dist);
+    const auto ahead = [this, n_slots, mixed_dist](index_t i) {
+      if (i + mixed_dist < n_slots) prefetch_row<true, true>(i + mixed_dist);
     };
     const simd::FnRows<decltype(row), decltype(ahead)> mixed_src{row, ahead};
     const bool wide = host_avx512_enabled();
@@ -152,9 +189,14 @@ struct PoolBags {
       // pooling leaves a one-row bag's sums as they are (mul(x, 1.0f) is x for every x the
       // sum add(0, .) can give).
       if (end - begin == 1) {
-        const index_t most = (j1 - j < B - b) ? j1 - j : B - b;
+        index_t most = (j1 - j < B - b) ? j1 - j : B - b;
+        // Reading the slots: runs of at most kProbeRun bags, so that a table of one-row bags
+        // is not read whole before its first row is pooled.
+        constexpr index_t kProbeRun = 64;
+        if (probe_out && most > kProbeRun) most = kProbeRun;
         index_t k = 1;
         while (k < most && offsets[j + k + 1] - offsets[j + k] == 1) ++k;
+        probe_to(begin + k + lead);
         if (slot_of_occ) {
           pool_single_run(wide, mixed_src, begin, k, o);
         } else {
@@ -168,6 +210,7 @@ struct PoolBags {
         }
         continue;
       }
+      probe_to(end + lead);
       bool all_cached = slot_of_occ != nullptr;
       for (index_t i = begin; all_cached && i < end; ++i) all_cached = slot_of_occ[i] >= 0;
       if (!slot_of_occ) {
