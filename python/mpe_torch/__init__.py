@@ -250,7 +250,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         """Sets the learning rate used by the following backward steps.
 
         Raises:
-            ValueError: ``lr`` not finite (mpe's check).
+            ValueError: ``lr`` not finite or negative (mpe's check).
         """
         self._tbe.set_learning_rate(float(lr))
 
