@@ -440,9 +440,19 @@ TEST_CASE("bad configs are rejected with the field and value") {
   const std::vector<std::int64_t> halves{std::int64_t{1} << 61, std::int64_t{1} << 61};
   bad([&](auto& c) { c.table_rows = halves; },
       {"config.table_rows[1] = 2305843009213693952", "tables before it: 2305843009213693952"});
-  // 2^61 rows fit the total, but not a store of 2^61 rows x at least 8 bytes in size_t.
+  // 2^61 rows fit the total, but not a store of 2^61 rows x at least 8 bytes.
   bad([](auto& c) { c.table_rows = {std::int64_t{1} << 61}; },
-      {"2305843009213693952 rows", "config.dim = 5", "overflows size_t"});
+      {"2305843009213693952 rows", "config.dim = 5", "exceeds PTRDIFF_MAX"});
+  {
+    // 2^62 - 1 FP32 rows of D = 1: 2^64 - 4 bytes fit size_t, but an allocator rounding that
+    // up wraps to a small block (it once crashed here); refused like any store over PTRDIFF_MAX.
+    mpe::EmbeddingConfig c = config();
+    c.table_rows = {(std::int64_t{1} << 62) - 1};
+    c.dim = 1;
+    expect_throw<std::invalid_argument>(
+        [&] { mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<4>, mpe::NearestRounding> e(c); },
+        {"4611686018427387903 rows x 4 bytes", "exceeds PTRDIFF_MAX"});
+  }
   bad([](auto& c) { c.dim = 0; }, {"config.dim = 0"});
   bad([](auto& c) { c.dim = -3; }, {"config.dim = -3"});
   bad([](auto& c) { c.cache_rows = 3; }, {"config.cache_rows = 3", "4"});  // 0 < 3 < Ways = 4

@@ -14,7 +14,7 @@ namespace mpe {
 /// w_d -= lr * g_d / (sqrt(G_d) + eps). State: D floats per row (FP32).
 struct Adagrad {
   /// Step size lr in w_d -= lr * g_d / (sqrt(G_d) + eps). No default (`Adagrad{0.01f}`);
-  /// check() requires it to be finite only, so 0 and negative values are accepted.
+  /// check() requires it to be finite and >= 0 (0 trains nothing).
   float learning_rate;
   /// Added to sqrt(G_d) in the denominator (outside the square root, as torch does); keeps
   /// the update finite while G_d = 0. Must be finite and > 0 (check()).

@@ -17,8 +17,8 @@ namespace mpe {
 /// batch are updated; torch.optim.Adam on a dense gradient would also decay the moments of
 /// rows absent from the batch. State: 2D floats per row, (m_0..m_{D-1}, v_0..v_{D-1}).
 struct Adam {
-  /// Step size lr. No default (`Adam{1e-3f}`); check() requires it to be finite only, so
-  /// 0 and negative values are accepted.
+  /// Step size lr. No default (`Adam{1e-3f}`); check() requires it to be finite and >= 0
+  /// (0 trains nothing).
   float learning_rate;
   /// Decay of the first moment m (torch's betas[0], default 0.9); must be in [0, 1).
   float beta1 = 0.9f;

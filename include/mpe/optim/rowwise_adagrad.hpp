@@ -14,7 +14,7 @@ namespace mpe {
 /// uses mpe's fixed pairwise order (num::pairwise_sum). State: 1 float per row.
 struct RowwiseAdagrad {
   /// Step size lr in m = lr / (sqrt(G_r) + eps). No default (`RowwiseAdagrad{0.01f}`);
-  /// check() requires it to be finite only, so 0 and negative values are accepted.
+  /// check() requires it to be finite and >= 0 (0 trains nothing).
   float learning_rate;
   /// Added to sqrt(G_r) in the denominator; keeps the update finite while G_r = 0.
   /// Default 1e-8 (FBGEMM's TBE default); must be finite and > 0 (check()).

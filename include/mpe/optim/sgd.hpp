@@ -11,7 +11,7 @@ namespace mpe {
 /// Plain SGD: w -= learning_rate * g (g = the row's gradient summed over the batch).
 struct Sgd {
   /// Step size lr in w -= lr * g. No default (`Sgd{0.01f}`); check() requires it to be
-  /// finite only, so 0 and negative values are accepted.
+  /// finite and >= 0 (0 trains nothing).
   float learning_rate;
 };
 

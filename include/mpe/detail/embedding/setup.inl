@@ -115,10 +115,12 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     }
   }
   stride_ = row_bytes<Storage>(config.dim, a);
-  if (static_cast<unsigned long long>(total_rows_) > SIZE_MAX / stride_) {
+  // At most PTRDIFF_MAX bytes: a size near SIZE_MAX would wrap to a small allocation when
+  // an allocator rounds it up (to huge pages, to its alignment).
+  if (static_cast<unsigned long long>(total_rows_) > static_cast<unsigned long long>(PTRDIFF_MAX) / stride_) {
     detail::invalid(fn, "the store of " + std::to_string(total_rows_) + " rows x " + std::to_string(stride_) +
                             " bytes a row (config.dim = " + std::to_string(config.dim) +
-                            ") overflows size_t (SIZE_MAX = " + std::to_string(SIZE_MAX) + ")");
+                            ") exceeds PTRDIFF_MAX = " + std::to_string(PTRDIFF_MAX) + " bytes");
   }
 
   for (auto* b : {&current_, &pending_, &staging_}) {
