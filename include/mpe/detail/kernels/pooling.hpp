@@ -63,16 +63,12 @@ struct PoolBags {
   bool mean;
   float* output;
   const index_t* gate;  // batch ok flag, or null (a failed batch leaves output untouched)
-  /// (n) or null: forward_inference with a slot index (cache.slot_of_row). The storage of
-  /// slot_of_occ, which is then not filled beforehand: the host SIMD path (pool_range_simd)
-  /// reads each occurrence's slot from the index into it a little ahead of the rows it pools,
-  /// in the same pass (the index entries prefetched further ahead); every other path reads
-  /// the index itself (slot_of).
+  /// (n) or null: forward_inference with a slot index (cache.slot_of_row), set only where
+  /// the host pools by pool_range_simd (host_simd_path). The storage of slot_of_occ, which is
+  /// then not filled beforehand: pool_range_simd reads each occurrence's slot from the index
+  /// into it a little ahead of the rows it pools (the index entries prefetched further ahead).
   index_t* probe_out = nullptr;
-  MPE_HOST_DEVICE index_t slot_of(index_t i) const {
-    if (probe_out) return cache.slot_of_row[global_rows[i]];
-    return slot_of_occ ? slot_of_occ[i] : -1;
-  }
+  MPE_HOST_DEVICE index_t slot_of(index_t i) const { return slot_of_occ ? slot_of_occ[i] : -1; }
   /// Whether the host pools through pool_range_simd now (the CPU has AVX2 + F16C, the path is
   /// on and Storage has a decoder): only then does probe_out pay (forward_inference).
   static bool host_simd_path() {
@@ -82,13 +78,12 @@ struct PoolBags {
     return false;
   }
   /// Prefetches what pooling occurrence k will read: its cache row when it has a slot, else
-  /// its store row, into L1 or, with `L2`, into L2 only (`prefetcht1`). `Filled`: slot_of_occ
-  /// holds k's slot even where probe_out is set (pool_range_simd has read it). Host only.
-  template <bool L2 = false, bool Filled = false>
+  /// its store row, into L1 or, with `L2`, into L2 only (`prefetcht1`). Host only.
+  template <bool L2 = false>
   MPE_HOST_DEVICE void prefetch_row(index_t k) const {
     const index_t r = global_rows[k];
     if (slot_of_occ) {
-      const index_t s = Filled ? slot_of_occ[k] : slot_of(k);
+      const index_t s = slot_of_occ[k];
       if (s >= 0) {
         prefetch_lines<false, L2>(cache.row(s), static_cast<std::size_t>(D) * sizeof(float));
         return;
@@ -145,7 +140,7 @@ struct PoolBags {
     };
     const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {
       const index_t r = global_rows[i];
-      const index_t s = slot_of_occ ? slot_of_occ[i] : -1;
+      const index_t s = slot_of(i);
       cached = s >= 0;
       return cached ? reinterpret_cast<const std::uint8_t*>(cache.row(s))
                     : store + static_cast<std::size_t>(r) * stride;
@@ -156,7 +151,7 @@ struct PoolBags {
     // than L1 leaves room for the rows still being added (docs/host_kernels.md).
     const index_t mixed_dist = cache_src.dist;
     const auto ahead = [this, n_slots, mixed_dist](index_t i) {
-      if (i + mixed_dist < n_slots) prefetch_row<true, true>(i + mixed_dist);
+      if (i + mixed_dist < n_slots) prefetch_row<true>(i + mixed_dist);
     };
     const simd::FnRows<decltype(row), decltype(ahead)> mixed_src{row, ahead};
     const bool wide = host_avx512_enabled();
