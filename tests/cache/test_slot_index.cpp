@@ -175,9 +175,10 @@ ref::Batch mixed_batch(std::mt19937_64& rng, const std::vector<std::int64_t>& ro
 // forward_inference with the index reads each occurrence's slot inside the pooling pass
 // (PoolBags::probe_out), ahead of the rows it pools and only within each thread's range of
 // bags; without the index a pass before it scans the sets. Both must give the same slots,
-// so the same bits, on every pooling path: the AVX-512 and AVX2 kernels, the portable loop
-// (SIMD off), one-row runs, all-cached and mixed bags, weights and mean, one and two threads
-// (two: ranges of 16 bags, so many range ends fall inside the prefetch distance).
+// so the same bits, on every pooling path: the AVX-512 and AVX2 kernels (in-pass reads), the
+// portable loop (SIMD off: the index read in the pass before), one-row runs, all-cached and
+// mixed bags, weights and mean, one and two threads (two: ranges of 16 bags, so many range
+// ends fall inside the prefetch distance).
 TEST_CASE_TEMPLATE("slot index: forward_inference's in-pass slot reads give the set scan's bits", S,
                    mpe::Int8Rowwise, mpe::Fp16, mpe::Int4Rowwise) {
   const std::vector<std::int64_t> tables{3000, 700};
