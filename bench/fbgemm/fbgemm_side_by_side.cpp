@@ -57,8 +57,14 @@
 /// second touch; refused rows are pooled from the store), mpe_cached_inf (`forward_inference()`
 /// through mpe_cached's kind of cache on another object, filled by one populating forward() per
 /// pool batch before the warm-up: each occurrence's set scanned, rows pooled from their slot
-/// or the store, nothing admitted). --slot-index gives the cached variants a row -> slot index
-/// (EmbeddingConfig::slot_index): forward_inference reads each occurrence's slot from it.
+/// or the store, nothing admitted), mpe_step and mpe_step_defer (training steps on objects like
+/// mpe_cached's: the timed call is `forward()`, and a `backward()` of SGD at learning rate 0
+/// follows each one outside it, timed on its own, so the cache evolves as in training while
+/// the weights stay the bytes FBGEMM reads; mpe_step_defer sets EmbeddingConfig::defer_admission,
+/// so its forward finds slots and pools, and its backward deduplicates and admits; a
+/// "# <variant> <dist> step" line gives both parts). --slot-index gives the cached variants a
+/// row -> slot index (EmbeddingConfig::slot_index): forward_inference and mpe_step_defer's
+/// forward read each occurrence's slot from it.
 ///
 /// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
 /// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
@@ -288,7 +294,8 @@ void usage() {
       "  --dims D,D,...       embedding dims (default 64)\n"
       "  --precs P,...        fp32,fp16,int8,int4,int2 (default: the first four)\n"
       "  --dists X,...        uniform,zipf (default both)\n"
-      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st,mpe_cached_inf "
+      "  --variants V,...     fbgemm,mpe_fwd,mpe_fwd_avx2,mpe_inf,mpe_cached,mpe_cached_st,mpe_cached_inf,"
+      "mpe_step,mpe_step_defer "
       "(default "
       "fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
@@ -440,7 +447,9 @@ FbFn make_fbgemm(std::int64_t D, int pf) {
 struct Variant {
   std::string name;
   std::function<void(const std::int64_t*, float*)> run;
+  std::function<void()> after;  // untimed by the ratio: run after `run`, timed into after_t
   std::vector<float> out;
+  std::vector<double> after_t;
   std::vector<double> t, cpu;  // wall and thread CPU seconds per call
 };
 
@@ -570,6 +579,15 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
   if (has("mpe_cached_st")) cached_copy(emb_cached_st);
   std::unique_ptr<E> emb_cached_inf;
   if (has("mpe_cached_inf")) cached_copy(emb_cached_inf);
+  std::unique_ptr<E> emb_step, emb_step_defer;
+  if (has("mpe_step")) cached_copy(emb_step);
+  if (has("mpe_step_defer")) {
+    cc.defer_admission = true;
+    cached_copy(emb_step_defer);
+    cc.defer_admission = false;
+  }
+  // The steps' gradient: zeros, at learning rate 0 (the rows keep FBGEMM's bytes).
+  const std::vector<float> zero_grad(static_cast<std::size_t>(o.B * D), 0.0f);
   std::printf("# table %s rows=%lld D=%lld: stride %zu B, row data %zu B, identical bytes, built in %.1f s\n",
               prec.c_str(), static_cast<long long>(rows), static_cast<long long>(D), stride, rb,
               secs(t0, clk::now()));
@@ -628,6 +646,13 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
           emb_cached_inf->forward_inference(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)),
                                             so, std::span<float>(out, static_cast<std::size_t>(B * D)));
         };
+      } else if (v == "mpe_step" || v == "mpe_step_defer") {
+        E* e = v == "mpe_step" ? emb_step.get() : emb_step_defer.get();
+        x.run = [&, e](const std::int64_t* ind, float* out) {
+          e->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
+                     std::span<float>(out, static_cast<std::size_t>(B * D)));
+        };
+        x.after = [&, e] { e->backward(zero_grad, mpe::Sgd{0.0f}); };
       } else if (v == "mpe_inf") {
         x.run = [&](const std::int64_t* ind, float* out) {
           emb_inf->forward_inference(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
@@ -648,10 +673,15 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     }
     for (swap_half = 0; swap_half < (o.swap ? 2 : 1); ++swap_half)  // warm-up pass over the pool
       for (std::int64_t k = 0; k < pool.batches; ++k)
-        for (auto& v : vs) v.run(pool.batch(k), v.out.data());
+        for (auto& v : vs) {
+          v.run(pool.batch(k), v.out.data());
+          if (v.after) v.after();
+        }
     std::vector<int> half_of_round;             // --swap-buffers: swap_half of each timed round
     if (emb_cached) emb_cached->reset_stats();  // the timed calls' cache statistics only
     if (emb_cached_st) emb_cached_st->reset_stats();
+    if (emb_step) emb_step->reset_stats();
+    if (emb_step_defer) emb_step_defer->reset_stats();
     sbs::g_phases.armed = o.phases;
     // --swap-buffers: two rounds (both call orders) per half, so each half has both orders;
     // flipped every `period` rounds (the pool's length rounded up to a multiple of 4, so each
@@ -669,6 +699,11 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         v.run(ind, v.out.data());
         v.t.push_back(secs(a, clk::now()));
         v.cpu.push_back(thread_cpu() - c0);
+        if (v.after) {
+          const auto a2 = clk::now();
+          v.after();
+          v.after_t.push_back(secs(a2, clk::now()));
+        }
       }
     }
     sbs::g_phases.armed = false;
@@ -686,7 +721,18 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
     }
     if (emb_cached) print_cache_stats("mpe_cached", dist, *emb_cached, o.reps);
     if (emb_cached_st) print_cache_stats("mpe_cached_st", dist, *emb_cached_st, o.reps);
-    for (auto& v : vs) v.run(pool.batch(0), v.out.data());
+    if (emb_step) print_cache_stats("mpe_step", dist, *emb_step, o.reps);
+    if (emb_step_defer) print_cache_stats("mpe_step_defer", dist, *emb_step_defer, o.reps);
+    for (auto& v : vs) {
+      if (v.after_t.empty()) continue;
+      const double f = median(v.t), bw = median(v.after_t);
+      std::printf("# %s %s step: forward %.3f ms + backward %.3f ms = %.3f ms (medians)\n", v.name.c_str(),
+                  dist.c_str(), f * 1e3, bw * 1e3, (f + bw) * 1e3);
+    }
+    for (auto& v : vs) {
+      v.run(pool.batch(0), v.out.data());
+      if (v.after) v.after();
+    }
     const Variant* fb = nullptr;
     for (auto& v : vs)
       if (v.name == "fbgemm") fb = &v;

@@ -22,8 +22,9 @@ struct Scenario {
   Mode mode = Mode::Sum;
   bool prefetch = false;  // prefetch batch s+1 between forward(s) and backward(s)
   int steps = 5;
-  bool deferred = false;    // Validation::Deferred (no wait in prefetch/forward/backward)
-  bool slot_index = false;  // EmbeddingConfig::slot_index (the row -> slot array)
+  bool deferred = false;         // Validation::Deferred (no wait in prefetch/forward/backward)
+  bool slot_index = false;       // EmbeddingConfig::slot_index (the row -> slot array)
+  bool defer_admission = false;  // EmbeddingConfig::defer_admission (admitted in backward)
   std::string label() const {
     return "cache_rows=" + std::to_string(cache_rows) +
            (opt == Opt::Sgd       ? " sgd"
@@ -32,7 +33,8 @@ struct Scenario {
            (mode == Mode::Sum    ? " sum"
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
-           (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "") + (slot_index ? " slot_index" : "");
+           (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "") + (slot_index ? " slot_index" : "") +
+           (defer_admission ? " defer_admission" : "");
   }
 };
 
@@ -56,6 +58,12 @@ inline std::vector<Scenario> all_scenarios() {
   // The slot index: kept by the device's fills and drops, read by forward_inference.
   for (Mode m : {Mode::Sum, Mode::Weighted}) {
     for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, false, true});
+  }
+  // Admission deferred to backward: the forward probes slots (set scan or index) and pools
+  // misses from the store; backward deduplicates and admits.
+  for (bool index : {false, true}) {
+    for (bool p : {false, true})
+      v.push_back(Scenario{12, Opt::Adagrad, Mode::Weighted, p, 5, p, index, true});
   }
   return v;
 }
@@ -175,6 +183,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
   cfg.seed = 0xfeedbeefcafeull;
   cfg.validation = sc.deferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous;
   cfg.slot_index = sc.slot_index;
+  cfg.defer_admission = sc.defer_admission;
   mpe::CachedEmbedding<Storage, Cache, Rounding, Backend, Precision> emb(cfg, be);
   emb.init_uniform(-0.5f, 0.5f);
   std::vector<float> w(5 * kDim);

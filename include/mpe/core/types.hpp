@@ -58,6 +58,22 @@ struct EmbeddingConfig {
   /// load() rebuilds it from the cache's tags. Ignored without a cache; with one it needs
   /// fewer than 2^31 slots (std::invalid_argument naming config.slot_index otherwise).
   bool slot_index = false;
+  /// Admit a forward()'s misses when its backward() runs instead of inside the forward.
+  /// forward() then only finds each occurrence's slot (one load with slot_index, else a scan
+  /// of the row's set) and pools cached rows from the cache and the others straight from the
+  /// store; the deduplication, admission, evictions, write-backs and fills of its batch run
+  /// at the start of its backward(), or earlier in the first prefetch(), set_weights(),
+  /// init_uniform(), flush() or reset_stats() called before that backward(). Outputs and
+  /// trained bits are the same as without it for every sequence in which each forward() is
+  /// followed by its backward() (a fill decodes a store row with the operations pooling
+  /// uses, and the admissions keep their order). A forward() whose batch gets no backward()
+  /// (the next forward() or load() drops it, as it drops the awaiting backward) admits
+  /// nothing, like forward_inference(); stats() counts a batch when it is admitted; a
+  /// backward() that throws on its gradient has admitted its batch, as forward() would have
+  /// without this setting. Ignored without a cache. Configuration, not state: checkpoints do
+  /// not hold it (a checkpoint written between forward() and backward() holds the state
+  /// before the pending admission, which its load() drops with the awaiting batch).
+  bool defer_admission = false;
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its

@@ -296,6 +296,8 @@ class CachedEmbedding {
     bool unscaled_sums = false;
     // sort_unique wrote sorted_pos (the gradient gather needs it); false after BitmapUnique.
     bool positions = false;
+    // EmbeddingConfig::defer_admission: forward() left this batch's populate to admit_pending().
+    bool admission_pending = false;
     std::uint64_t id = 0;
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
@@ -364,7 +366,11 @@ class CachedEmbedding {
   // The unique rows of b (BitmapUnique where `bitmap_ok` and the host runs one thread, else
   // the sort, which also writes sorted_pos).
   void sort_unique(Batch& b, bool bitmap_ok = true);
-  void populate(Batch& b, const Batch* awaiting_backward);
+  void populate(Batch& b, const Batch* awaiting_backward, bool bitmap_ok = true);
+  // EmbeddingConfig::defer_admission: runs the populate that forward() left to the batch
+  // awaiting backward (nothing if none is left).
+  void admit_pending();
+  bool defers_admission() const { return config_.defer_admission && num_sets_ > 0; }
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
   void reindex_slots();  // the slot index (if kept) re-derived from tags_, after they are replaced
   void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);

@@ -38,6 +38,8 @@ struct MixedDimConfig {
   std::int32_t row_alignment = 4;  ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
   bool slot_index = false;  ///< each group keeps a row -> slot index (EmbeddingConfig::slot_index)
+  /// Each group admits a forward()'s misses in its backward() (EmbeddingConfig::defer_admission).
+  bool defer_admission = false;
 };
 
 /// Table-batched embedding bags in mixed precision whose T tables have any mix of D.
@@ -510,6 +512,7 @@ class MixedDimEmbedding {
     c.row_alignment = config_.row_alignment;
     c.non_finite = config_.non_finite;
     c.slot_index = config_.slot_index;
+    c.defer_admission = config_.defer_admission;
     c.validation = Validation::Synchronous;
     return c;
   }

@@ -22,6 +22,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.B = B;
   b.sorted = false;
   b.awaiting_backward = false;
+  b.admission_pending = false;
   b.valid = true;
   b.global_rows.reserve_discard(static_cast<std::size_t>(n));
   b.bag_of.reserve_discard(static_cast<std::size_t>(n));
@@ -96,7 +97,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populate(Batch& b,
-                                                                                  const Batch* awaiting) {
+                                                                                  const Batch* awaiting,
+                                                                                  bool bitmap_ok) {
   const index_t* gate = b.flags.data() + detail::kFlagOk;
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
@@ -108,7 +110,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
     backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Populate, b.n, nullptr, row_bytes, gate});
     return;
   }
-  sort_unique(b);
+  sort_unique(b, bitmap_ok);
   MPE_PHASE_MARK("dedup");
   const index_t* count = b.flags.data() + detail::kFlagU;
   const index_t U = unique_bound(b);
@@ -224,6 +226,20 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   MPE_PHASE_MARK("count");
 }
 
+// The batch keeps the number its forward() gave it, and no populate has run between that
+// forward() and this one (every call that would populate or write rows comes here first), so
+// the admission is the one that forward() would have made. The dedup takes the bitmap only
+// where the forward chose the scatter backward (offsets kept), as forward()'s populate does.
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::admit_pending() {
+  Batch& c = current_;
+  if (!c.admission_pending) return;
+  c.admission_pending = false;
+  if (!c.valid || !c.awaiting_backward) return;
+  populate(c, nullptr, c.scatter);
+}
+
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prefetch(
@@ -245,6 +261,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prefetc
   staging_.offsets_copy.reserve_discard(offsets.size());
   backend_.copy(staging_.indices_copy.data(), indices.data(), indices.size_bytes());
   backend_.copy(staging_.offsets_copy.data(), offsets.data(), offsets.size_bytes());
+  admit_pending();  // the batch awaiting backward first, as its forward() would have
   staging_.id = ++populate_counter_;
   // Rows of the batch awaiting backward stay locked too.
   populate(staging_, current_.awaiting_backward ? &current_ : nullptr);
@@ -336,9 +353,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   }
   Batch* b = &pending_;
   MPE_PHASE_MARK("validate");
+  // EmbeddingConfig::defer_admission: the batch is admitted by admit_pending() (backward),
+  // so its occurrences' slots are looked up in the cache as it stands (no row of it moves
+  // before its pooling).
+  const bool defer = !use_pending && defers_admission();
   if (!use_pending) {
     staging_.id = ++populate_counter_;
-    populate(staging_, nullptr);
+    if (!defer) populate(staging_, nullptr);
     pending_.valid = false;
     b = &staging_;
   }
@@ -352,16 +373,31 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // by an earlier prefetch() has its slots checked against their tags (set_weights may have
   // dropped a line since); one populated by this call has nothing to check.
   index_t* slot_of_occ = nullptr;
-  if (num_sets_ > 0) {
+  bool probe_in_pool = false;
+  if (defer) {
+    // As forward_inference: each slot in a pass before pooling, or inside the host's SIMD
+    // pooling with a slot index. sorted_keys is free until admit_pending's dedup.
+    cur.sorted_keys.reserve_discard(static_cast<std::size_t>(cur.n));
+    slot_of_occ = cur.sorted_keys.data();
+    probe_in_pool =
+        Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path();
+    if (cur.n > 0 && !probe_in_pool) {
+      if constexpr (Backend::lane_width > 1)
+        if (slot_index_.size() == 0) backend_.fill_bytes(slot_of_occ, 0xff, cur.sorted_keys.bytes());
+      backend_.for_each_lanes(cur.n,
+                              detail::ProbeSlots{cur.global_rows.data(), cache_ref(), slot_of_occ, gate});
+    }
+  } else if (num_sets_ > 0) {
     slot_of_occ = cur.sorted_keys.data();
     backend_.for_each(cur.n, detail::OccurrenceSlots{cur.global_rows.data(), cur.occ_to_unique.data(),
                                                      cur.slot_of_unique.data(), cache_ref(), use_pending,
                                                      slot_of_occ, gate});
   }
   MPE_PHASE_MARK("slots");
-  backend_.for_each_lanes(bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ,
-                                                          w, cache_ref(), store_.data(), stride_, cur.B, T,
-                                                          config_.dim, mean, output.data(), gate});
+  backend_.for_each_lanes(
+      bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ, w, cache_ref(),
+                                      store_.data(), stride_, cur.B, T, config_.dim, mean, output.data(),
+                                      gate, probe_in_pool ? slot_of_occ : nullptr});
   MPE_PHASE_MARK("pool");
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
@@ -372,7 +408,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   }
   // Decided once here (OpenMP's default may change before backward): the backward's path.
   // A batch deduplicated without sorted_pos (BitmapUnique) has only this one.
+  // A deferred admission dedups with the bitmap only where this chose the scatter.
   cur.scatter = scatter_backward() || (cur.sorted && !cur.positions);
+  cur.admission_pending = defer;
   if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());

@@ -269,6 +269,7 @@ detail::Counters CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecisi
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::reset_stats() {
+  admit_pending();  // counted before the reset, as its forward() would have been
   backend_.fill_bytes(&counters_.data()->stats, 0, sizeof(CacheStats));
 }
 

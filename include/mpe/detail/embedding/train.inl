@@ -46,6 +46,9 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
     detail::invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
                             "; expected B*T*D = " + std::to_string(expect));
   }
+  // EmbeddingConfig::defer_admission: the batch's populate, which its forward() left (it
+  // runs whatever the gradient holds, as it would have in the forward).
+  admit_pending();
   detail::CallRecord* rec = record_.data();
   detail::Counters* counters = counters_.data();
   backend_.for_each(1, detail::ResetRecord{rec});
@@ -256,6 +259,7 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush() {
   const index_t slots = cache_slots();
   if (slots == 0) return;
+  admit_pending();  // its fills are flushed with the rest, as after its forward()
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
   backend_.for_each(slots,

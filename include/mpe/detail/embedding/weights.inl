@@ -51,6 +51,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::set_wei
                             std::to_string(first_row + i / config_.dim) + ") cannot be stored as " +
                             Storage::name + " (non-finite or |x| > " + format_float(Storage::limit) + ")");
   }
+  admit_pending();  // a pending admission fills from the store as it was before this write
   write_rows(src, first_row, count, num::RoundingSite::SetWeights);
 }
 
@@ -79,6 +80,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_un
     detail::invalid(fn, "[low, high) = [" + format_float(low) + ", " + format_float(high) +
                             ") must be finite, non-empty and within +-" + format_float(Storage::limit));
   }
+  admit_pending();
   const index_t chunk = std::min<index_t>(65536, total_rows_);
   detail::Buffer<float, Backend> buf(backend_, static_cast<std::size_t>(chunk) * config_.dim);
   for (index_t first = 0; first < total_rows_; first += chunk) {

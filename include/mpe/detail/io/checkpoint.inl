@@ -699,6 +699,7 @@ struct CheckpointAccess {
     for (auto* b : {&e.current_, &e.pending_, &e.staging_}) {
       b->valid = false;
       b->awaiting_backward = false;
+      b->admission_pending = false;  // dropped with the awaiting batch (defer_admission)
     }
     if (!pending_offsets.empty()) e.restore_pending(pending_indices, pending_offsets);
   }

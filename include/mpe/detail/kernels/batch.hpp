@@ -255,13 +255,16 @@ MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, inde
 /// where the CPU has it), so the scans do not wait on their tags one after another. With a
 /// slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead (where
 /// the host pools by its SIMD path, forward_inference's pooling pass reads the index itself,
-/// PoolBags::probe_out, and this pass does not run).
+/// PoolBags::probe_out, and this pass does not run). Also forward()'s lookup under
+/// EmbeddingConfig::defer_admission, with the batch's gate (a failed batch writes nothing).
 struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
-  const index_t* global_rows;  // (n)
-  CacheRef cache;              // num_sets > 0
-  index_t* slot_of_occ;        // (n) out; -1 beforehand where lanes scan (more than one, no index)
+  const index_t* global_rows;     // (n)
+  CacheRef cache;                 // num_sets > 0
+  index_t* slot_of_occ;           // (n) out; -1 beforehand where lanes scan (more than one, no index)
+  const index_t* gate = nullptr;  // batch ok flag, or null (forward_inference: validated)
   MPE_HOST_DEVICE void operator()(index_t i, std::int32_t lane, std::int32_t lanes) const {
+    if (!open(gate)) return;
     const index_t r = global_rows[i];
     if (cache.slot_of_row) {  // one load: lane 0 writes it
       if (lane == 0) slot_of_occ[i] = cache.slot_of_row[r];
@@ -278,6 +281,7 @@ struct ProbeSlots {
     }
   }
   void host_range(index_t i0, index_t i1) const {
+    if (!open(gate)) return;
     if (const std::int32_t* map = cache.slot_of_row) {  // the slot index: one load each
       for (index_t i = i0; i < i1; ++i) {
         // An aligned int32 lies in one line: one prefetch, no line loop.
