@@ -66,10 +66,11 @@
 /// row -> slot index (EmbeddingConfig::slot_index): forward_inference and mpe_step_defer's
 /// forward read each occurrence's slot from it.
 ///
-/// Phases (--phases): the mpe_cached calls of the timed rounds are also timed between mpe's
-/// phase marks (`MPE_PHASE_MARK`, mpe/detail/host/phase_mark.hpp, defined by this file before it
-/// includes mpe): one "# mpe_cached <dist> phases" line per case with the mean ms per call
-/// of each phase and its share of their sum.
+/// Phases (--phases): the mpe_cached, mpe_cached_st, mpe_step and mpe_step_defer calls of the
+/// timed rounds are also timed between mpe's phase marks (`MPE_PHASE_MARK`,
+/// mpe/detail/host/phase_mark.hpp, defined by this file before it includes mpe): one
+/// "# mpe_cached <dist> phases" line per case with the mean ms per call of each phase (over
+/// all those variants' calls) and its share of their sum.
 ///
 /// Output: a readable table and lines prefixed "CSV," (header first).
 // --phases: mpe's phase marks (mpe/detail/host/phase_mark.hpp) go to this harness; defined
@@ -649,8 +650,10 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       } else if (v == "mpe_step" || v == "mpe_step_defer") {
         E* e = v == "mpe_step" ? emb_step.get() : emb_step_defer.get();
         x.run = [&, e](const std::int64_t* ind, float* out) {
+          sbs::g_phases.on = sbs::g_phases.armed;
           e->forward(std::span<const std::int64_t>(ind, static_cast<std::size_t>(n)), so,
                      std::span<float>(out, static_cast<std::size_t>(B * D)));
+          sbs::g_phases.on = false;
         };
         x.after = [&, e] { e->backward(zero_grad, mpe::Sgd{0.0f}); };
       } else if (v == "mpe_inf") {
@@ -707,7 +710,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
       }
     }
     sbs::g_phases.armed = false;
-    if ((emb_cached || emb_cached_st) && o.phases) {
+    if ((emb_cached || emb_cached_st || emb_step || emb_step_defer) && o.phases) {
       double total = 0;
       for (const auto& kv : sbs::g_phases.secs) total += kv.second;
       std::printf("# mpe_cached %s phases, ms per call (share):", dist.c_str());

@@ -11,6 +11,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/policy.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/host/avx512/encode.hpp"
 #include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
@@ -454,8 +455,7 @@ struct AdmitSet {
           } else {
             const num::RowRng rng =
                 stream.at(old, static_cast<std::uint32_t>(*step), num::RoundingSite::WriteBack);
-            if (Storage::template store<Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride,
-                                                  rng)) {
+            if (store_row<Storage, Rounding>(crow, D, store + static_cast<std::size_t>(old) * stride, rng)) {
               code |= kSaturated;
             }
             if (state.template write_back<Rounding>(victim, old, static_cast<std::uint32_t>(*step),

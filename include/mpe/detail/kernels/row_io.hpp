@@ -11,6 +11,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
+#include "mpe/detail/host/avx512/encode.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
@@ -49,8 +50,8 @@ struct WriteRows {
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
     const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), site);
-    Storage::template store<Rounding>(src + i * cache.dim, cache.dim,
-                                      store + static_cast<std::size_t>(r) * stride, rng);
+    store_row<Storage, Rounding>(src + i * cache.dim, cache.dim, store + static_cast<std::size_t>(r) * stride,
+                                 rng);
     if (const index_t s = cache.find(r); s >= 0) cache.drop(s);
   }
 };
@@ -113,8 +114,8 @@ struct FlushSlots {
     if (cache.tags[s] < 0 || !cache.dirty[s]) return;
     const index_t r = cache.tags[s];
     const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::Flush);
-    bool sat = Storage::template store<Rounding>(cache.row(s), cache.dim,
-                                                 store + static_cast<std::size_t>(r) * stride, rng);
+    bool sat = store_row<Storage, Rounding>(cache.row(s), cache.dim,
+                                            store + static_cast<std::size_t>(r) * stride, rng);
     sat = state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
                                               num::RoundingSite::StateFlush) ||
           sat;

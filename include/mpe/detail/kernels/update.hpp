@@ -13,6 +13,7 @@
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
 #include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/host/avx512/encode.hpp"
 #include "mpe/detail/kernels/gradient_sum.hpp"
 #include "mpe/detail/kernels/row_accumulate.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
@@ -503,7 +504,7 @@ struct ApplyRows {
         for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       }
       const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
-      const bool sat = Storage::template store<Rounding>(up, D, row, rng);
+      const bool sat = store_row<Storage, Rounding>(up, D, row, rng);
       outcome[u] = sat || state_sat ? kSaturated : 0;
     }
   }

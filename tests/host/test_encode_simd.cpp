@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host's AVX-512 INT8 row store (detail/host/avx512/encode.hpp) against the portable
+// code it replaces, byte for byte:
+// - simd512::philox16 gives num::philox4x32_10's four words for each of its 16 counters
+//   (random keys and counters, word 3 varying by lane as the element groups do);
+// - simd512::store_int8 writes Int8Rowwise::store's bytes (codes, scale, bias) under
+//   stochastic and nearest rounding for D = 1 .. 200: rows of many magnitudes, mixed +-0
+//   (a zero minimum too), tiny ranges (the 2^64 pre-scale), rows at the format's limit,
+//   values on the code grid, random row keys, steps and sites; and declines (writes
+//   nothing) where the scalar code sanitizes or the scale rounds to 0; store_row's
+//   dispatch gives the scalar bytes either way;
+// - a training run (write-backs, flushes, store updates, set_weights) with the AVX-512 path
+//   on gives the store bytes of the run with it off.
+// On a CPU without AVX-512 F/BW/VL (or a build without it) the checks are skipped (reported).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mpe/mpe.hpp>
+#include <random>
+#include <vector>
+
+#if MPE_HOST_AVX512
+#include "mpe/detail/host/avx512/encode.hpp"
+#endif
+
+#include "reference/embedding_bag.hpp"
+
+namespace {
+
+#if MPE_HOST_AVX512
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) void philox_lanes(
+    std::uint32_t x, std::uint32_t y, std::uint32_t z, const std::uint32_t* w, std::uint32_t k0,
+    std::uint32_t k1, std::uint32_t out[4][16]) {
+  __m512i blocks[4];
+  mpe::detail::simd512::philox16(x, y, z, _mm512_loadu_si512(w), k0, k1, blocks);
+  for (int i = 0; i < 4; ++i) _mm512_storeu_si512(out[i], blocks[i]);
+}
+
+/// Restores the AVX-512 switch on scope exit.
+struct Avx512Switch {
+  bool saved = mpe::detail::host_avx512_flag();
+  ~Avx512Switch() { mpe::detail::set_host_avx512(saved); }
+};
+#endif
+
+}  // namespace
+
+#if MPE_HOST_AVX512
+
+TEST_CASE("philox16 equals num::philox4x32_10 lane by lane") {
+  if (!mpe::detail::cpu_has_avx512()) {
+    MESSAGE("CPU without AVX-512 F/BW/VL: skipped");
+    return;
+  }
+  std::mt19937_64 rng(3);
+  for (int t = 0; t < 2000; ++t) {
+    const auto x = static_cast<std::uint32_t>(rng()), y = static_cast<std::uint32_t>(rng()),
+               z = static_cast<std::uint32_t>(rng()), k0 = static_cast<std::uint32_t>(rng()),
+               k1 = static_cast<std::uint32_t>(rng());
+    std::uint32_t w[16];
+    for (auto& v : w) v = static_cast<std::uint32_t>(rng());
+    std::uint32_t got[4][16];
+    philox_lanes(x, y, z, w, k0, k1, got);
+    for (int l = 0; l < 16; ++l) {
+      const mpe::num::Uint4 want = mpe::num::philox4x32_10(mpe::num::Uint4{x, y, z, w[l]}, k0, k1);
+      CAPTURE(t);
+      CAPTURE(l);
+      REQUIRE(got[0][l] == want.x);
+      REQUIRE(got[1][l] == want.y);
+      REQUIRE(got[2][l] == want.z);
+      REQUIRE(got[3][l] == want.w);
+    }
+  }
+}
+
+TEST_CASE("store_int8 writes Int8Rowwise::store's bytes (stochastic and nearest rounding)") {
+  if (!mpe::detail::cpu_has_avx512()) {
+    MESSAGE("CPU without AVX-512 F/BW/VL: skipped");
+    return;
+  }
+  using S = mpe::Int8Rowwise;
+  std::mt19937_64 gen(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  int stored = 0, declined = 0;
+  for (int t = 0; t < 6000; ++t) {
+    const int D = 1 + static_cast<int>(gen() % 200);
+    std::vector<float> x(static_cast<std::size_t>(D));
+    const int kind = t % 8;
+    const float mag = std::ldexp(1.0f, static_cast<int>(gen() % 40) - 20);
+    for (auto& v : x) v = mag * u(gen);
+    if (kind == 1) {  // mixed signed zeros and a few values
+      for (auto& v : x) v = gen() % 3 == 0 ? 0.0f : (gen() % 2 ? -0.0f : mag * u(gen));
+    } else if (kind == 2) {  // a tiny range: 255 / range overflows, the 2^64 pre-scale
+      for (auto& v : x) v = std::ldexp(1.0f + 0.5f * std::fabs(u(gen)), -130);
+    } else if (kind == 3) {  // at the format's limit
+      for (auto& v : x) v = S::limit * u(gen);
+      x[0] = S::limit;
+      x[static_cast<std::size_t>(D - 1)] = -S::limit;
+    } else if (kind == 4) {  // constant: the scale is 0
+      for (auto& v : x) v = mag;
+    } else if (kind == 5) {  // something the scalar code sanitizes
+      x[gen() % static_cast<std::size_t>(D)] =
+          gen() % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    } else if (kind == 7) {  // min a zero of either sign: the sequential scan's sign
+      for (auto& v : x) v = gen() % 3 == 0 ? (gen() % 2 ? 0.0f : -0.0f) : mag * std::fabs(u(gen));
+    } else if (kind == 6) {  // values already on the code grid
+      for (auto& v : x) v = static_cast<float>(gen() % 256);
+    }
+    mpe::num::RowRng rng;
+    rng.seed = gen();
+    rng.row = gen() >> (gen() % 64);
+    rng.step = static_cast<std::uint32_t>(gen());
+    rng.site = static_cast<mpe::num::RoundingSite>(1 + gen() % 11);
+    const std::size_t bytes = static_cast<std::size_t>(D) + 8;
+    std::vector<std::uint8_t> want(bytes, 0xab), got(bytes, 0xab), near(bytes, 0xab), near_got(bytes, 0xab);
+    S::store<mpe::StochasticRounding>(x.data(), D, want.data(), rng);
+    S::store<mpe::NearestRounding>(x.data(), D, near.data(), rng);
+    CAPTURE(t);
+    CAPTURE(D);
+    CAPTURE(kind);
+    const bool nearest_done =
+        mpe::detail::simd512::store_int8<mpe::NearestRounding>(x.data(), D, near_got.data(), rng);
+    if (mpe::detail::simd512::store_int8<mpe::StochasticRounding>(x.data(), D, got.data(), rng)) {
+      ++stored;
+      REQUIRE(nearest_done);
+      REQUIRE(std::memcmp(want.data(), got.data(), bytes) == 0);
+      REQUIRE(std::memcmp(near.data(), near_got.data(), bytes) == 0);
+    } else {
+      ++declined;
+      CHECK((kind == 1 || kind == 4 || kind == 5 || kind == 7 || D == 1));  // a constant row or a sanitized one
+      for (const auto b : got) REQUIRE(b == 0xab);             // nothing written
+    }
+    // The dispatch gives the scalar bytes either way.
+    std::vector<std::uint8_t> via(bytes, 0xab), via_near(bytes, 0xab);
+    mpe::detail::store_row<S, mpe::StochasticRounding>(x.data(), D, via.data(), rng);
+    mpe::detail::store_row<S, mpe::NearestRounding>(x.data(), D, via_near.data(), rng);
+    REQUIRE(std::memcmp(want.data(), via.data(), bytes) == 0);
+    REQUIRE(std::memcmp(near.data(), via_near.data(), bytes) == 0);
+  }
+  MESSAGE(stored << " rows stored by the AVX-512 path, " << declined << " declined");
+  CHECK(stored > 4000);
+}
+
+TEST_CASE("training with the AVX-512 row store gives the bytes of the portable store") {
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  const std::vector<std::int64_t> tables{60, 9, 200};
+  const auto run = [&](bool avx512) {
+    Avx512Switch keep;
+    mpe::detail::set_host_avx512(avx512);
+    E e(mpe::EmbeddingConfig{.table_rows = tables, .dim = 37, .cache_rows = 24, .seed = 5});
+    std::mt19937_64 rng(8);
+    e.init_uniform(-0.3f, 0.3f);
+    const auto part = ref::random_floats(rng, 10 * 37, -1, 1);
+    e.set_weights(part, 40);
+    std::vector<float> out(static_cast<std::size_t>(8 * 3 * 37));
+    for (int step = 0; step < 20; ++step) {
+      const ref::Batch b = ref::random_batch(rng, tables, 8, 5, step % 2 == 0);
+      e.forward(b.indices, b.offsets, out, mpe::Pooling::Sum, b.weights);
+      e.backward(ref::random_floats(rng, out.size(), -1, 1), mpe::Adagrad{0.2f});
+    }
+    e.flush();
+    const mpe::EmbeddingRef<mpe::Int8Rowwise> r = e.ref();
+    std::vector<std::uint8_t> store(r.store,
+                                    r.store + static_cast<std::size_t>(e.total_rows()) * e.store_row_bytes());
+    return std::make_pair(store, e.stats());
+  };
+  const auto [on, stats_on] = run(true);
+  const auto [off, stats_off] = run(false);
+  CHECK(on == off);
+  CHECK(stats_on.writebacks == stats_off.writebacks);
+  CHECK(stats_on.writebacks > 0);
+}
+
+#else
+TEST_CASE("AVX-512 row store: compiled out") { MESSAGE("a build without the AVX-512 path: skipped"); }
+#endif  // MPE_HOST_AVX512
