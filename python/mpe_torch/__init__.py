@@ -139,6 +139,13 @@ class TableBatchedEmbeddingBags(nn.Module):
             one load instead of a scan of its set; outputs and training are the same bits either
             way. Default ``False``. Configuration, not state: ``load_state_dict`` keeps the
             module's own setting.
+        defer_admission: ``True``: a training forward only finds each index's cached row and
+            pools the others from the store; its batch's cache admission (fills, evictions,
+            write-backs) runs at the start of its backward (mpe's
+            ``EmbeddingConfig::defer_admission``). Every forward that gets its backward trains
+            the same bits either way; a training forward without a backward admits nothing, and
+            ``stats()`` counts a batch when it is admitted. Default ``False``. Configuration,
+            not state: ``load_state_dict`` keeps the module's own setting.
 
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
@@ -148,12 +155,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             combination that is not built (the message lists the built ones, see
             ``built_combinations()``), a ``seed`` outside [0, 2**64).
         TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs, or ``seed`` is not
-            an integer, or ``slot_index`` is not a bool.
+            an integer, or ``slot_index`` or ``defer_admission`` is not a bool.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
-                 seed=0, state_precision="fp32", non_finite="raise", slot_index=False):
+                 seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False):
         super().__init__()
         pairs = []
         try:
@@ -180,14 +187,17 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"mpe_torch: seed = {seed} is outside [0, 2**64)")
         if not isinstance(slot_index, bool):
             raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
+        if not isinstance(defer_admission, bool):
+            raise TypeError(f"mpe_torch: defer_admission = {defer_admission!r} must be a bool")
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
-                            optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index)
+                            optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
+                            defer_admission=defer_admission)
         self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
                            optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), seed, non_finite,
-                           slot_index)
+                           slot_index, defer_admission)
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -447,5 +457,5 @@ class TableBatchedEmbeddingBags(nn.Module):
                 f"state_precision={c['state_precision']!r}, "
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
                 f"learning_rate={self.get_learning_rate():g}, non_finite={c['non_finite']!r}, "
-                f"slot_index={c['slot_index']}, "
+                f"slot_index={c['slot_index']}, defer_admission={c['defer_admission']}, "
                 f"groups={self.num_groups}")

@@ -255,3 +255,36 @@ def test_slot_index_same_bits(cache):
         for idx, off, _ in evals:
             want = a(idx, off)
             assert torch.equal(c(idx, off), want) and torch.equal(d(idx, off), want)
+
+
+@pytest.mark.parametrize("cache", ["lru", "wtinylfu"])
+def test_defer_admission_same_bits(cache):
+    """defer_admission=True (mpe's admission at backward) trains the bits of the module without
+    it: each step's outputs, the weights, the statistics after each backward and the state; a
+    training forward without a backward admits nothing; the setting is a bool."""
+    cfg = dict(specs=[(300, 8), (50, 3), (70, 8)], storage="int8", cache=cache, cache_fraction=0.1,
+               optimizer="adagrad", learning_rate=0.05, seed=5, slot_index=True)
+    with pytest.raises(TypeError, match="defer_admission = 1 must be a bool"):
+        mpe_torch.TableBatchedEmbeddingBags(defer_admission=1, **cfg)
+    a = mpe_torch.TableBatchedEmbeddingBags(**cfg)
+    b = mpe_torch.TableBatchedEmbeddingBags(defer_admission=True, **cfg)
+    assert "defer_admission=True" in repr(b) and "defer_admission=False" in repr(a)
+    for m in (a, b):
+        m.init_uniform(-0.1, 0.1)
+    for idx, off, g in batches(cfg["specs"], 10, seed=31):
+        x, y = a(idx, off), b(idx, off)
+        assert torch.equal(x, y)
+        x.backward(g)
+        y.backward(g)
+        assert a.stats() == b.stats()
+    assert a.stats()["evictions"] > 0
+    for t in range(a.num_tables):
+        assert torch.equal(a.get_weights(t), b.get_weights(t))
+    for k, v in a.state_dict().items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, b.state_dict()[k]), k
+    # A training forward with no backward: nothing admitted, nothing counted.
+    before = b.stats()
+    idx, off, _ = batches(cfg["specs"], 1, seed=99)[0]
+    b(idx, off)
+    assert b.stats() == before

@@ -192,7 +192,7 @@ class Tbe {
       const std::string& cache, double cache_fraction, const std::string& rounding,
       const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
       double learning_rate, double eps, double beta1, double beta2, uint64_t seed,
-      const std::string& non_finite, bool slot_index)
+      const std::string& non_finite, bool slot_index, bool defer_admission)
       : pooling_(parse_pooling(pooling)) {
     if (non_finite != "raise" && non_finite != "skip")
       throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +
@@ -232,6 +232,7 @@ class Tbe {
     cfg.seed = seed;
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
     cfg.slot_index = slot_index;
+    cfg.defer_admission = defer_admission;
     emb_ = make_group(
         PolicyNames{storage, no_cache ? std::string(py_name<NoCache>()) : cache, rounding, state_precision},
         cfg);
@@ -491,11 +492,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Tbe>(m, "Tbe")
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,
-                    double, double, double, double, uint64_t, const std::string&, bool>(),
+                    double, double, double, double, uint64_t, const std::string&, bool, bool>(),
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
            py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
-           py::arg("non_finite"), py::arg("slot_index"))
+           py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"))
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
       .def_property_readonly("forward_id", &Tbe::forward_id)
