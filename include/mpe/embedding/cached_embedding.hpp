@@ -367,6 +367,11 @@ class CachedEmbedding {
   // the sort, which also writes sorted_pos).
   void sort_unique(Batch& b, bool bitmap_ok = true);
   void populate(Batch& b, const Batch* awaiting_backward, bool bitmap_ok = true);
+  // Without a populate (forward_inference; forward under defer_admission; num_sets_ > 0):
+  // each of the n occurrences' slot into slots (n) before pooling (ProbeSlots, gated), or,
+  // returning true, nothing, where the host's SIMD pooling reads the slot index itself
+  // (PoolBags::probe_out).
+  bool probe_slots(const index_t* global_rows, index_t n, index_t* slots, const index_t* gate) const;
   // EmbeddingConfig::defer_admission: runs the populate that forward() left to the batch
   // awaiting backward (nothing if none is left).
   void admit_pending();

@@ -375,18 +375,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   index_t* slot_of_occ = nullptr;
   bool probe_in_pool = false;
   if (defer) {
-    // As forward_inference: each slot in a pass before pooling, or inside the host's SIMD
-    // pooling with a slot index. sorted_keys is free until admit_pending's dedup.
+    // As forward_inference (sorted_keys is free until admit_pending's dedup).
     cur.sorted_keys.reserve_discard(static_cast<std::size_t>(cur.n));
     slot_of_occ = cur.sorted_keys.data();
-    probe_in_pool =
-        Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path();
-    if (cur.n > 0 && !probe_in_pool) {
-      if constexpr (Backend::lane_width > 1)
-        if (slot_index_.size() == 0) backend_.fill_bytes(slot_of_occ, 0xff, cur.sorted_keys.bytes());
-      backend_.for_each_lanes(cur.n,
-                              detail::ProbeSlots{cur.global_rows.data(), cache_ref(), slot_of_occ, gate});
-    }
+    probe_in_pool = probe_slots(cur.global_rows.data(), cur.n, slot_of_occ, gate);
   } else if (num_sets_ > 0) {
     slot_of_occ = cur.sorted_keys.data();
     backend_.for_each(cur.n, detail::OccurrenceSlots{cur.global_rows.data(), cur.occ_to_unique.data(),
@@ -421,6 +413,23 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
+bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::probe_slots(
+    const index_t* global_rows, index_t n, index_t* slots, const index_t* gate) const {
+  if (Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path()) {
+    return true;  // the pooling pass reads the slot index itself
+  }
+  if (n == 0) return false;
+  // -1 first where lanes split a set's ways (only the finding lane writes); one lane, or
+  // lane 0 reading the slot index, writes every slot itself.
+  if constexpr (Backend::lane_width > 1)
+    if (slot_index_.size() == 0)
+      backend_.fill_bytes(slots, 0xff, static_cast<std::size_t>(n) * sizeof(index_t));
+  backend_.for_each_lanes(n, detail::ProbeSlots{global_rows, cache_ref(), slots, gate});
+  return false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward_inference(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) const {
@@ -442,15 +451,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // slot index on the host's SIMD pooling the pooling pass reads the slots itself
   // (PoolBags::probe_out), a little ahead of the rows it pools, instead of a pass before it.
   IBuf slots(backend_, num_sets_ > 0 ? indices.size() : 0);
-  const bool probe_in_pool =
-      Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path();
-  if (num_sets_ > 0 && n > 0 && !probe_in_pool) {
-    // -1 first where lanes split a set's ways (only the finding lane writes); one lane, or
-    // lane 0 reading the slot index, writes every slot itself.
-    if constexpr (Backend::lane_width > 1)
-      if (slot_index_.size() == 0) backend_.fill_bytes(slots.data(), 0xff, slots.bytes());
-    backend_.for_each_lanes(n, detail::ProbeSlots{global_rows.data(), cache_ref(), slots.data()});
-  }
+  const bool probe_in_pool = num_sets_ > 0 && probe_slots(global_rows.data(), n, slots.data(), nullptr);
   backend_.for_each_lanes(
       bags, detail::PoolBags<Storage>{
                 offsets.data(), global_rows.data(), num_sets_ > 0 ? slots.data() : nullptr, w, cache_ref(),

@@ -107,7 +107,7 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
   __m512 lo = _mm512_set1_ps(__builtin_inff()), hi = _mm512_set1_ps(-__builtin_inff());
   for (std::int32_t c = 0; c < dim; c += 16) {
     const std::int32_t m = dim - c < 16 ? dim - c : 16;
-    const auto mask = static_cast<__mmask16>(m == 16 ? 0xffffu : (1u << m) - 1u);
+    const __mmask16 mask = TailMask::of(m).lanes;
     const __m512 x = _mm512_maskz_loadu_ps(mask, src + c);
     if (_mm512_mask_cmp_ps_mask(mask, _mm512_abs_ps(x), vlimit, _CMP_LE_OQ) != mask) return false;
     lo = _mm512_mask_min_ps(lo, mask, lo, x);
@@ -154,7 +154,7 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
       const std::int32_t c = 4 * g0 + 16 * j;
       if (c >= dim) break;
       const std::int32_t m = dim - c < 16 ? dim - c : 16;
-      const auto mask = static_cast<__mmask16>(m == 16 ? 0xffffu : (1u << m) - 1u);
+      const __mmask16 mask = TailMask::of(m).lanes;
       const __m512 x = _mm512_maskz_loadu_ps(mask, src + c);
       const __m512 v =
           mul(mul(_mm512_maskz_sub_round_ps(kAll, x, vmn, _MM_FROUND_CUR_DIRECTION), vpre), vinv);
