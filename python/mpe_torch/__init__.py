@@ -38,6 +38,19 @@ def _integer(value, name, what):
         raise TypeError(f"mpe_torch: {name} = {value!r} must be {what}") from None
 
 
+def _real(value, name):
+    # A real number (a Python number or a 0-d real tensor), never a bool or a string that float()
+    # would parse: a typo such as learning_rate="0.1" or learning_rate=True is an error, not 0.1 or 1.0.
+    if isinstance(value, (bool, str, bytes)) or (torch.is_tensor(value) and
+                                                (value.dim() != 0 or value.dtype == torch.bool or
+                                                 value.is_complex())):
+        raise TypeError(f"mpe_torch: {name} = {value!r} must be a real number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"mpe_torch: {name} = {value!r} must be a real number") from None
+
+
 def _table_index(table):
     return _integer(table, "table", "an integer table number")
 
@@ -155,7 +168,11 @@ class TableBatchedEmbeddingBags(nn.Module):
             combination that is not built (the message lists the built ones, see
             ``built_combinations()``), a ``seed`` outside [0, 2**64).
         TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs, or ``seed`` is not
-            an integer, or ``slot_index`` or ``defer_admission`` is not a bool.
+            an integer, or ``slot_index`` or ``defer_admission`` is not a bool, or
+            ``cache_fraction``, ``learning_rate``, ``eps``, ``beta1`` or ``beta2`` is not a real
+            number (a bool or a string is not one).
+        ValueError: also a hyperparameter whose value float32 cannot hold (beyond its largest
+            finite value, or a nonzero value that would round to zero), named with its value.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
@@ -191,12 +208,14 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise TypeError(f"mpe_torch: defer_admission = {defer_admission!r} must be a bool")
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
-        self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=float(cache_fraction),
+        cache_fraction, learning_rate = _real(cache_fraction, "cache_fraction"), _real(learning_rate, "learning_rate")
+        eps, beta1, beta2 = _real(eps, "eps"), _real(beta1, "beta1"), _real(beta2, "beta2")
+        self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=cache_fraction,
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
                             defer_admission=defer_admission)
-        self._tbe = _C.Tbe(pairs, storage, cache, float(cache_fraction), rounding, state_precision, pooling_mode,
-                           optimizer, float(learning_rate), float(eps), float(beta1), float(beta2), seed, non_finite,
+        self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
+                           optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
                            slot_index, defer_admission)
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
@@ -260,9 +279,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         """Sets the learning rate used by the following backward steps.
 
         Raises:
-            ValueError: ``lr`` not finite or negative (mpe's check).
+            TypeError: ``lr`` not a real number (a bool or a string is not one).
+            ValueError: ``lr`` not finite or negative (mpe's check), or beyond float32's range.
         """
-        self._tbe.set_learning_rate(float(lr))
+        self._tbe.set_learning_rate(_real(lr, "lr"))
 
     def get_learning_rate(self):
         """The current learning rate (float32 value)."""
@@ -282,8 +302,9 @@ class TableBatchedEmbeddingBags(nn.Module):
     def init_uniform(self, low, high):
         """Every row ~ U[low, high) from the seed (mpe's Philox stream), stored with the
         module's rounding; the cache is dropped. Raises ValueError unless low < high, finite
-        and within the storage's range."""
-        self._tbe.init_uniform(float(low), float(high))
+        and within the storage's range (and float32's), TypeError where either is not a real
+        number."""
+        self._tbe.init_uniform(_real(low, "low"), _real(high, "high"))
 
     def get_weights(self, table):
         """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the

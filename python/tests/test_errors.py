@@ -131,7 +131,37 @@ def test_set_learning_rate(m):
         m.set_learning_rate(float("inf"))
     with pytest.raises(ValueError, match="Sgd.learning_rate = -0.25 is negative"):
         m.set_learning_rate(-0.25)
+    # Neither a string float() would parse nor a bool is a learning rate; a finite value
+    # float32 cannot hold is named as given (not as the inf or 0 it would become).
+    for bad in ("0.1", True, b"1", torch.tensor([0.1, 0.2]), torch.tensor(True), None):
+        with pytest.raises(TypeError, match="mpe_torch: lr = .* must be a real number"):
+            m.set_learning_rate(bad)
+    with pytest.raises(ValueError, match="lr = 1e\\+39 is outside float32's range"):
+        m.set_learning_rate(1e39)
+    with pytest.raises(ValueError, match="lr = 1e-50 is outside float32's range"):
+        m.set_learning_rate(1e-50)
     assert m.get_learning_rate() == 0.25
+    m.set_learning_rate(torch.tensor(0.5, dtype=torch.float64))  # a 0-d real tensor is a number
+    assert m.get_learning_rate() == 0.5
+    m.set_learning_rate(0)  # an int is a real number; lr 0 is allowed (no update)
+    assert m.get_learning_rate() == 0.0
+
+
+def test_hyperparameters_are_real_numbers():
+    for field in ("learning_rate", "eps", "beta1", "beta2", "cache_fraction"):
+        for bad in ("0.5", True, [0.5]):
+            with pytest.raises(TypeError, match=f"mpe_torch: {field} = .* must be a real number"):
+                mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", **{field: bad})
+    with pytest.raises(ValueError, match="eps = 1e-300 is outside float32's range"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", eps=1e-300)
+    with pytest.raises(ValueError, match="learning_rate = 1e\\+40 is outside float32's range"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, learning_rate=1e40)
+    m = mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=3)
+    before = m.get_weights(0).clone()
+    for low, high in ((-1e39, 1.0), ("0", 1.0), (0.0, True)):
+        with pytest.raises((ValueError, TypeError), match="(low|high) = .*(outside float32's range|real number)"):
+            m.init_uniform(low, high)
+    assert torch.equal(m.get_weights(0), before)  # nothing changed
 
 
 def test_backward_misuse(m):

@@ -12,8 +12,11 @@
 // mpe::checkpoint_error -> mpe_torch.CheckpointError (a RuntimeError).
 #include <torch/extension.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -184,6 +187,20 @@ py::dict memory_dict(const mpe::MemoryFootprint& m) {
   return d;
 }
 
+// A number given as a Python float (double) stored as mpe's float: refused where float32
+// cannot hold it (a finite value beyond its range would become inf, a nonzero one below its
+// smallest subnormal 0), so the error names the value given, not the converted one. NaN and
+// infinities pass through to mpe's own check (check_optimizer), which names them.
+float float_arg(const char* name, double v) {
+  const auto f = static_cast<float>(v);
+  if (std::isfinite(v) && (!std::isfinite(f) || (v != 0.0 && f == 0.0f))) {
+    char buf[32];  // the shortest text that reads back as v (std::to_chars)
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    throw std::invalid_argument("mpe_torch: " + std::string(name) + " = " + std::string(buf, end) +
+                                " is outside float32's range (mpe stores it as float)");
+  }
+  return f;
+}
 }  // namespace
 
 class Tbe {
@@ -211,10 +228,10 @@ class Tbe {
           "mpe_torch: cache = 'none' with cache_fraction = " + std::to_string(cache_fraction) +
           " > 0; name a cache policy (" + quoted_names(names(Caches{})) + ")");
     opt_.optimizer = parse_optimizer(optimizer);
-    opt_.learning_rate = static_cast<float>(learning_rate);
-    opt_.eps = static_cast<float>(eps);
-    opt_.beta1 = static_cast<float>(beta1);
-    opt_.beta2 = static_cast<float>(beta2);
+    opt_.learning_rate = float_arg("learning_rate", learning_rate);
+    opt_.eps = float_arg("eps", eps);
+    opt_.beta1 = float_arg("beta1", beta1);
+    opt_.beta2 = float_arg("beta2", beta2);
     if (const std::string why = check_optimizer(opt_); !why.empty())
       throw std::invalid_argument("mpe_torch: " + why);
 
@@ -323,17 +340,17 @@ class Tbe {
 
   void set_learning_rate(double lr) {
     OptSpec o = opt_;
-    o.learning_rate = static_cast<float>(lr);
+    o.learning_rate = float_arg("lr", lr);
     if (const std::string why = check_optimizer(o); !why.empty())
       throw std::invalid_argument("mpe_torch: " + why);
     opt_ = o;
   }
   void set_hyperparameters(double lr, double eps, double beta1, double beta2) {
     OptSpec o = opt_;
-    o.learning_rate = static_cast<float>(lr);
-    o.eps = static_cast<float>(eps);
-    o.beta1 = static_cast<float>(beta1);
-    o.beta2 = static_cast<float>(beta2);
+    o.learning_rate = float_arg("learning_rate", lr);
+    o.eps = float_arg("eps", eps);
+    o.beta1 = float_arg("beta1", beta1);
+    o.beta2 = float_arg("beta2", beta2);
     if (const std::string why = check_optimizer(o); !why.empty())
       throw std::invalid_argument("mpe_torch: " + why);
     opt_ = o;
@@ -426,8 +443,9 @@ class Tbe {
   }
 
   void init_uniform(double low, double high) {
+    const float lo = float_arg("low", low), hi = float_arg("high", high);
     py::gil_scoped_release nogil;
-    emb_->init_uniform(static_cast<float>(low), static_cast<float>(high));
+    emb_->init_uniform(lo, hi);
   }
 
   void flush() {
