@@ -155,8 +155,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         defer_admission: ``True``: a training forward only finds each index's cached row and
             pools the others from the store; its batch's cache admission (fills, evictions,
             write-backs) runs at the start of its backward (mpe's
-            ``EmbeddingConfig::defer_admission``). Every forward that gets its backward trains
-            the same bits either way; a training forward without a backward admits nothing, and
+            ``EmbeddingConfig::defer_admission``), or, where that backward never comes or fails,
+            at the next training forward: training gives the same bits either way, and
             ``stats()`` counts a batch when it is admitted. Default ``False``. Configuration,
             not state: ``load_state_dict`` keeps the module's own setting.
 

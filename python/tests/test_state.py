@@ -261,7 +261,8 @@ def test_slot_index_same_bits(cache):
 def test_defer_admission_same_bits(cache):
     """defer_admission=True (mpe's admission at backward) trains the bits of the module without
     it: each step's outputs, the weights, the statistics after each backward and the state; a
-    training forward without a backward admits nothing; the setting is a bool."""
+    training forward without a backward is admitted (and counted) by the next forward, as the
+    twin counted it in its own; the setting is a bool."""
     cfg = dict(specs=[(300, 8), (50, 3), (70, 8)], storage="int8", cache=cache, cache_fraction=0.1,
                optimizer="adagrad", learning_rate=0.05, seed=5, slot_index=True)
     with pytest.raises(TypeError, match="defer_admission = 1 must be a bool"):
@@ -283,8 +284,10 @@ def test_defer_admission_same_bits(cache):
     for k, v in a.state_dict().items():
         if torch.is_tensor(v):
             assert torch.equal(v, b.state_dict()[k]), k
-    # A training forward with no backward: nothing admitted, nothing counted.
+    # A training forward with no backward: nothing counted until the next forward admits it.
     before = b.stats()
     idx, off, _ = batches(cfg["specs"], 1, seed=99)[0]
     b(idx, off)
     assert b.stats() == before
+    assert torch.equal(a(idx, off), b(idx, off))  # b admits its first forward's batch here
+    assert a.stats() == b.stats()

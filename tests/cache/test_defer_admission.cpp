@@ -4,15 +4,20 @@
 // policy and several store formats, with and without a slot index, on one and two threads,
 // through prefetch() between forward() and backward(), set_weights(), init_uniform(), flush(),
 // reset_stats(), a backward() that throws and is retried, and NonFinite::Skip. Its outputs also equal a plain
-// FP32 embedding bag of get_weights() (ref::EmbeddingBag) bit for bit. A forward() that gets
-// no backward() admits nothing: it matches the twin's forward_inference(), and a checkpoint
-// written while its admission is pending resumes exactly.
+// FP32 embedding bag of get_weights() (ref::EmbeddingBag) bit for bit. A forward() whose
+// backward() never comes, or throws (its gradient, its size, its optimizer), has its batch
+// admitted by the next forward(), so the twins stay equal (weights, stats, checkpoint bytes),
+// also for MixedDimEmbedding; a checkpoint written while an admission is pending holds the
+// state before that forward(), and repeating the forward() and backward() after loading it
+// gives the bits, stats and checkpoint bytes of the run that did not stop.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mpe/io/checkpoint.hpp>
 #include <mpe/mpe.hpp>
 #include <random>
 #include <stdexcept>
@@ -55,6 +60,22 @@ std::vector<float> reference_output(const E& e, const ref::Batch& b, mpe::Poolin
   ref::EmbeddingBag bag(kTables, e.dim());
   e.get_weights(bag.weights());
   return bag.forward(b, pooling);
+}
+
+/// The twins' common start: the same random weights (D columns) in both.
+template <class E>
+void same_start(E& now, E& later, std::mt19937_64& rng, int D) {
+  const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(now.total_rows()) * D, -1, 1);
+  now.set_weights(w0);
+  later.set_weights(w0);
+}
+
+/// Both twins forward batch b (sum pooling) into o1 / o2 and pool the same bits.
+template <class E>
+void forward_both(E& now, E& later, const ref::Batch& b, std::vector<float>& o1, std::vector<float>& o2) {
+  now.forward(b.indices, b.offsets, o1);
+  later.forward(b.indices, b.offsets, o2);
+  REQUIRE(ref::same_bits(o1, o2));
 }
 
 }  // namespace
@@ -105,21 +126,25 @@ TEST_CASE_TEMPLATE("defer_admission: the same bits as admitting in the forward",
             now.prefetch(b.indices, b.offsets);
             later.prefetch(b.indices, b.offsets);
           }
-          const std::vector<float> want = reference_output(later, b, pooling);
+          // The twin has admitted every earlier batch (the deferring one admits a batch left without
+          // a backward in this forward, before pooling): its weights are what both pool.
+          const std::vector<float> want = reference_output(now, b, pooling);
           if (kind == 6) {
-            // No backward: the deferring object admits nothing, as forward_inference.
-            now.forward_inference(b.indices, b.offsets, o1, pooling, b.weights);
+            // No backward: the next forward admits the batch, as the twin's forward did.
+            now.forward(b.indices, b.offsets, o1, pooling, b.weights);
             later.forward(b.indices, b.offsets, o2, pooling, b.weights);
             REQUIRE(ref::same_bits(o1, o2));
             REQUIRE(ref::same_bits(o2, want));
-            if (!saved) {  // written with the admission pending: the state before it
+            if (!saved) {  // written with the admission pending: the state before the forward
               later.save(path);
               saved = true;
               E restored(cfg(true), mpe::HostBackend{threads});
               restored.load(path);
-              // The next calls of the saved object and of the restored one are the same.
-              const ref::Batch nb = ref::random_batch(rng, kTables, kB, 6, false);
+              // Repeating the forward (and then training on) gives the run that did not stop.
               std::vector<float> o3(out_size);
+              restored.forward(b.indices, b.offsets, o3, pooling, b.weights);
+              REQUIRE(ref::same_bits(o2, o3));
+              const ref::Batch nb = ref::random_batch(rng, kTables, kB, 6, false);
               now.forward(nb.indices, nb.offsets, o1);
               later.forward(nb.indices, nb.offsets, o2);
               restored.forward(nb.indices, nb.offsets, o3);
@@ -131,7 +156,9 @@ TEST_CASE_TEMPLATE("defer_admission: the same bits as admitting in the forward",
               restored.backward(g, mpe::Adagrad{0.1f});
               REQUIRE(ref::same_bits(weights(later), weights(restored)));
               REQUIRE(same_stats(later.stats(), restored.stats()));
+              REQUIRE(mpe::io::save_to_bytes(later) == mpe::io::save_to_bytes(restored));
               REQUIRE(ref::same_bits(weights(now), weights(later)));
+              REQUIRE(same_stats(now.stats(), later.stats()));
             }
             continue;
           }
@@ -208,17 +235,12 @@ TEST_CASE("defer_admission: a skipped step (NonFinite::Skip) admits its batch as
   };
   E now(cfg(false)), later(cfg(true));
   std::mt19937_64 rng(9);
-  const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(now.total_rows()) * 8, -1, 1);
-  now.set_weights(w0);
-  later.set_weights(w0);
+  same_start(now, later, rng, 8);
   const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * 8;
   std::vector<float> o1(out_size), o2(out_size);
   for (int step = 0; step < 12; ++step) {
     CAPTURE(step);
-    const ref::Batch b = ref::random_batch(rng, kTables, kB, 6, false);
-    now.forward(b.indices, b.offsets, o1);
-    later.forward(b.indices, b.offsets, o2);
-    REQUIRE(ref::same_bits(o1, o2));
+    forward_both(now, later, ref::random_batch(rng, kTables, kB, 6, false), o1, o2);
     auto g = ref::random_floats(rng, out_size, -1, 1);
     if (step % 3 == 1) g[step] = std::numeric_limits<float>::infinity();
     now.backward(g, mpe::Sgd{0.5f});
@@ -229,22 +251,82 @@ TEST_CASE("defer_admission: a skipped step (NonFinite::Skip) admits its batch as
   CHECK(later.stats().skipped_steps == 4);
 }
 
-TEST_CASE("defer_admission: without a backward nothing is admitted") {
+TEST_CASE("defer_admission: a forward without a backward is admitted by the next forward") {
   using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
   E e(mpe::EmbeddingConfig{.table_rows = kTables, .dim = 4, .cache_rows = 16, .defer_admission = true});
   const ref::Batch b{{1, 2, 3, 1}, {0, 2, 4, 4, 4, 4, 4}, {}, 2};
   std::vector<float> out(2 * 3 * 4);
   e.forward(b.indices, b.offsets, out);
-  CHECK(e.stats().lookups == 0);         // counted when admitted
-  e.forward(b.indices, b.offsets, out);  // drops the first batch's admission
-  CHECK(e.stats().lookups == 0);
+  CHECK(e.stats().lookups == 0);  // counted when admitted
   const mpe::CacheRef c = e.cache_ref();
   for (std::int64_t s = 0; s < c.slots(); ++s) CHECK(c.tags[s] == -1);
-  e.backward(std::vector<float>(out.size(), 0.25f), mpe::Sgd{0.1f});
+  // A second forward whose input is invalid throws and leaves the first batch pending.
+  const std::vector<std::int64_t> bad_indices{1, 2, 3, 40};
+  CHECK_THROWS_AS(e.forward(bad_indices, b.offsets, out), std::invalid_argument);
+  CHECK(e.stats().lookups == 0);
+  e.forward(b.indices, b.offsets, out);  // admits the first batch, then pools the second
   CHECK(e.stats().lookups == 4);
-  CHECK(e.stats().unique_rows == 3);
   CHECK(e.stats().misses == 3);
-  CHECK(e.stats().hits == 0);
+  std::vector<std::int64_t> tags;
+  for (std::int64_t s = 0; s < c.slots(); ++s)
+    if (c.tags[s] >= 0) tags.push_back(c.tags[s]);
+  std::sort(tags.begin(), tags.end());
+  CHECK(tags == std::vector<std::int64_t>{1, 2, 3});
+  e.backward(std::vector<float>(out.size(), 0.25f), mpe::Sgd{0.1f});
+  CHECK(e.stats().lookups == 8);
+  CHECK(e.stats().unique_rows == 6);
+  CHECK(e.stats().misses == 3);
+  CHECK(e.stats().hits == 3);
+}
+
+TEST_CASE("defer_admission: a batch whose backward throws or never comes trains the twin's bits") {
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  // 0: no backward; 1: a wrong-sized gradient; 2: an invalid optimizer; 3: a NaN gradient;
+  // each followed by the next forward() and its backward(), no retry.
+  for (int failure = 0; failure < 4; ++failure) {
+    for (const bool index : {false, true}) {
+      CAPTURE(failure);
+      CAPTURE(index);
+      const auto cfg = [&](bool defer) {
+        return mpe::EmbeddingConfig{.table_rows = kTables,
+                                    .dim = 6,
+                                    .cache_rows = 16,
+                                    .seed = 4,
+                                    .slot_index = index,
+                                    .defer_admission = defer};
+      };
+      E now(cfg(false)), later(cfg(true));
+      std::mt19937_64 rng(static_cast<std::uint64_t>(31 + failure));
+      same_start(now, later, rng, 6);
+      const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * 6;
+      std::vector<float> o1(out_size), o2(out_size);
+      for (int step = 0; step < 10; ++step) {
+        CAPTURE(step);
+        forward_both(now, later, ref::random_batch(rng, kTables, kB, 6, false), o1, o2);
+        auto g = ref::random_floats(rng, out_size, -1, 1);
+        if (step % 3 == 1) {
+          if (failure == 1) {
+            const std::vector<float> short_g(g.begin(), g.end() - 1);
+            CHECK_THROWS_AS(now.backward(short_g, mpe::Sgd{0.2f}), std::invalid_argument);
+            CHECK_THROWS_AS(later.backward(short_g, mpe::Sgd{0.2f}), std::invalid_argument);
+          } else if (failure == 2) {
+            CHECK_THROWS_AS(now.backward(g, mpe::Sgd{-1.0f}), std::invalid_argument);
+            CHECK_THROWS_AS(later.backward(g, mpe::Sgd{-1.0f}), std::invalid_argument);
+          } else if (failure == 3) {
+            g[5] = std::numeric_limits<float>::quiet_NaN();
+            CHECK_THROWS_AS(now.backward(g, mpe::Sgd{0.2f}), std::invalid_argument);
+            CHECK_THROWS_AS(later.backward(g, mpe::Sgd{0.2f}), std::invalid_argument);
+          }
+          continue;  // the next forward() admits the batch
+        }
+        now.backward(g, mpe::Sgd{0.2f});
+        later.backward(g, mpe::Sgd{0.2f});
+        REQUIRE(ref::same_bits(weights(now), weights(later)));
+        REQUIRE(same_stats(now.stats(), later.stats()));
+        REQUIRE(mpe::io::save_to_bytes(now) == mpe::io::save_to_bytes(later));
+      }
+    }
+  }
 }
 
 TEST_CASE("defer_admission: MixedDimEmbedding's groups train the same bits as without it") {
@@ -269,7 +351,13 @@ TEST_CASE("defer_admission: MixedDimEmbedding's groups train the same bits as wi
       CHECK(now.stats().lookups > 0);
       CHECK(later.stats().lookups == 0);
     }
-    const auto g = ref::random_floats(rng, out_size, -1, 1);
+    auto g = ref::random_floats(rng, out_size, -1, 1);
+    if (step % 5 == 3) {  // a NaN gradient: no group admits, the next forward() does
+      g[out_size - 1] = std::numeric_limits<float>::quiet_NaN();
+      CHECK_THROWS_AS(now.backward(g, mpe::RowwiseAdagrad{0.3f}), std::invalid_argument);
+      CHECK_THROWS_AS(later.backward(g, mpe::RowwiseAdagrad{0.3f}), std::invalid_argument);
+      continue;
+    }
     now.backward(g, mpe::RowwiseAdagrad{0.3f});
     later.backward(g, mpe::RowwiseAdagrad{0.3f});
     REQUIRE(same_stats(now.stats(), later.stats()));

@@ -62,17 +62,22 @@ struct EmbeddingConfig {
   /// forward() then only finds each occurrence's slot (one load with slot_index, else a scan
   /// of the row's set) and pools cached rows from the cache and the others straight from the
   /// store; the deduplication, admission, evictions, write-backs and fills of its batch run
-  /// at the start of its backward(), or earlier in the first prefetch(), set_weights(),
-  /// init_uniform(), flush() or reset_stats() called before that backward(). Outputs and
-  /// trained bits are the same as without it for every sequence in which each forward() is
-  /// followed by its backward() (a fill decodes a store row with the operations pooling
-  /// uses, and the admissions keep their order). A forward() whose batch gets no backward()
-  /// (the next forward() or load() drops it, as it drops the awaiting backward) admits
-  /// nothing, like forward_inference(); stats() counts a batch when it is admitted; a
-  /// backward() that throws on its gradient has admitted its batch, as forward() would have
-  /// without this setting. Ignored without a cache. Configuration, not state: checkpoints do
-  /// not hold it (a checkpoint written between forward() and backward() holds the state
-  /// before the pending admission, which its load() drops with the awaiting batch).
+  /// at the start of its backward() (after its size and optimizer checks), or earlier in
+  /// the first of these called before that backward(): the next forward() (once its input
+  /// is validated), prefetch(), set_weights(), init_uniform(), flush() or reset_stats().
+  /// Every batch a forward() pooled is therefore admitted, in order, whether or not its
+  /// backward() comes or succeeds (a backward() that throws, for its gradient, its size or
+  /// its optimizer, leaves the admission to the next of those calls), so outputs, trained
+  /// bits and stats() after any of these calls are the same as without the setting (a fill
+  /// decodes a store row with the operations pooling uses, and the admissions keep their
+  /// order). Between a forward() and the call that admits its batch, what reads the
+  /// weights (forward_inference(), get_weights(), stats(), save()) sees them before that
+  /// admission: a row its admission would evict is still cached in FP32, not yet rounded
+  /// into the store. load() drops a pending admission with the awaiting batch. Ignored
+  /// without a cache. Configuration, not state: checkpoints do not hold it; a checkpoint
+  /// written between forward() and the admission holds the state before that forward()
+  /// (its populate number not yet counted), so loading it and repeating the forward() and
+  /// backward() trains the bits of the run that did not stop.
   bool defer_admission = false;
 };
 

@@ -299,6 +299,7 @@ class CachedEmbedding {
     // EmbeddingConfig::defer_admission: forward() left this batch's populate to admit_pending().
     bool admission_pending = false;
     std::uint64_t id = 0;
+    std::uint64_t call = 0;  // call_seq_ of the forward() that left its admission pending
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,

@@ -38,7 +38,10 @@ struct MixedDimConfig {
   std::int32_t row_alignment = 4;  ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
   bool slot_index = false;  ///< each group keeps a row -> slot index (EmbeddingConfig::slot_index)
-  /// Each group admits a forward()'s misses in its backward() (EmbeddingConfig::defer_admission).
+  /// Each group admits a forward()'s misses in its backward(), or in the call that comes
+  /// first among those EmbeddingConfig::defer_admission lists (the next forward() among
+  /// them: a backward() that throws before a group admitted leaves that group's batch to
+  /// it), so every sequence of calls trains the bits it would without the setting.
   bool defer_admission = false;
 };
 

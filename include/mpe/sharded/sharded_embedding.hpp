@@ -114,8 +114,11 @@ struct CommStats {
 /// and, on failure, one broadcast) before anything changes or moves: an invalid index,
 /// offset, weight or gradient on any rank makes every rank throw the same
 /// std::invalid_argument ("forward: rank 1: indices[3] = 99 is outside table 0 (..)")
-/// with no state changed anywhere; misuse (backward without forward, ranks calling
-/// different operations, disagreeing pooling) throws std::logic_error on every rank.
+/// with no state changed anywhere (under EmbeddingConfig::defer_admission a local table's
+/// pending admission is not state of the failed call: it belongs to the earlier forward()
+/// and runs at that table's next forward(), prefetch() or successful backward(), as the
+/// local CachedEmbedding documents, so the bits equal those without the setting); misuse (backward without
+/// forward, ranks calling different operations, disagreeing pooling) throws std::logic_error on every rank.
 /// NonFinite::Skip and Validation::Deferred are not supported (std::invalid_argument).
 /// Not covered by the agreement: failures of resources after it (std::bad_alloc, an MPI or
 /// NCCL error in the exchange itself) throw on the failing rank only; the others may then

@@ -48,6 +48,31 @@ concept FusedNbitStorage = requires {
 }
 &&std::same_as<typename S::Reader, FusedNbitReader<S::bits>>;
 
+/// The FP16 scale and bias of a fused N-bit row (N = `Bits`) whose sanitized minimum is
+/// below its maximum, and the inverse scale its codes are computed with (the rule of
+/// store_fused_nbit_lanes below; also used by the host's AVX-512 store,
+/// detail/host/avx512/encode.hpp, so both have one definition).
+struct FusedNbitScale {
+  std::uint16_t scale_h, bias_h;  ///< the FP16 bits written after the codes
+  float bias, inv;                ///< bias as f32; 1 / scale (correctly rounded)
+};
+template <int Bits>
+MPE_HOST_DEVICE inline FusedNbitScale fused_nbit_scale(float mn, float mx, float limit) {
+  constexpr float kTop = static_cast<float>((1 << Bits) - 1);
+  FusedNbitScale p{};
+  p.bias_h = num::float_to_half<RoundDown>(mn).bits;
+  p.bias = num::half_to_float(p.bias_h);
+  p.scale_h = num::float_to_half<RoundUp>(num::div(num::sub(mx, p.bias), kTop)).bits;
+  // A range below top * 2^-150 makes the FP32 division underflow to 0: take the smallest
+  // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
+  if (p.scale_h == 0) p.scale_h = 1;
+  // Keep the largest code inside the format's range (the FP16 grid below a positive half
+  // is its bit pattern minus one; top * scale is exact in FP32).
+  if (p.scale_h > 1 && num::add(num::mul(num::half_to_float(p.scale_h), kTop), p.bias) > limit) --p.scale_h;
+  p.inv = num::div(1.0f, num::half_to_float(p.scale_h));
+  return p;
+}
+
 /// The part of an N-bit row's store() (N = `Bits`, 2 or 4) that lane `lane` of `lanes`
 /// writes: the code bytes of its element groups (num::for_each_element_lanes: four
 /// elements per group, so a byte's 8 / N codes never straddle two lanes) and, lane 0, the
@@ -81,16 +106,10 @@ MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, 
     num::for_each_element_lanes<NearestRounding>(
         dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t) { row[d / kPerByte] = 0; });
   } else {
-    bias_h = num::float_to_half<RoundDown>(mn).bits;
-    const float bias = num::half_to_float(bias_h);
-    scale_h = num::float_to_half<RoundUp>(num::div(num::sub(mx, bias), kTop)).bits;
-    // A range below top * 2^-150 makes the FP32 division underflow to 0: take the smallest
-    // FP16 scale (2^-24) instead of 0, whose inverse would turn x == bias into 0 * inf.
-    if (scale_h == 0) scale_h = 1;
-    // Keep the largest code inside the format's range (the FP16 grid below a positive half
-    // is its bit pattern minus one; top * scale is exact in FP32).
-    if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), kTop), bias) > limit) --scale_h;
-    const float inv = num::div(1.0f, num::half_to_float(scale_h));
+    const FusedNbitScale p = fused_nbit_scale<Bits>(mn, mx, limit);
+    bias_h = p.bias_h;
+    scale_h = p.scale_h;
+    const float bias = p.bias, inv = p.inv;
     bool ignored = false;
     // Elements come in increasing order within a group: the first code of a byte sets the
     // byte, the others add their bits.

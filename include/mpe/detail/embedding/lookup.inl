@@ -352,6 +352,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     }
   }
   Batch* b = &pending_;
+  // defer_admission: the batch this forward replaces is admitted first, as its forward()
+  // would have (nothing to do when a prefetch() used here already did it).
+  admit_pending();
   MPE_PHASE_MARK("validate");
   // EmbeddingConfig::defer_admission: the batch is admitted by admit_pending() (backward),
   // so its occurrences' slots are looked up in the cache as it stands (no row of it moves
@@ -403,6 +406,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // A deferred admission dedups with the bitmap only where this chose the scatter.
   cur.scatter = scatter_backward() || (cur.sorted && !cur.positions);
   cur.admission_pending = defer;
+  cur.call = call_seq_;
   if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());

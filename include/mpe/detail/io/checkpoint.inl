@@ -290,7 +290,10 @@ struct CheckpointAccess {
     b.put(static_cast<std::uint64_t>(e.config_.seed));
     const Counters counters = e.read_counters();
     b.put(static_cast<std::uint64_t>(counters.step));
-    b.put(static_cast<std::uint64_t>(e.populate_counter_));
+    // defer_admission: a forward() whose admission is pending is not counted (neither its
+    // populate number nor its call), so the checkpoint is the state before it.
+    const bool unadmitted = e.current_.admission_pending && e.current_.valid && e.current_.awaiting_backward;
+    b.put(static_cast<std::uint64_t>(unadmitted ? e.current_.id - 1 : e.populate_counter_));
     b.put(static_cast<std::uint64_t>(counters.decay_clock));
     b.str(e.opt_name_);
     b.put(static_cast<std::uint32_t>(e.state_floats()));
@@ -299,7 +302,7 @@ struct CheckpointAccess {
     std::uint64_t st[fmt::kNumStats];
     ckpt::stats_to_array(counters.stats, st);
     for (auto x : st) b.put(x);
-    b.put(static_cast<std::uint64_t>(e.call_seq_));  // calls (version 4)
+    b.put(static_cast<std::uint64_t>(unadmitted ? e.current_.call - 1 : e.call_seq_));  // calls (version 4)
     b.put(fmt::kNumSections);
     const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
     std::memcpy(b.v.data() + 12, &H, 4);

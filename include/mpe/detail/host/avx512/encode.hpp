@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/detail/host/avx512/encode.hpp
-/// @brief Host-only AVX-512 INT8 row-wise quantization of one FP32 row (not public), with
-/// the bytes of `Int8Rowwise::store` under StochasticRounding (its Philox draws 16 element
-/// groups per register) and NearestRounding. `store_row` dispatches every host row
-/// write-back, flush, store update and set_weights to it where it applies.
+/// @brief Host-only AVX-512 row-wise quantization of one FP32 row (not public): the bytes
+/// of `Int8Rowwise::store` and of the fused N-bit stores (`Int4Rowwise`, `Int2Rowwise`)
+/// under StochasticRounding (its Philox draws 16 element groups per register) and
+/// NearestRounding. `store_row` dispatches every host row write-back, flush, store update
+/// and set_weights to them where they apply.
 ///
 /// Bits (the numerics contract): the row's min and max are the scalar scan's (the same
 /// values in any order; the scan itself runs where one is a zero, whose sign it decides);
-/// the scale, 255 / range and the exact 2^64 pre-scale of tiny ranges come from the scalar
-/// code itself; a row with an element that must be sanitized (NaN, inf, beyond the limit)
-/// or whose scale rounds to 0 takes the scalar store. Each element is then computed with
-/// the scalar code's correctly rounded operations in the same order, 16 lanes wide: sub,
-/// mul, mul (never fused: no add follows a product), then floor (vrndscaleps toward -inf,
-/// which keeps -0 as num::floor does), the exact frac and u = (word >> 8) * 2^-24 and
-/// floor + (u < frac), or vrndscaleps to nearest even (num::rint_even); the clamp to
-/// [0, 255] and the conversion to a byte. Philox4x32-10 is integer arithmetic: 32 x 32 ->
-/// 64-bit products of even and odd lanes (vpmuludq), the same words as num::philox4x32_10
-/// for each group, interleaved so that element d takes word d mod 4 of group d / 4.
-/// tests/host/test_encode_simd.cpp checks both against the scalar code.
+/// the scale and its inverse come from the scalar code itself (INT8: 255 / range and the
+/// exact 2^64 pre-scale of tiny ranges; N-bit: fused_nbit_scale, the FP16 scale and bias);
+/// a row with an element that must be sanitized (NaN, inf, beyond the limit), an INT8 row
+/// whose scale rounds to 0 and a constant N-bit row take the scalar store. Each element is
+/// then computed with the scalar code's correctly rounded operations in the same order,
+/// 16 lanes wide: sub, mul (INT8: mul, mul), never fused (no add follows a product), then
+/// floor (vrndscaleps toward -inf, which keeps -0 as num::floor does), the exact frac and
+/// u = (word >> 8) * 2^-24 and floor + (u < frac), or vrndscaleps to nearest even
+/// (num::rint_even); the clamp to [0, 2^N - 1] and the packing into bytes. Philox4x32-10 is
+/// integer arithmetic: 32 x 32 -> 64-bit products of even and odd lanes (vpmuludq), the
+/// same words as num::philox4x32_10 for each group, interleaved so that element d takes
+/// word d mod 4 of group d / 4. tests/host/test_encode_simd.cpp checks them against the
+/// scalar code.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,9 @@
 #include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"
+#include "mpe/storage/fused_nbit.hpp"
+#include "mpe/storage/int2_rowwise.hpp"
+#include "mpe/storage/int4_rowwise.hpp"
 #include "mpe/storage/int8_rowwise.hpp"
 
 namespace mpe::detail {
@@ -93,17 +99,13 @@ MPE_ENCODE512_ROW inline void interleave_words(const __m512i in[4], __m512i e[4]
   e[3] = _mm512_maskz_permutex2var_epi32(kAll, xy_hi, second, zw_hi);  // groups 12 - 15
 }
 
-/// Int8Rowwise::store<R>(src, dim, row, rng) (R: StochasticRounding, or NearestRounding:
-/// vrndscaleps to nearest, ties to even, as num::rint_even) where the row needs no
-/// sanitizing and its scale is positive; returns false (nothing written) otherwise.
-template <class R>
-MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, std::uint8_t* row,
-                                            const num::RowRng& rng) {
-  // The min and max, 16 lanes at a time: a row with an element the scalar code would
-  // sanitize (NaN, inf, beyond the limit) goes to it; the extremes of finite values do not
-  // depend on the order, except for the sign of a zero extreme, which the sequential scan
-  // decides (the first zero it meets), so it runs where an extreme is zero.
-  const __m512 vlimit = _mm512_set1_ps(Int8Rowwise::limit);
+/// The row's sanitized min and max (detail::sanitized_min_max_lanes' values), 16 lanes at a
+/// time; false where an element needs sanitizing (NaN, inf, beyond +-limit), which the
+/// scalar store handles. The extremes of finite values do not depend on the order, except
+/// for the sign of a zero extreme, which the sequential scan decides (the first zero it
+/// meets), so it runs where an extreme is zero.
+MPE_ENCODE512_ROW inline bool min_max(const float* src, std::int32_t dim, float limit, float& mn, float& mx) {
+  const __m512 vlimit = _mm512_set1_ps(limit);
   __m512 lo = _mm512_set1_ps(__builtin_inff()), hi = _mm512_set1_ps(-__builtin_inff());
   for (std::int32_t c = 0; c < dim; c += 16) {
     const std::int32_t m = dim - c < 16 ? dim - c : 16;
@@ -113,19 +115,85 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
     lo = _mm512_mask_min_ps(lo, mask, lo, x);
     hi = _mm512_mask_max_ps(hi, mask, hi, x);
   }
-  bool sat = false;
   alignas(64) float lanes_lo[16], lanes_hi[16];
   _mm512_store_ps(lanes_lo, lo);
   _mm512_store_ps(lanes_hi, hi);
-  float mn = lanes_lo[0], mx = lanes_hi[0];
+  mn = lanes_lo[0];
+  mx = lanes_hi[0];
   for (int i = 1; i < 16; ++i) {
     mn = lanes_lo[i] < mn ? lanes_lo[i] : mn;
     mx = lanes_hi[i] > mx ? lanes_hi[i] : mx;
   }
-  if (mn == 0.0f || mx == 0.0f) sanitized_min_max(src, dim, Int8Rowwise::limit, mn, mx, sat);
+  bool sat = false;
+  if (mn == 0.0f || mx == 0.0f) sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, 0, 1);
+  return !sat;
+}
+
+/// The random words of elements [64 k, 64 k + 64) of a row (element groups 16 k .. 16 k + 15,
+/// g0 = 16 k), in element order (num::for_each_element's mapping: element d word d mod 4
+/// of rng.draw(d / 4)): words[j] lane l for element 64 k + 16 j + l.
+MPE_ENCODE512_ROW inline void row_words(const num::RowRng& rng, std::int32_t g0, __m512i words[4]) {
+  const auto k0 = static_cast<std::uint32_t>(rng.seed), k1 = static_cast<std::uint32_t>(rng.seed >> 32);
+  const auto site = static_cast<std::uint32_t>(rng.site) << 24;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i groups = _mm512_maskz_add_epi32(kAll, _mm512_set1_epi32(g0), lane);
+  const __m512i w = _mm512_maskz_or_epi32(kAll, _mm512_set1_epi32(static_cast<int>(site)),
+                                          _mm512_maskz_and_epi32(kAll, groups, _mm512_set1_epi32(0xffffff)));
+  __m512i blocks[4];
+  philox16(static_cast<std::uint32_t>(rng.row), static_cast<std::uint32_t>(rng.row >> 32), rng.step, w, k0,
+           k1, blocks);
+  interleave_words(blocks, words);
+}
+
+/// Calls f(c, mask, x, word) for each register of a row of `dim` floats at src: columns
+/// [c, c + 16), `mask` their lanes inside the row, x those floats (0 past the row's end) and
+/// `word` their random words (row_words; zero unless R is stochastic), in column order.
+template <class R, class F>
+MPE_ENCODE512_ROW inline void for_each_register(const float* src, std::int32_t dim, const num::RowRng& rng,
+                                                F&& f) {
+  for (std::int32_t g0 = 0; 4 * g0 < dim; g0 += 16) {
+    __m512i words[4] = {};
+    if constexpr (R::stochastic) row_words(rng, g0, words);
+    for (int j = 0; j < 4; ++j) {
+      const std::int32_t c = 4 * g0 + 16 * j;
+      if (c >= dim) break;
+      const __mmask16 mask = TailMask::of(dim - c < 16 ? dim - c : 16).lanes;
+      f(c, mask, _mm512_maskz_loadu_ps(mask, src + c), words[j]);
+    }
+  }
+}
+
+/// R::round(v, word) lane by lane (StochasticRounding: floor, the exact frac, u = (word >> 8)
+/// * 2^-24 and floor + (u < frac); NearestRounding: to nearest even), then clamped to
+/// [0, top]: the codes as integer-valued floats.
+template <class R>
+MPE_ENCODE512_ROW inline __m512 round_codes(__m512 v, __m512i word, float top) {
+  const __m512 zero = _mm512_setzero_ps(), vtop = _mm512_set1_ps(top);
+  __m512 q;
+  if constexpr (R::stochastic) {
+    const __m512 fl = _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_maskz_sub_round_ps(kAll, v, fl, _MM_FROUND_CUR_DIRECTION);
+    const __m512 u = mul(to_float(_mm512_maskz_srli_epi32(kAll, word, 8)), _mm512_set1_ps(0x1p-24f));
+    const __mmask16 up = _mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ);
+    q = add(fl, _mm512_mask_blend_ps(up, zero, _mm512_set1_ps(1.0f)));
+  } else {
+    q = _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, zero, _CMP_LT_OQ), q, zero);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, vtop, _CMP_GT_OQ), q, vtop);
+}
+
+/// Int8Rowwise::store<R>(src, dim, row, rng) (R: StochasticRounding, or NearestRounding:
+/// vrndscaleps to nearest, ties to even, as num::rint_even) where the row needs no
+/// sanitizing and its scale is positive; returns false (nothing written) otherwise.
+template <class R>
+MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, std::uint8_t* row,
+                                            const num::RowRng& rng) {
+  float mn, mx;
+  if (!min_max(src, dim, Int8Rowwise::limit, mn, mx)) return false;
   const float range = num::sub(mx, mn);
   const float scale = num::div(range, 255.0f);
-  if (sat || !(scale > 0.0f)) return false;
+  if (!(scale > 0.0f)) return false;
   float pre = 1.0f;
   float inv = num::div(255.0f, range);
   if (!num::is_finite(inv)) {
@@ -133,52 +201,66 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
     inv = num::div(255.0f, num::mul(range, pre));
   }
   const __m512 vmn = _mm512_set1_ps(mn), vpre = _mm512_set1_ps(pre), vinv = _mm512_set1_ps(inv);
-  const __m512 two24 = _mm512_set1_ps(0x1p-24f), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps(),
-               top = _mm512_set1_ps(255.0f);
-  const auto k0 = static_cast<std::uint32_t>(rng.seed), k1 = static_cast<std::uint32_t>(rng.seed >> 32);
-  const auto site = static_cast<std::uint32_t>(rng.site) << 24;
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (std::int32_t g0 = 0; 4 * g0 < dim; g0 += 16) {
-    __m512i words[4] = {};
-    if constexpr (R::stochastic) {
-      const __m512i groups = _mm512_maskz_add_epi32(kAll, _mm512_set1_epi32(g0), lane);
-      const __m512i w =
-          _mm512_maskz_or_epi32(kAll, _mm512_set1_epi32(static_cast<int>(site)),
-                                _mm512_maskz_and_epi32(kAll, groups, _mm512_set1_epi32(0xffffff)));
-      __m512i blocks[4];
-      philox16(static_cast<std::uint32_t>(rng.row), static_cast<std::uint32_t>(rng.row >> 32), rng.step, w,
-               k0, k1, blocks);
-      interleave_words(blocks, words);
-    }
-    for (int j = 0; j < 4; ++j) {
-      const std::int32_t c = 4 * g0 + 16 * j;
-      if (c >= dim) break;
-      const std::int32_t m = dim - c < 16 ? dim - c : 16;
-      const __mmask16 mask = TailMask::of(m).lanes;
-      const __m512 x = _mm512_maskz_loadu_ps(mask, src + c);
-      const __m512 v =
-          mul(mul(_mm512_maskz_sub_round_ps(kAll, x, vmn, _MM_FROUND_CUR_DIRECTION), vpre), vinv);
-      __m512 q;
-      if constexpr (R::stochastic) {
-        const __m512 fl = _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        const __m512 frac = _mm512_maskz_sub_round_ps(kAll, v, fl, _MM_FROUND_CUR_DIRECTION);
-        const __m512 u = mul(to_float(_mm512_maskz_srli_epi32(kAll, words[j], 8)), two24);
-        const __mmask16 up = _mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ);
-        q = add(fl, _mm512_mask_blend_ps(up, zero, one));
-      } else {
-        q = _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      }
-      q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, zero, _CMP_LT_OQ), q, zero);
-      q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, top, _CMP_GT_OQ), q, top);
-      const __m512i codes = _mm512_maskz_cvttps_epi32(kAll, q);
-      _mm_mask_storeu_epi8(row + c, mask, _mm512_maskz_cvtepi32_epi8(kAll, codes));
-    }
-  }
+  for_each_register<R>(
+      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_ROW {
+        const __m512 v =
+            mul(mul(_mm512_maskz_sub_round_ps(kAll, x, vmn, _MM_FROUND_CUR_DIRECTION), vpre), vinv);
+        const __m512i codes = _mm512_maskz_cvttps_epi32(kAll, round_codes<R>(v, word, 255.0f));
+        _mm_mask_storeu_epi8(row + c, mask, _mm512_maskz_cvtepi32_epi8(kAll, codes));
+      });
   num::store_f32(row + dim, scale);
   num::store_f32(row + dim + 4, mn);
   return true;
 }
 
+/// FBGEMM's fused N-bit row store (Int4Rowwise, Int2Rowwise: store_fused_nbit_lanes<Bits,
+/// R>'s bytes, R StochasticRounding or NearestRounding) where the row needs no sanitizing
+/// and its min is below its max; returns false (nothing written) otherwise. The scale and
+/// bias are the scalar code's (fused_nbit_scale); each element is R::round(mul(sub(x, bias),
+/// inv)) clamped to [0, 2^N - 1], 16 lanes wide (round_codes), and the 16 codes of a
+/// register are shifted to their bit position in their byte and summed (the bit fields are
+/// disjoint) into 16 / (8 / N) bytes; lanes past the row's end give code 0, as the scalar
+/// loop leaves a last byte's unused bits.
+template <int Bits, class R>
+MPE_ENCODE512_TARGET inline bool store_fused_nbit(const float* src, std::int32_t dim, std::uint8_t* row,
+                                                  const num::RowRng& rng, float limit) {
+  static_assert(Bits == 2 || Bits == 4, "FBGEMM's fused N-bit rows have N = 2 or 4");
+  constexpr std::int32_t kPerByte = 8 / Bits;
+  constexpr float kTop = static_cast<float>((1 << Bits) - 1);
+  float mn, mx;
+  if (!min_max(src, dim, limit, mn, mx) || !(mn < mx)) return false;
+  const FusedNbitScale p = fused_nbit_scale<Bits>(mn, mx, limit);
+  const __m512 vbias = _mm512_set1_ps(p.bias), vinv = _mm512_set1_ps(p.inv);
+  // Lane l's code moves to bit Bits * (l mod kPerByte) of its byte.
+  const __m512i shift = Bits == 4 ? _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)
+                                  : _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  for_each_register<R>(
+      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_ROW {
+        const __m512 v = mul(_mm512_maskz_sub_round_ps(kAll, x, vbias, _MM_FROUND_CUR_DIRECTION), vinv);
+        const __m512i codes = _mm512_maskz_cvttps_epi32(mask, round_codes<R>(v, word, kTop));
+        const __m512i placed = _mm512_maskz_sllv_epi32(kAll, codes, shift);
+        // Pairs of lanes summed into the even lane (its 64-bit lane's low byte).
+        const __m512i pairs =
+            _mm512_maskz_add_epi32(kAll, placed, _mm512_maskz_srli_epi64(kAll8, placed, 32));
+        const std::int32_t m = dim - c < 16 ? dim - c : 16;
+        const auto bmask = static_cast<__mmask16>((1u << ((m + kPerByte - 1) / kPerByte)) - 1u);
+        std::uint8_t* out = row + c / kPerByte;
+        if constexpr (Bits == 4) {
+          _mm_mask_storeu_epi8(out, bmask, _mm512_maskz_cvtepi64_epi8(kAll8, pairs));
+        } else {
+          // Quads: lane 4 k + 2's pair onto lane 4 k's (8 bytes down within each 128 bits),
+          // then byte 0 of each 128 bits.
+          const __m512i quads = _mm512_maskz_add_epi32(kAll, pairs, _mm512_bsrli_epi128(pairs, 8));
+          const __m128i b = _mm512_maskz_cvtepi32_epi8(kAll, quads);  // bytes 0, 4, 8, 12 wanted
+          const __m128i pick = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+          _mm_mask_storeu_epi8(out, bmask, _mm_shuffle_epi8(b, pick));
+        }
+      });
+  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
+  num::store_u16(row + nb, p.scale_h);
+  num::store_u16(row + nb + 2, p.bias_h);
+  return true;
+}
 }  // namespace simd512
 
 #undef MPE_ENCODE512_ROW
@@ -186,8 +268,8 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
 #endif  // MPE_HOST_AVX512
 
 /// Storage::store<Rounding>(src, D, row, rng) (the same bytes and saturation flag); on the
-/// host, with the AVX-512 path enabled, INT8 row-wise stochastic rounding by
-/// simd512::store_int8 where it applies.
+/// host, with the AVX-512 path enabled, INT8, INT4 and INT2 rows under stochastic or
+/// nearest rounding by simd512::store_int8 / store_fused_nbit where they apply.
 template <class Storage, class Rounding>
 MPE_HOST_DEVICE inline bool store_row(const float* src, std::int32_t D, std::uint8_t* row,
                                       const num::RowRng& rng) {
@@ -195,6 +277,13 @@ MPE_HOST_DEVICE inline bool store_row(const float* src, std::int32_t D, std::uin
   if constexpr (std::is_same_v<Storage, Int8Rowwise> &&
                 (std::is_same_v<Rounding, StochasticRounding> || std::is_same_v<Rounding, NearestRounding>)) {
     if (host_avx512_enabled() && simd512::store_int8<Rounding>(src, D, row, rng)) return false;
+  }
+  if constexpr ((std::is_same_v<Storage, Int4Rowwise> ||
+                 std::is_same_v<Storage, Int2Rowwise>)&&(std::is_same_v<Rounding, StochasticRounding> ||
+                                                         std::is_same_v<Rounding, NearestRounding>)) {
+    if (host_avx512_enabled() &&
+        simd512::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit))
+      return false;
   }
 #endif
   return Storage::template store<Rounding>(src, D, row, rng);
