@@ -335,14 +335,12 @@ inline void requantize_int8_fp16(const std::uint8_t* in, std::int32_t dim, std::
     std::memset(codes, 0, static_cast<std::size_t>(dim));
     return;
   }
-  bias_h = num::float_to_half<mpe::detail::RoundDown>(mn).bits;
-  const float bias = num::half_to_float(bias_h);
-  scale_h = num::float_to_half<mpe::detail::RoundUp>(num::div(num::sub(mx, bias), 255.0f)).bits;
-  if (scale_h == 0) scale_h = 1;  // the division underflowed (range < 255 * 2^-150): smallest FP16 scale
-  // Keep the top code within FP16 (as Int4Rowwise::store does): the FP16 grid below a
-  // positive half is its bit pattern minus one; 255 * scale is exact in FP32.
-  if (scale_h > 1 && num::add(num::mul(num::half_to_float(scale_h), 255.0f), bias) > num::kHalfMax) --scale_h;
-  const float inv = num::div(1.0f, num::half_to_float(scale_h));
+  // The fused N-bit rule with N = 8 (FP16 bias rounded down, scale rounded up, the top
+  // code kept within FP16), shared with Int4Rowwise::store.
+  const mpe::detail::FusedNbitScale p = mpe::detail::fused_nbit_scale<8>(mn, mx, num::kHalfMax);
+  bias_h = p.bias_h;
+  scale_h = p.scale_h;
+  const float bias = p.bias, inv = p.inv;
   for (std::int32_t d = 0; d < dim; ++d) {
     float q = num::rint_even(num::mul(num::sub(value(d), bias), inv));
     q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);

@@ -51,7 +51,9 @@ concept FusedNbitStorage = requires {
 /// The FP16 scale and bias of a fused N-bit row (N = `Bits`) whose sanitized minimum is
 /// below its maximum, and the inverse scale its codes are computed with (the rule of
 /// store_fused_nbit_lanes below; also used by the host's AVX-512 store,
-/// detail/host/avx512/encode.hpp, so both have one definition).
+/// detail/host/avx512/encode.hpp, and with Bits = 8 by the TBE INT8 export's FP16 scale
+/// and bias, io/interop.hpp, so all have one definition). `limit`: the largest value the
+/// top code may decode to.
 struct FusedNbitScale {
   std::uint16_t scale_h, bias_h;  ///< the FP16 bits written after the codes
   float bias, inv;                ///< bias as f32; 1 / scale (correctly rounded)

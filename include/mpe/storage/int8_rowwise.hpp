@@ -8,6 +8,33 @@
 
 namespace mpe {
 
+namespace detail {
+/// The step and inverse of an Int8Rowwise row whose sanitized range `max - min` is
+/// `range` (>= 0): the rule of Int8Rowwise::store_lanes, also used by the host's AVX-512
+/// store (detail/host/avx512/encode.hpp), so both have one definition.
+struct Int8Scale {
+  float scale;  ///< range / 255 (f32 division): written after the codes; 0 for a constant row
+  float pre;    ///< 2^64 when 255 / range overflows (range below about 2^-120), else 1
+  float inv;    ///< 255 / (range * pre): the codes are R::round((x - min) * pre * inv)
+};
+MPE_HOST_DEVICE inline Int8Scale int8_scale(float range) {
+  Int8Scale p{num::div(range, 255.0f), 1.0f, 0.0f};
+  if (!(p.scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0
+    p.scale = 0.0f;
+    return p;
+  }
+  // A range below ~2^-120 makes 255/range overflow (every code would become 255, and
+  // x == min would give 0 * inf = NaN): then scale both sides by an exact 2^64 first.
+  // pre = 1 otherwise, so ordinary rows keep their bits.
+  p.inv = num::div(255.0f, range);
+  if (!num::is_finite(p.inv)) {
+    p.pre = 0x1p64f;
+    p.inv = num::div(255.0f, num::mul(range, p.pre));
+  }
+  return p;
+}
+}  // namespace detail
+
 /// Row format (FBGEMM "fused 8-bit row-wise": the layout FBGEMM's
 /// `FloatOrHalfToFused8BitRowwiseQuantizedSBFloat` writes on the CPU; fbgemm_gpu's CUDA op
 /// pads the codes to a multiple of 4, see io/interop.hpp), D + 8 bytes:
@@ -77,32 +104,21 @@ struct Int8Rowwise {
     bool sat = false;
     float mn, mx;
     detail::sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, lane, lanes);
-    const float range = num::sub(mx, mn);
-    float scale = num::div(range, 255.0f);
-    if (!(scale > 0.0f)) {  // the scale rounded to 0 (range below 2^-142): every code is 0
-      scale = 0.0f;
+    const detail::Int8Scale p = detail::int8_scale(num::sub(mx, mn));
+    if (!(p.scale > 0.0f)) {  // a constant row (or a range below 2^-142): every code is 0
       num::for_each_element_lanes<NearestRounding>(dim, rng, lane, lanes,
                                                    [&](std::int32_t d, std::uint32_t) { row[d] = 0; });
     } else {
-      // A range below ~2^-120 makes 255/range overflow (every code would become 255, and
-      // x == min would give 0 * inf = NaN): then scale both sides by an exact 2^64 first.
-      // pre = 1 otherwise, so ordinary rows keep their bits.
-      float pre = 1.0f;
-      float inv = num::div(255.0f, range);
-      if (!num::is_finite(inv)) {
-        pre = 0x1p64f;
-        inv = num::div(255.0f, num::mul(range, pre));
-      }
       bool ignored = false;
       num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
-        float q = R::round(num::mul(num::mul(num::sub(x, mn), pre), inv), w);
+        float q = R::round(num::mul(num::mul(num::sub(x, mn), p.pre), p.inv), w);
         q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
         row[d] = static_cast<std::uint8_t>(q);
       });
     }
     if (lane == 0) {
-      num::store_f32(row + dim, scale);
+      num::store_f32(row + dim, p.scale);
       num::store_f32(row + dim + 4, mn);
     }
     return sat;

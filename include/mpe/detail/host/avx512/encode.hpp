@@ -8,8 +8,9 @@
 ///
 /// Bits (the numerics contract): the row's min and max are the scalar scan's (the same
 /// values in any order; the scan itself runs where one is a zero, whose sign it decides);
-/// the scale and its inverse come from the scalar code itself (INT8: 255 / range and the
-/// exact 2^64 pre-scale of tiny ranges; N-bit: fused_nbit_scale, the FP16 scale and bias);
+/// the scale and its inverse come from the scalar code's own functions (INT8: int8_scale,
+/// 255 / range and the exact 2^64 pre-scale of tiny ranges; N-bit: fused_nbit_scale, the
+/// FP16 scale and bias);
 /// a row with an element that must be sanitized (NaN, inf, beyond the limit), an INT8 row
 /// whose scale rounds to 0 and a constant N-bit row take the scalar store. Each element is
 /// then computed with the scalar code's correctly rounded operations in the same order,
@@ -191,16 +192,9 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
                                             const num::RowRng& rng) {
   float mn, mx;
   if (!min_max(src, dim, Int8Rowwise::limit, mn, mx)) return false;
-  const float range = num::sub(mx, mn);
-  const float scale = num::div(range, 255.0f);
-  if (!(scale > 0.0f)) return false;
-  float pre = 1.0f;
-  float inv = num::div(255.0f, range);
-  if (!num::is_finite(inv)) {
-    pre = 0x1p64f;
-    inv = num::div(255.0f, num::mul(range, pre));
-  }
-  const __m512 vmn = _mm512_set1_ps(mn), vpre = _mm512_set1_ps(pre), vinv = _mm512_set1_ps(inv);
+  const Int8Scale p = int8_scale(num::sub(mx, mn));
+  if (!(p.scale > 0.0f)) return false;
+  const __m512 vmn = _mm512_set1_ps(mn), vpre = _mm512_set1_ps(p.pre), vinv = _mm512_set1_ps(p.inv);
   for_each_register<R>(
       src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_ROW {
         const __m512 v =
@@ -208,7 +202,7 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
         const __m512i codes = _mm512_maskz_cvttps_epi32(kAll, round_codes<R>(v, word, 255.0f));
         _mm_mask_storeu_epi8(row + c, mask, _mm512_maskz_cvtepi32_epi8(kAll, codes));
       });
-  num::store_f32(row + dim, scale);
+  num::store_f32(row + dim, p.scale);
   num::store_f32(row + dim + 4, mn);
   return true;
 }
