@@ -300,6 +300,9 @@ class CachedEmbedding {
     bool admission_pending = false;
     std::uint64_t id = 0;
     std::uint64_t call = 0;  // call_seq_ of the forward() that left its admission pending
+    // The admission is still owed: forward() deferred it and the batch still awaits its
+    // backward (admit_pending() makes it; a checkpoint leaves that forward out).
+    bool admission_owed() const { return admission_pending && valid && awaiting_backward; }
     index_t n = 0, B = 0;
     IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
     IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,

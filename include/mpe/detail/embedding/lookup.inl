@@ -234,10 +234,9 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::admit_pending() {
   Batch& c = current_;
-  if (!c.admission_pending) return;
+  const bool owed = c.admission_owed();
   c.admission_pending = false;
-  if (!c.valid || !c.awaiting_backward) return;
-  populate(c, nullptr, c.scatter);
+  if (owed) populate(c, nullptr, c.scatter);
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -292,7 +292,7 @@ struct CheckpointAccess {
     b.put(static_cast<std::uint64_t>(counters.step));
     // defer_admission: a forward() whose admission is pending is not counted (neither its
     // populate number nor its call), so the checkpoint is the state before it.
-    const bool unadmitted = e.current_.admission_pending && e.current_.valid && e.current_.awaiting_backward;
+    const bool unadmitted = e.current_.admission_owed();
     b.put(static_cast<std::uint64_t>(unadmitted ? e.current_.id - 1 : e.populate_counter_));
     b.put(static_cast<std::uint64_t>(counters.decay_clock));
     b.str(e.opt_name_);
