@@ -9,7 +9,7 @@ import statistics
 import sys
 
 COLS = ("prec,rows,D,dist,variant,B,L,median_ms,min_ms,ratio_vs_fbgemm,cpu_median_ms,cpu_ratio_vs_fbgemm,"
-        "Midx_per_s,useful_GBps,seq_fraction,gather_fraction,max_abs_diff,bound,agree").split(",")
+        "Midx_per_s,useful_GBps,seq_fraction,gather_fraction,max_abs_diff,bound,agree,order_ratio_vs_fbgemm").split(",")
 
 
 def read(path):
@@ -21,9 +21,13 @@ def read(path):
             parts = line.strip().split(",")[1:]
             if len(parts) == len(COLS):
                 rows.append(dict(zip(COLS, parts)))
-            elif len(parts) == len(COLS) - 2:  # an output without the CPU-time columns
-                d = dict(zip([c for c in COLS if not c.startswith("cpu_")], parts))
-                d["cpu_median_ms"] = d["cpu_ratio_vs_fbgemm"] = "nan"
+            elif len(parts) == len(COLS) - 1:  # an output without the order-balanced ratio
+                d = dict(zip(COLS, parts))
+                d["order_ratio_vs_fbgemm"] = "nan"
+                rows.append(d)
+            elif len(parts) == len(COLS) - 3:  # an output without the CPU-time columns
+                d = dict(zip([c for c in COLS if not c.startswith("cpu_") and c != "order_ratio_vs_fbgemm"], parts))
+                d["cpu_median_ms"] = d["cpu_ratio_vs_fbgemm"] = d["order_ratio_vs_fbgemm"] = "nan"
                 rows.append(d)
         elif line.startswith("# loadavg"):
             loads.append(line.split(":", 1)[1].split()[0])
@@ -53,16 +57,17 @@ def main():
                   f"random-line gather {med([x[1] for x in lim]):.1f} M lines/s; 1-min load at process "
                   f"start/end: {', '.join(loads)}\n")
         print("| format | rows | dist | variant | median ms (wall) | ratio wall (min-max) | CPU ms | ratio CPU (min-max)"
-              " | GB/s | seq frac | gather frac | agree |")
-        print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+              " | order-balanced (min-max) | GB/s | seq frac | gather frac | agree |")
+        print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         order = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3}
         for key in sorted(data, key=lambda k: (order.get(k[0], 9), k[1], k[2], k[3] != "fbgemm", k[3])):
             rs = data[key]
             f = lambda c: [float(r[c]) for r in rs]
-            rw, rc = f("ratio_vs_fbgemm"), f("cpu_ratio_vs_fbgemm")
+            rw, rc, ro = f("ratio_vs_fbgemm"), f("cpu_ratio_vs_fbgemm"), f("order_ratio_vs_fbgemm")
             rng = lambda v: f"{min(v):.2f}-{max(v):.2f}" if all(x == x for x in v) else "-"
             print(f"| {key[0]} | {key[1] // 1000000}M | {key[2]} | {key[3]} | {med(f('median_ms')):.3f} | "
                   f"**{med(rw):.2f}** ({rng(rw)}) | {med(f('cpu_median_ms')):.3f} | **{med(rc):.2f}** ({rng(rc)}) | "
+                  f"{med(ro):.2f} ({rng(ro)}) | "
                   f"{med(f('useful_GBps')):.2f} | {med(f('seq_fraction')):.3f} | {med(f('gather_fraction')):.3f} | "
                   f"{'yes' if all(r['agree'] == '1' for r in rs) else 'NO'} |")
 
