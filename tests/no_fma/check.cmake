@@ -1,4 +1,6 @@
-# Compiles tests/no_fma/kernels.cpp (the AVX-512 pooling kernel, every format) with each
+# Compiles tests/no_fma/kernels.cpp (the AVX-512 pooling kernel, every format, and the host's
+# AVX-512 and AVX2 row stores), and tests/no_fma/embedding.cpp (two whole CachedEmbedding
+# instantiations, with -fopenmp), with each
 # compiler given in COMPILERS (separated by |) at -O3 -ffp-contract=fast and fails if the object
 # holds an FMA instruction (vfmadd / vfmsub / vfnmadd / vfnmsub): with AVX-512 enabled both
 # GCC and Clang may fuse a multiply and an add unless the kernel prevents it, and a fused
@@ -28,12 +30,30 @@ foreach(cxx IN LISTS COMPILERS)
   string(REGEX MATCHALL "vmulps[^\n]*zmm" muls "${asm}")
   list(LENGTH muls nmul)
   if(n GREATER 0)
-    message(FATAL_ERROR "${cxx}: ${n} FMA instructions in the AVX-512 pooling kernel under -ffp-contract=fast")
+    message(FATAL_ERROR "${cxx}: ${n} FMA instructions in the AVX-512 pooling kernel or the row stores under -ffp-contract=fast")
   endif()
   if(nmul EQUAL 0)  # the kernel was compiled out: nothing was checked
     message(FATAL_ERROR "${cxx}: no 512-bit multiply in the object (MPE_HOST_AVX512 = 0?)")
   endif()
   message(STATUS "${cxx}: no FMA, ${nmul} 512-bit multiplies")
+  # The whole class (tests/no_fma/embedding.cpp), with OpenMP as a trainer builds it.
+  set(obj ${WORK_DIR}/embedding_${tag}.o)
+  execute_process(COMMAND ${cxx} -std=gnu++20 -O3 -ffp-contract=fast -fopenmp -I${SOURCE_DIR}/include -c
+                          ${SOURCE_DIR}/tests/no_fma/embedding.cpp -o ${obj}
+                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${cxx} failed to compile tests/no_fma/embedding.cpp:\n${err}")
+  endif()
+  execute_process(COMMAND ${OBJDUMP} -d ${obj} OUTPUT_VARIABLE asm RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${OBJDUMP} -d ${obj} failed")
+  endif()
+  string(REGEX MATCHALL "vfn?m(add|sub)[0-9a-z]*" fmas "${asm}")
+  list(LENGTH fmas n)
+  if(n GREATER 0)
+    message(FATAL_ERROR "${cxx}: ${n} FMA instructions in CachedEmbedding under -ffp-contract=fast")
+  endif()
+  message(STATUS "${cxx}: CachedEmbedding compiles, no FMA")
   math(EXPR checked "${checked} + 1")
 endforeach()
 if(checked EQUAL 0)

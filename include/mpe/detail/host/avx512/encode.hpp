@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "mpe/detail/host/avx2/encode.hpp"
 #include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"
@@ -40,6 +41,9 @@ namespace mpe::detail {
 #if MPE_HOST_AVX512
 #define MPE_ENCODE512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define MPE_ENCODE512_ROW [[gnu::always_inline]] MPE_ENCODE512_TARGET
+// The same for a lambda's call operator (after its parameter list, where Clang takes GNU
+// attributes but not a [[gnu::...]] one, which would appertain to the lambda's type).
+#define MPE_ENCODE512_LAMBDA __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 
 namespace simd512 {
 
@@ -196,7 +200,7 @@ MPE_ENCODE512_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
   if (!(p.scale > 0.0f)) return false;
   const __m512 vmn = _mm512_set1_ps(mn), vpre = _mm512_set1_ps(p.pre), vinv = _mm512_set1_ps(p.inv);
   for_each_register<R>(
-      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_ROW {
+      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_LAMBDA {
         const __m512 v =
             mul(mul(_mm512_maskz_sub_round_ps(kAll, x, vmn, _MM_FROUND_CUR_DIRECTION), vpre), vinv);
         const __m512i codes = _mm512_maskz_cvttps_epi32(kAll, round_codes<R>(v, word, 255.0f));
@@ -229,7 +233,7 @@ MPE_ENCODE512_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
   const __m512i shift = Bits == 4 ? _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)
                                   : _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   for_each_register<R>(
-      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_ROW {
+      src, dim, rng, [&](std::int32_t c, __mmask16 mask, __m512 x, __m512i word) MPE_ENCODE512_LAMBDA {
         const __m512 v = mul(_mm512_maskz_sub_round_ps(kAll, x, vbias, _MM_FROUND_CUR_DIRECTION), vinv);
         const __m512i codes = _mm512_maskz_cvttps_epi32(mask, round_codes<R>(v, word, kTop));
         const __m512i placed = _mm512_maskz_sllv_epi32(kAll, codes, shift);
@@ -257,27 +261,44 @@ MPE_ENCODE512_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
 }
 }  // namespace simd512
 
+#undef MPE_ENCODE512_LAMBDA
 #undef MPE_ENCODE512_ROW
 #undef MPE_ENCODE512_TARGET
 #endif  // MPE_HOST_AVX512
 
 /// Storage::store<Rounding>(src, D, row, rng) (the same bytes and saturation flag); on the
 /// host, with the AVX-512 path enabled, INT8, INT4 and INT2 rows under stochastic or
-/// nearest rounding by simd512::store_int8 / store_fused_nbit where they apply.
+/// nearest rounding by simd512::store_int8 / store_fused_nbit where they apply; with only
+/// the AVX2 path (a CPU without AVX-512, or set_host_avx512(false)), by simd::store_int8 /
+/// store_fused_nbit (detail/host/avx2/encode.hpp). A row one path declines (it needs
+/// sanitizing, or its scale is 0) the other declines too: it takes the scalar store.
 template <class Storage, class Rounding>
 MPE_HOST_DEVICE inline bool store_row(const float* src, std::int32_t D, std::uint8_t* row,
                                       const num::RowRng& rng) {
-#if MPE_HOST_AVX512 && !defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<Storage, Int8Rowwise> &&
+#if MPE_HOST_SIMD && !defined(__CUDA_ARCH__)
+  constexpr bool kInt8 = std::is_same_v<Storage, Int8Rowwise>;
+  constexpr bool kNbit = std::is_same_v<Storage, Int4Rowwise> || std::is_same_v<Storage, Int2Rowwise>;
+  if constexpr ((kInt8 || kNbit) &&
                 (std::is_same_v<Rounding, StochasticRounding> || std::is_same_v<Rounding, NearestRounding>)) {
-    if (host_avx512_enabled() && simd512::store_int8<Rounding>(src, D, row, rng)) return false;
-  }
-  if constexpr ((std::is_same_v<Storage, Int4Rowwise> ||
-                 std::is_same_v<Storage, Int2Rowwise>)&&(std::is_same_v<Rounding, StochasticRounding> ||
-                                                         std::is_same_v<Rounding, NearestRounding>)) {
-    if (host_avx512_enabled() &&
-        simd512::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit))
-      return false;
+    bool done = false;
+#if MPE_HOST_AVX512
+    if (host_avx512_enabled()) {
+      if constexpr (kInt8) {
+        done = simd512::store_int8<Rounding>(src, D, row, rng);
+      } else {
+        done = simd512::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit);
+      }
+      return done ? false : Storage::template store<Rounding>(src, D, row, rng);
+    }
+#endif
+    if (host_simd_enabled()) {
+      if constexpr (kInt8) {
+        done = simd::store_int8<Rounding>(src, D, row, rng);
+      } else {
+        done = simd::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit);
+      }
+    }
+    if (done) return false;
   }
 #endif
   return Storage::template store<Rounding>(src, D, row, rng);
