@@ -27,6 +27,7 @@
 #include <limits>
 #include <mpe/mpe.hpp>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -80,45 +81,53 @@ struct TestRow {
 }
 
 #if MPE_HOST_AVX512
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) void philox_lanes(
-    std::uint32_t x, std::uint32_t y, std::uint32_t z, const std::uint32_t* w, std::uint32_t k0,
-    std::uint32_t k1, std::uint32_t out[4][16]) {
-  __m512i blocks[4];
-  mpe::detail::simd512::philox16(x, y, z, _mm512_loadu_si512(w), k0, k1, blocks);
-  for (int i = 0; i < 4; ++i) _mm512_storeu_si512(out[i], blocks[i]);
-}
-
-/// The AVX-512 store of format S under rounding R (false: declined, nothing written).
-template <class S, class R>
-bool simd_store(const float* x, std::int32_t D, std::uint8_t* row, const mpe::num::RowRng& rng) {
-  if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
-    return mpe::detail::simd512::store_int8<R>(x, D, row, rng);
-  } else {
-    return mpe::detail::simd512::store_fused_nbit<S::bits, R>(x, D, row, rng, S::limit);
+/// The AVX-512 path: simd512::philox16 and simd512::store_int8 / store_fused_nbit.
+struct Avx512 {
+  static constexpr int lanes = 16;
+  static constexpr const char* name = "AVX-512";
+  static bool cpu() { return mpe::detail::cpu_has_avx512(); }
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) static void philox(
+      std::uint32_t x, std::uint32_t y, std::uint32_t z, const std::uint32_t* w, std::uint32_t k0,
+      std::uint32_t k1, std::uint32_t out[4][16]) {
+    __m512i blocks[4];
+    mpe::detail::simd512::philox16(x, y, z, _mm512_loadu_si512(w), k0, k1, blocks);
+    for (int i = 0; i < 4; ++i) _mm512_storeu_si512(out[i], blocks[i]);
   }
-}
-
+  /// The store of format S under rounding R (false: declined, nothing written).
+  template <class S, class R>
+  static bool store(const float* x, std::int32_t D, std::uint8_t* row, const mpe::num::RowRng& rng) {
+    if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
+      return mpe::detail::simd512::store_int8<R>(x, D, row, rng);
+    } else {
+      return mpe::detail::simd512::store_fused_nbit<S::bits, R>(x, D, row, rng, S::limit);
+    }
+  }
+};
 #endif
 
 #if MPE_HOST_SIMD
-__attribute__((target("avx2,f16c"))) void philox_lanes8(std::uint32_t x, std::uint32_t y, std::uint32_t z,
-                                                        const std::uint32_t* w, std::uint32_t k0,
-                                                        std::uint32_t k1, std::uint32_t out[4][8]) {
-  __m256i blocks[4];
-  mpe::detail::simd::philox8(x, y, z, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), k0, k1,
-                             blocks);
-  for (int i = 0; i < 4; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i]), blocks[i]);
-}
-
-/// The AVX2 store of format S under rounding R (false: declined, nothing written).
-template <class S, class R>
-bool avx2_store(const float* x, std::int32_t D, std::uint8_t* row, const mpe::num::RowRng& rng) {
-  if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
-    return mpe::detail::simd::store_int8<R>(x, D, row, rng);
-  } else {
-    return mpe::detail::simd::store_fused_nbit<S::bits, R>(x, D, row, rng, S::limit);
+/// The AVX2 path: simd::philox8 and simd::store_int8 / store_fused_nbit.
+struct Avx2 {
+  static constexpr int lanes = 8;
+  static constexpr const char* name = "AVX2";
+  static bool cpu() { return mpe::detail::cpu_has_avx2_f16c(); }
+  __attribute__((target("avx2,f16c"))) static void philox(std::uint32_t x, std::uint32_t y, std::uint32_t z,
+                                                          const std::uint32_t* w, std::uint32_t k0,
+                                                          std::uint32_t k1, std::uint32_t out[4][16]) {
+    __m256i blocks[4];
+    mpe::detail::simd::philox8(x, y, z, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), k0, k1,
+                               blocks);
+    for (int i = 0; i < 4; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i]), blocks[i]);
   }
-}
+  template <class S, class R>
+  static bool store(const float* x, std::int32_t D, std::uint8_t* row, const mpe::num::RowRng& rng) {
+    if constexpr (std::is_same_v<S, mpe::Int8Rowwise>) {
+      return mpe::detail::simd::store_int8<R>(x, D, row, rng);
+    } else {
+      return mpe::detail::simd::store_fused_nbit<S::bits, R>(x, D, row, rng, S::limit);
+    }
+  }
+};
 
 /// Restores the host SIMD switches (AVX2 and AVX-512) on scope exit.
 struct SimdSwitches {
@@ -129,18 +138,15 @@ struct SimdSwitches {
     mpe::detail::set_host_avx512(avx512);
   }
 };
-#endif
 
-}  // namespace
-
-#if MPE_HOST_AVX512
-
-TEST_CASE("philox16 equals num::philox4x32_10 lane by lane") {
-  if (!mpe::detail::cpu_has_avx512()) {
-    MESSAGE("CPU without AVX-512 F/BW/VL: skipped");
+/// Path P's Philox words equal num::philox4x32_10's for each of its P::lanes counters.
+template <class P>
+void check_philox(std::uint64_t seed) {
+  if (!P::cpu()) {
+    MESSAGE("CPU without " << std::string(P::name) << ": skipped");
     return;
   }
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(seed);
   for (int t = 0; t < 2000; ++t) {
     const auto x = static_cast<std::uint32_t>(rng()), y = static_cast<std::uint32_t>(rng()),
                z = static_cast<std::uint32_t>(rng()), k0 = static_cast<std::uint32_t>(rng()),
@@ -148,8 +154,8 @@ TEST_CASE("philox16 equals num::philox4x32_10 lane by lane") {
     std::uint32_t w[16];
     for (auto& v : w) v = static_cast<std::uint32_t>(rng());
     std::uint32_t got[4][16];
-    philox_lanes(x, y, z, w, k0, k1, got);
-    for (int l = 0; l < 16; ++l) {
+    P::philox(x, y, z, w, k0, k1, got);
+    for (int l = 0; l < P::lanes; ++l) {
       const mpe::num::Uint4 want = mpe::num::philox4x32_10(mpe::num::Uint4{x, y, z, w[l]}, k0, k1);
       CAPTURE(t);
       CAPTURE(l);
@@ -161,13 +167,19 @@ TEST_CASE("philox16 equals num::philox4x32_10 lane by lane") {
   }
 }
 
-TEST_CASE_TEMPLATE("the AVX-512 store writes Storage::store's bytes (stochastic and nearest rounding)", S,
-                   mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
-  if (!mpe::detail::cpu_has_avx512()) {
-    MESSAGE("CPU without AVX-512 F/BW/VL: skipped");
+/// Path P's store of format S writes Storage::store's bytes (stochastic and nearest rounding)
+/// on 6000 rows of make_row, or declines (writes nothing) where the scalar code sanitizes or
+/// the row is constant; store_row, with the host switches set so that it takes path P, gives
+/// the scalar bytes either way.
+template <class S, class P>
+void check_stores(std::uint64_t seed) {
+  if (!P::cpu()) {
+    MESSAGE("CPU without " << std::string(P::name) << ": skipped");
     return;
   }
-  std::mt19937_64 gen(17);
+  SimdSwitches keep;
+  mpe::detail::set_host_avx512(P::lanes == 16);
+  std::mt19937_64 gen(seed);
   int stored = 0, declined = 0;
   for (int t = 0; t < 6000; ++t) {
     const TestRow row = make_row(gen, t, S::limit);
@@ -181,8 +193,8 @@ TEST_CASE_TEMPLATE("the AVX-512 store writes Storage::store's bytes (stochastic 
     CAPTURE(t);
     CAPTURE(D);
     CAPTURE(kind);
-    const bool nearest_done = simd_store<S, mpe::NearestRounding>(x.data(), D, near_got.data(), rng);
-    if (simd_store<S, mpe::StochasticRounding>(x.data(), D, got.data(), rng)) {
+    const bool nearest_done = P::template store<S, mpe::NearestRounding>(x.data(), D, near_got.data(), rng);
+    if (P::template store<S, mpe::StochasticRounding>(x.data(), D, got.data(), rng)) {
       ++stored;
       REQUIRE(nearest_done);
       REQUIRE(std::memcmp(want.data(), got.data(), bytes) == 0);
@@ -201,84 +213,30 @@ TEST_CASE_TEMPLATE("the AVX-512 store writes Storage::store's bytes (stochastic 
     REQUIRE(std::memcmp(want.data(), via.data(), bytes) == 0);
     REQUIRE(std::memcmp(near.data(), via_near.data(), bytes) == 0);
   }
-  MESSAGE(stored << " rows stored by the AVX-512 path, " << declined << " declined");
+  MESSAGE(stored << " rows stored by the " << std::string(P::name) << " path, " << declined << " declined");
   CHECK(stored > 4000);
 }
+#endif
 
+}  // namespace
+
+#if MPE_HOST_AVX512
+TEST_CASE("philox16 equals num::philox4x32_10 lane by lane") { check_philox<Avx512>(3); }
+
+TEST_CASE_TEMPLATE("the AVX-512 store writes Storage::store's bytes (stochastic and nearest rounding)", S,
+                   mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
+  check_stores<S, Avx512>(17);
+}
 #else
 TEST_CASE("AVX-512 row store: compiled out") { MESSAGE("a build without the AVX-512 path: skipped"); }
 #endif  // MPE_HOST_AVX512
 
 #if MPE_HOST_SIMD
-TEST_CASE("philox8 equals num::philox4x32_10 lane by lane") {
-  if (!mpe::detail::cpu_has_avx2_f16c()) {
-    MESSAGE("CPU without AVX2 + F16C: skipped");
-    return;
-  }
-  std::mt19937_64 rng(4);
-  for (int t = 0; t < 2000; ++t) {
-    const auto x = static_cast<std::uint32_t>(rng()), y = static_cast<std::uint32_t>(rng()),
-               z = static_cast<std::uint32_t>(rng()), k0 = static_cast<std::uint32_t>(rng()),
-               k1 = static_cast<std::uint32_t>(rng());
-    std::uint32_t w[8];
-    for (auto& v : w) v = static_cast<std::uint32_t>(rng());
-    std::uint32_t got[4][8];
-    philox_lanes8(x, y, z, w, k0, k1, got);
-    for (int l = 0; l < 8; ++l) {
-      const mpe::num::Uint4 want = mpe::num::philox4x32_10(mpe::num::Uint4{x, y, z, w[l]}, k0, k1);
-      CAPTURE(t);
-      CAPTURE(l);
-      REQUIRE(got[0][l] == want.x);
-      REQUIRE(got[1][l] == want.y);
-      REQUIRE(got[2][l] == want.z);
-      REQUIRE(got[3][l] == want.w);
-    }
-  }
-}
+TEST_CASE("philox8 equals num::philox4x32_10 lane by lane") { check_philox<Avx2>(4); }
 
 TEST_CASE_TEMPLATE("the AVX2 store writes Storage::store's bytes (stochastic and nearest rounding)", S,
                    mpe::Int8Rowwise, mpe::Int4Rowwise, mpe::Int2Rowwise) {
-  if (!mpe::detail::cpu_has_avx2_f16c()) {
-    MESSAGE("CPU without AVX2 + F16C: skipped");
-    return;
-  }
-  SimdSwitches keep;
-  mpe::detail::set_host_avx512(false);  // store_row takes the AVX2 store
-  std::mt19937_64 gen(19);
-  int stored = 0, declined = 0;
-  for (int t = 0; t < 6000; ++t) {
-    const TestRow row = make_row(gen, t, S::limit);
-    const std::vector<float>& x = row.x;
-    const int D = static_cast<int>(x.size()), kind = row.kind;
-    const mpe::num::RowRng& rng = row.rng;
-    const std::size_t bytes = S::data_bytes(D);
-    std::vector<std::uint8_t> want(bytes, 0xab), got(bytes, 0xab), near(bytes, 0xab), near_got(bytes, 0xab);
-    const bool saturated = S::template store<mpe::StochasticRounding>(x.data(), D, want.data(), rng);
-    S::template store<mpe::NearestRounding>(x.data(), D, near.data(), rng);
-    CAPTURE(t);
-    CAPTURE(D);
-    CAPTURE(kind);
-    const bool nearest_done = avx2_store<S, mpe::NearestRounding>(x.data(), D, near_got.data(), rng);
-    if (avx2_store<S, mpe::StochasticRounding>(x.data(), D, got.data(), rng)) {
-      ++stored;
-      REQUIRE(nearest_done);
-      REQUIRE(std::memcmp(want.data(), got.data(), bytes) == 0);
-      REQUIRE(std::memcmp(near.data(), near_got.data(), bytes) == 0);
-    } else {
-      ++declined;
-      // Only a row the scalar code sanitizes, or a constant one (its min equals its max).
-      const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
-      CHECK((saturated || *lo == *hi));
-      for (const auto b : got) REQUIRE(b == 0xab);  // nothing written
-    }
-    std::vector<std::uint8_t> via(bytes, 0xab), via_near(bytes, 0xab);
-    mpe::detail::store_row<S, mpe::StochasticRounding>(x.data(), D, via.data(), rng);
-    mpe::detail::store_row<S, mpe::NearestRounding>(x.data(), D, via_near.data(), rng);
-    REQUIRE(std::memcmp(want.data(), via.data(), bytes) == 0);
-    REQUIRE(std::memcmp(near.data(), via_near.data(), bytes) == 0);
-  }
-  MESSAGE(stored << " rows stored by the AVX2 path, " << declined << " declined");
-  CHECK(stored > 4000);
+  check_stores<S, Avx2>(19);
 }
 
 TEST_CASE_TEMPLATE("training with the SIMD row stores gives the bytes of the portable store", S,

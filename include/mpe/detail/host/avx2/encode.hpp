@@ -39,6 +39,8 @@ namespace mpe::detail {
 #if MPE_HOST_SIMD
 #define MPE_ENCODE256_TARGET __attribute__((target("avx2,f16c")))
 #define MPE_ENCODE256_ROW [[gnu::always_inline]] MPE_ENCODE256_TARGET
+// The same for a lambda's call operator (Clang takes only GNU attributes there).
+#define MPE_ENCODE256_LAMBDA __attribute__((always_inline, target("avx2,f16c")))
 
 namespace simd {
 
@@ -161,6 +163,25 @@ MPE_ENCODE256_ROW inline void row_words(const num::RowRng& rng, std::int32_t g0,
   interleave_words(blocks, words);
 }
 
+/// Calls f(c, m, in, x, word) for each register of a row of `dim` floats at src: columns
+/// [c, c + m) (m <= 8), `in` all-ones in those lanes, x those floats (0 past the row's end)
+/// and `word` their random words (row_words; zero unless R is stochastic), in column order.
+template <class R, class F>
+MPE_ENCODE256_ROW inline void for_each_register(const float* src, std::int32_t dim, const num::RowRng& rng,
+                                                F&& f) {
+  for (std::int32_t g0 = 0; 4 * g0 < dim; g0 += 8) {
+    __m256i words[4] = {};
+    if constexpr (R::stochastic) row_words(rng, g0, words);
+    for (int j = 0; j < 4; ++j) {
+      const std::int32_t c = 4 * g0 + 8 * j;
+      if (c >= dim) break;
+      const std::int32_t m = dim - c < 8 ? dim - c : 8;
+      const __m256i in = lanes_below(m);
+      f(c, m, in, _mm256_maskload_ps(src + c, in), words[j]);
+    }
+  }
+}
+
 /// R::round(v, word) lane by lane (StochasticRounding: floor, the exact frac, u = (word >> 8)
 /// * 2^-24 and floor + (u < frac); NearestRounding: to nearest even), then clamped to
 /// [0, top]: the codes as integer-valued floats.
@@ -193,26 +214,20 @@ MPE_ENCODE256_TARGET inline bool store_int8(const float* src, std::int32_t dim, 
   const Int8Scale p = int8_scale(num::sub(mx, mn));
   if (!(p.scale > 0.0f)) return false;
   const __m256 vmn = _mm256_set1_ps(mn), vpre = _mm256_set1_ps(p.pre), vinv = _mm256_set1_ps(p.inv);
-  for (std::int32_t g0 = 0; 4 * g0 < dim; g0 += 8) {
-    __m256i words[4] = {};
-    if constexpr (R::stochastic) row_words(rng, g0, words);
-    for (int j = 0; j < 4; ++j) {
-      const std::int32_t c = 4 * g0 + 8 * j;
-      if (c >= dim) break;
-      const std::int32_t m = dim - c < 8 ? dim - c : 8;
-      const __m256 x = _mm256_maskload_ps(src + c, lanes_below(m));
-      const __m256 v = mul_unfused(mul_unfused(_mm256_sub_ps(x, vmn), vpre), vinv);
-      const __m256i codes = _mm256_cvttps_epi32(round_codes<R>(v, words[j], 255.0f));
-      // 32-bit codes (0 .. 255) to bytes: both packs saturate nothing; each 128-bit half
-      // keeps its 4 codes in its low 4 bytes.
-      const __m256i w16 = _mm256_packus_epi32(codes, codes);
-      const __m256i b8 = _mm256_packus_epi16(w16, w16);
-      const std::uint64_t bytes =
-          static_cast<std::uint32_t>(_mm256_cvtsi256_si32(b8)) |
-          static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_extract_epi32(b8, 4))) << 32;
-      std::memcpy(row + c, &bytes, static_cast<std::size_t>(m));  // little-endian: codes in order
-    }
-  }
+  for_each_register<R>(
+      src, dim, rng,
+      [&](std::int32_t c, std::int32_t m, __m256i, __m256 x, __m256i word) MPE_ENCODE256_LAMBDA {
+        const __m256 v = mul_unfused(mul_unfused(_mm256_sub_ps(x, vmn), vpre), vinv);
+        const __m256i codes = _mm256_cvttps_epi32(round_codes<R>(v, word, 255.0f));
+        // 32-bit codes (0 .. 255) to bytes: both packs saturate nothing; each
+        // 128-bit half keeps its 4 codes in its low 4 bytes.
+        const __m256i w16 = _mm256_packus_epi32(codes, codes);
+        const __m256i b8 = _mm256_packus_epi16(w16, w16);
+        const std::uint64_t bytes =
+            static_cast<std::uint32_t>(_mm256_cvtsi256_si32(b8)) |
+            static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_extract_epi32(b8, 4))) << 32;
+        std::memcpy(row + c, &bytes, static_cast<std::size_t>(m));  // little-endian
+      });
   num::store_f32(row + dim, p.scale);
   num::store_f32(row + dim + 4, mn);
   return true;
@@ -247,30 +262,23 @@ MPE_ENCODE256_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
                            : _mm256_setr_epi8(0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                               0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   constexpr std::uint32_t kHalfBytes = 4 / kPerByte;  // bytes a 128-bit half (4 codes) fills
-  for (std::int32_t g0 = 0; 4 * g0 < dim; g0 += 8) {
-    __m256i words[4] = {};
-    if constexpr (R::stochastic) row_words(rng, g0, words);
-    for (int j = 0; j < 4; ++j) {
-      const std::int32_t c = 4 * g0 + 8 * j;
-      if (c >= dim) break;
-      const std::int32_t m = dim - c < 8 ? dim - c : 8;
-      const __m256i in = lanes_below(m);
-      const __m256 x = _mm256_maskload_ps(src + c, in);
-      const __m256 v = mul_unfused(_mm256_sub_ps(x, vbias), vinv);
-      const __m256i codes = _mm256_and_si256(_mm256_cvttps_epi32(round_codes<R>(v, words[j], kTop)), in);
-      const __m256i placed = _mm256_sllv_epi32(codes, shift);
-      // Pairs of lanes summed into the even lane (its 64-bit lane's low byte); INT2: then
-      // the two pairs of each 128 bits into its lane 0.
-      __m256i sum = _mm256_add_epi32(placed, _mm256_srli_epi64(placed, 32));
-      if constexpr (Bits == 2) sum = _mm256_add_epi32(sum, _mm256_bsrli_epi128(sum, 8));
-      const __m256i b = _mm256_shuffle_epi8(sum, pick);
-      const std::uint32_t mask = (1u << (8 * kHalfBytes)) - 1u;
-      const std::uint32_t bytes = (static_cast<std::uint32_t>(_mm256_cvtsi256_si32(b)) & mask) |
-                                  (static_cast<std::uint32_t>(_mm256_extract_epi32(b, 4)) & mask)
-                                      << (8 * kHalfBytes);
-      std::memcpy(row + c / kPerByte, &bytes, static_cast<std::size_t>((m + kPerByte - 1) / kPerByte));
-    }
-  }
+  for_each_register<R>(
+      src, dim, rng,
+      [&](std::int32_t c, std::int32_t m, __m256i in, __m256 x, __m256i word) MPE_ENCODE256_LAMBDA {
+        const __m256 v = mul_unfused(_mm256_sub_ps(x, vbias), vinv);
+        const __m256i codes = _mm256_and_si256(_mm256_cvttps_epi32(round_codes<R>(v, word, kTop)), in);
+        const __m256i placed = _mm256_sllv_epi32(codes, shift);
+        // Pairs of lanes summed into the even lane (its 64-bit lane's low byte);
+        // INT2: then the two pairs of each 128 bits into its lane 0.
+        __m256i sum = _mm256_add_epi32(placed, _mm256_srli_epi64(placed, 32));
+        if constexpr (Bits == 2) sum = _mm256_add_epi32(sum, _mm256_bsrli_epi128(sum, 8));
+        const __m256i b = _mm256_shuffle_epi8(sum, pick);
+        const std::uint32_t mask = (1u << (8 * kHalfBytes)) - 1u;
+        const std::uint32_t bytes = (static_cast<std::uint32_t>(_mm256_cvtsi256_si32(b)) & mask) |
+                                    (static_cast<std::uint32_t>(_mm256_extract_epi32(b, 4)) & mask)
+                                        << (8 * kHalfBytes);
+        std::memcpy(row + c / kPerByte, &bytes, static_cast<std::size_t>((m + kPerByte - 1) / kPerByte));
+      });
   const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
   num::store_u16(row + nb, p.scale_h);
   num::store_u16(row + nb + 2, p.bias_h);
@@ -279,6 +287,7 @@ MPE_ENCODE256_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
 
 }  // namespace simd
 
+#undef MPE_ENCODE256_LAMBDA
 #undef MPE_ENCODE256_ROW
 #undef MPE_ENCODE256_TARGET
 #endif  // MPE_HOST_SIMD
