@@ -50,10 +50,10 @@ concept FusedNbitStorage = requires {
 
 /// The FP16 scale and bias of a fused N-bit row (N = `Bits`) whose sanitized minimum is
 /// below its maximum, and the inverse scale its codes are computed with (the rule of
-/// store_fused_nbit_lanes below; also used by the host's AVX-512 store,
-/// detail/host/avx512/encode.hpp, and with Bits = 8 by the TBE INT8 export's FP16 scale
-/// and bias, io/interop.hpp, so all have one definition). `limit`: the largest value the
-/// top code may decode to.
+/// store_fused_nbit_lanes below; also used by the host's AVX-512 and AVX2 stores,
+/// detail/host/avx512/encode.hpp and detail/host/avx2/encode.hpp, and with Bits = 8 by the
+/// TBE INT8 export's FP16 scale and bias, io/interop.hpp, so all have one definition).
+/// `limit`: the largest value the top code may decode to.
 struct FusedNbitScale {
   std::uint16_t scale_h, bias_h;  ///< the FP16 bits written after the codes
   float bias, inv;                ///< bias as f32; 1 / scale (correctly rounded)
@@ -73,6 +73,17 @@ MPE_HOST_DEVICE inline FusedNbitScale fused_nbit_scale(float mn, float mx, float
   if (p.scale_h > 1 && num::add(num::mul(num::half_to_float(p.scale_h), kTop), p.bias) > limit) --p.scale_h;
   p.inv = num::div(1.0f, num::half_to_float(p.scale_h));
   return p;
+}
+
+/// Writes a fused N-bit row's FP16 scale and bias after its ceil(dim / (8 / Bits)) code
+/// bytes (the layout FusedNbitReader reads; shared by the scalar and the host SIMD stores).
+template <int Bits>
+MPE_HOST_DEVICE inline void store_fused_nbit_params(std::uint8_t* row, std::int32_t dim,
+                                                    std::uint16_t scale_h, std::uint16_t bias_h) {
+  constexpr std::int32_t kPerByte = 8 / Bits;
+  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
+  num::store_u16(row + nb, scale_h);
+  num::store_u16(row + nb + 2, bias_h);
 }
 
 /// The part of an N-bit row's store() (N = `Bits`, 2 or 4) that lane `lane` of `lanes`
@@ -101,7 +112,6 @@ MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, 
   bool sat = false;
   float mn, mx;
   sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, lane, lanes);
-  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
   std::uint16_t scale_h = 0, bias_h;
   if (mx == mn) {
     bias_h = num::float_to_half<NearestRounding>(mn).bits;
@@ -124,10 +134,7 @@ MPE_HOST_DEVICE bool store_fused_nbit_lanes(const float* src, std::int32_t dim, 
       row[d / kPerByte] = at ? static_cast<std::uint8_t>(row[d / kPerByte] | c) : c;
     });
   }
-  if (lane == 0) {
-    num::store_u16(row + nb, scale_h);
-    num::store_u16(row + nb + 2, bias_h);
-  }
+  if (lane == 0) store_fused_nbit_params<Bits>(row, dim, scale_h, bias_h);
   return sat;
 }
 

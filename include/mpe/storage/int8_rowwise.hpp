@@ -10,8 +10,9 @@ namespace mpe {
 
 namespace detail {
 /// The step and inverse of an Int8Rowwise row whose sanitized range `max - min` is
-/// `range` (>= 0): the rule of Int8Rowwise::store_lanes, also used by the host's AVX-512
-/// store (detail/host/avx512/encode.hpp), so both have one definition.
+/// `range` (>= 0): the rule of Int8Rowwise::store_lanes, also used by the host's AVX-512 and
+/// AVX2 stores (detail/host/avx512/encode.hpp, detail/host/avx2/encode.hpp), so all have one
+/// definition.
 struct Int8Scale {
   float scale;  ///< range / 255 (f32 division): written after the codes; 0 for a constant row
   float pre;    ///< 2^64 when 255 / range overflows (range below about 2^-120), else 1

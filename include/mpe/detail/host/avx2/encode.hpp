@@ -107,6 +107,23 @@ MPE_ENCODE256_ROW inline void interleave_words(const __m256i in[4], __m256i e[4]
   e[3] = _mm256_permute2x128_si256(g26, g37, 0x31);         // groups 6, 7
 }
 
+/// The end of both widths' min_max: the row's min and max from the per-lane extremes of a
+/// SIMD scan (`lanes` of each, in lane order), then, where an extreme is zero, the
+/// sequential scan (detail::sanitized_min_max_lanes), which decides its sign; false where
+/// that scan finds an element to sanitize.
+inline bool reduce_min_max(const float* lane_lo, const float* lane_hi, int lanes, const float* src,
+                           std::int32_t dim, float limit, float& mn, float& mx) {
+  mn = lane_lo[0];
+  mx = lane_hi[0];
+  for (int i = 1; i < lanes; ++i) {
+    mn = lane_lo[i] < mn ? lane_lo[i] : mn;
+    mx = lane_hi[i] > mx ? lane_hi[i] : mx;
+  }
+  bool sat = false;
+  if (mn == 0.0f || mx == 0.0f) sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, 0, 1);
+  return !sat;
+}
+
 /// All-ones in lanes [0, m) (m in 1 .. 8), for maskload and blends.
 MPE_ENCODE256_ROW inline __m256i lanes_below(std::int32_t m) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -126,26 +143,17 @@ MPE_ENCODE256_ROW inline bool min_max(const float* src, std::int32_t dim, float 
     const std::int32_t m = dim - c < 8 ? dim - c : 8;
     const __m256i in = lanes_below(m);
     const __m256 x = _mm256_maskload_ps(src + c, in);  // 0 past the row's end
-    const __m256 ok = _mm256_cmp_ps(_mm256_and_ps(x, abs_mask), vlimit, _CMP_LE_OQ);
-    if ((_mm256_movemask_ps(ok) & _mm256_movemask_ps(_mm256_castsi256_ps(in))) !=
-        _mm256_movemask_ps(_mm256_castsi256_ps(in)))
-      return false;
     const __m256 inside = _mm256_castsi256_ps(in);
+    const int live = _mm256_movemask_ps(inside);
+    const __m256 ok = _mm256_cmp_ps(_mm256_and_ps(x, abs_mask), vlimit, _CMP_LE_OQ);
+    if ((_mm256_movemask_ps(ok) & live) != live) return false;
     lo = _mm256_min_ps(lo, _mm256_blendv_ps(pinf, x, inside));
     hi = _mm256_max_ps(hi, _mm256_blendv_ps(ninf, x, inside));
   }
   alignas(32) float lanes_lo[8], lanes_hi[8];
   _mm256_store_ps(lanes_lo, lo);
   _mm256_store_ps(lanes_hi, hi);
-  mn = lanes_lo[0];
-  mx = lanes_hi[0];
-  for (int i = 1; i < 8; ++i) {
-    mn = lanes_lo[i] < mn ? lanes_lo[i] : mn;
-    mx = lanes_hi[i] > mx ? lanes_hi[i] : mx;
-  }
-  bool sat = false;
-  if (mn == 0.0f || mx == 0.0f) sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, 0, 1);
-  return !sat;
+  return reduce_min_max(lanes_lo, lanes_hi, 8, src, dim, limit, mn, mx);
 }
 
 /// The random words of elements [32 k, 32 k + 32) of a row (element groups 8 k .. 8 k + 7,
@@ -279,9 +287,7 @@ MPE_ENCODE256_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
                                         << (8 * kHalfBytes);
         std::memcpy(row + c / kPerByte, &bytes, static_cast<std::size_t>((m + kPerByte - 1) / kPerByte));
       });
-  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
-  num::store_u16(row + nb, p.scale_h);
-  num::store_u16(row + nb + 2, p.bias_h);
+  store_fused_nbit_params<Bits>(row, dim, p.scale_h, p.bias_h);
   return true;
 }
 

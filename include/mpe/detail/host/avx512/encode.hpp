@@ -123,15 +123,7 @@ MPE_ENCODE512_ROW inline bool min_max(const float* src, std::int32_t dim, float 
   alignas(64) float lanes_lo[16], lanes_hi[16];
   _mm512_store_ps(lanes_lo, lo);
   _mm512_store_ps(lanes_hi, hi);
-  mn = lanes_lo[0];
-  mx = lanes_hi[0];
-  for (int i = 1; i < 16; ++i) {
-    mn = lanes_lo[i] < mn ? lanes_lo[i] : mn;
-    mx = lanes_hi[i] > mx ? lanes_hi[i] : mx;
-  }
-  bool sat = false;
-  if (mn == 0.0f || mx == 0.0f) sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, 0, 1);
-  return !sat;
+  return simd::reduce_min_max(lanes_lo, lanes_hi, 16, src, dim, limit, mn, mx);
 }
 
 /// The random words of elements [64 k, 64 k + 64) of a row (element groups 16 k .. 16 k + 15,
@@ -254,9 +246,7 @@ MPE_ENCODE512_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
           _mm_mask_storeu_epi8(out, bmask, _mm_shuffle_epi8(b, pick));
         }
       });
-  const std::int32_t nb = (dim + kPerByte - 1) / kPerByte;
-  num::store_u16(row + nb, p.scale_h);
-  num::store_u16(row + nb + 2, p.bias_h);
+  store_fused_nbit_params<Bits>(row, dim, p.scale_h, p.bias_h);
   return true;
 }
 }  // namespace simd512
