@@ -452,6 +452,12 @@ int main(int argc, char** argv) {
     reg_gpu_cached<mpe::Int8Rowwise>(dist);
     reg_gpu_cached<mpe::Int4Rowwise>(dist);
   }
+  {  // admission on second touch (issue 39) at the cached Zipf point, beside Lru<32>'s
+    constexpr int kDev = static_cast<int>(Placement::Device);
+    const auto a = gpu_args(kZipf105, 50);
+    reg_ops<mpe::Int8Rowwise, mpe::SecondTouchLru<32>, kDev>("gpu/", a);
+    reg_one<mpe::Int8Rowwise, mpe::SecondTouchLru<32>, kStepSync, kDev>("gpu/sync/", a);
+  }
   reg_pool_groups<mpe::Int8Rowwise>();
   reg_pool_groups<mpe::Int4Rowwise>();
   reg_pool_groups<mpe::Fp32>();

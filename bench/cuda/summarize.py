@@ -8,12 +8,13 @@ time per call, GB/s, the fraction of the device copy bandwidth measured in the s
 process, the cache hit rate, or steps per second for the pipelined steps.
 
     python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt     # gpu_session.sh's output folder
-    python3 bench/cuda/summarize.py --json bench/cuda/h200.json --commit SHA gpu-out/bench_gpu.txt
+    python3 bench/cuda/summarize.py --json bench/cuda/h100.json --commit SHA gpu-out/bench_gpu.txt
 
 With --json FILE, the headline cases of the GPU point (CASES below) are also written to FILE
 as one JSON object: the device, the copy bandwidth measured in the same process, the date,
 the commit, and per case the ms per call (per step for the pipelined step), GB/s and the
-fractions of the datasheet's 4.8 TB/s and of the measured copy bandwidth.
+fractions of the datasheet's bandwidth (H200 4.8 TB/s, H100 3.35 TB/s; DATASHEET_BPS) and of
+the measured copy bandwidth.
 """
 import datetime
 import json
@@ -61,7 +62,16 @@ def short(name):
     return name
 
 
-DATASHEET_BPS = 4.8e12  # H200 HBM3e, bytes per second (vendor datasheet)
+# Memory bandwidth by the vendor's datasheets, bytes per second, by a word of the device name.
+DATASHEET_BPS = {"H200": 4.8e12,  # H200 SXM, HBM3e
+                 "H100": 3.35e12}  # H100 SXM5 80 GB, HBM3
+
+
+def datasheet_bps(device):
+    """The datasheet bandwidth of a device name ("NVIDIA H100 80GB HBM3"), or None."""
+    return next((bps for word, bps in DATASHEET_BPS.items() if word in device), None)
+
+
 GPU_POINT = "B:65536/L:32/D:128/rows:10000000"
 CASES = {  # case -> (benchmark name prefix, dist, cache per mille)
     "forward_int8_store_only_uniform": ("gpu/cuda/forward/int8_rowwise/lru32/device", 0, 0),
@@ -82,8 +92,10 @@ def write_json(out, commit, reports):
         context.update(c)
         rows += r
     copy_bps = float(context.get("mpe_hbm_copy_GBps", "nan")) * 1e9
-    doc = {"device": context.get("mpe_cuda_device", "unknown"), "copy_GBps": copy_bps / 1e9,
-           "datasheet_GBps": DATASHEET_BPS / 1e9, "date": datetime.date.today().isoformat(),
+    device = context.get("mpe_cuda_device", "unknown")
+    sheet = datasheet_bps(device)
+    doc = {"device": device, "copy_GBps": copy_bps / 1e9,
+           "datasheet_GBps": sheet / 1e9 if sheet else None, "date": datetime.date.today().isoformat(),
            "commit": commit, "cases": {}}
     for case, (prefix, dist, pm) in CASES.items():
         name = f"{prefix}/{GPU_POINT}/dist:{dist}/cache_pm:{pm}/manual_time"
@@ -96,7 +108,8 @@ def write_json(out, commit, reports):
             entry = {"benchmark": n, "ms": round(ms, 4)}
             if gbs:
                 entry["GBps"] = round(gbs / 1e9, 1)
-                entry["fraction_of_datasheet"] = round(gbs / DATASHEET_BPS, 4)
+                if sheet:
+                    entry["fraction_of_datasheet"] = round(gbs / sheet, 4)
                 entry["fraction_of_copy"] = round(gbs / copy_bps, 4)
             if sps:
                 entry["steps_per_second"] = round(sps, 1)

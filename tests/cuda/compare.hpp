@@ -74,7 +74,30 @@ void check_state_bit_identity(const mpe::CudaBackend& cuda = {}) {
   }
 }
 
+/// The wide-set run (run_wide: several warp widths of items per set, every way taken,
+/// conflicts) on both backends, without and with a pipelined prefetch: every bit equal, and
+/// the run really filled, evicted, wrote back and hit (and, where `refuses`, refused).
+template <class Storage, class Cache, class Rounding>
+void check_wide_bit_identity(bool refuses, const mpe::CudaBackend& cuda = {}) {
+  for (const bool prefetch : {false, true}) {
+    INFO("prefetch ", prefetch);
+    const Result host = run_wide<Storage, Cache, Rounding>(mpe::HostBackend{}, prefetch);
+    const Result dev = run_wide<Storage, Cache, Rounding>(cuda, prefetch);
+    check_same(host, dev);  // inference and state: empty on both
+    CHECK(host.stats.hits > 0);
+    CHECK(host.stats.evictions > 0);
+    CHECK(host.stats.writebacks > 0);
+    CHECK(host.stats.conflict_misses + host.stats.lfu_rejections > 0);
+    if (refuses) CHECK(host.stats.lfu_rejections > 0);
+  }
+}
+
 }  // namespace mpe_test
+
+#define MPE_TEST_WIDE_CASE(S, C, R)                                            \
+  TEST_CASE("CUDA == host, bit for bit, 32-way sets: " #S ", " #C ", " #R) {   \
+    mpe_test::check_wide_bit_identity<S, C, R>(std::string(C::name) != "lru"); \
+  }
 
 // One doctest case per Cache x Rounding combination of a Storage.
 #define MPE_TEST_CUDA_CASE(S, C, R) \

@@ -172,6 +172,19 @@ struct DeviceBatch {
   std::span<const std::int64_t> off() const { return {offsets.data(), offsets.size()}; }
 };
 
+/// Every weight before and after flush(), then the raw store bytes, into r.
+template <class Emb, class Backend>
+void read_back(Emb& emb, const Backend& be, Result& r) {
+  const auto n = static_cast<std::size_t>(emb.total_rows() * emb.config().dim);
+  r.weights_before_flush.resize(n);
+  emb.get_weights(r.weights_before_flush);
+  emb.flush();
+  r.weights.resize(n);
+  emb.get_weights(r.weights);
+  const auto ref = emb.ref();
+  r.store = to_host(be, ref.store, static_cast<std::size_t>(emb.total_rows()) * ref.stride);
+}
+
 /// The seeded training run: init_uniform, set_weights of a few rows, `steps` forward /
 /// (prefetch) / backward, forward_inference, get_weights, flush, get_weights, store bytes.
 template <class Storage, class Cache, class Rounding, class Backend, class Precision = mpe::StateFp32>
@@ -224,14 +237,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
     emb.forward_inference(b.idx(), b.off(), {b.output.data(), b.output.size()}, pooling, psw);
     r.inference = to_host(be, b.output.data(), b.output.size());
   }
-  const auto n = static_cast<std::size_t>(emb.total_rows() * kDim);
-  r.weights_before_flush.resize(n);
-  emb.get_weights(r.weights_before_flush);
-  emb.flush();
-  r.weights.resize(n);
-  emb.get_weights(r.weights);
-  const auto ref = emb.ref();
-  r.store = to_host(be, ref.store, static_cast<std::size_t>(emb.total_rows()) * ref.stride);
+  read_back(emb, be, r);
   {
     using A = mpe::detail::CheckpointAccess;
     A::Section sec[mpe::io::checkpoint::kNumBufferSections];
@@ -241,6 +247,59 @@ Result run_training(const Backend& be, const Scenario& sc) {
     const auto c = to_host(be, static_cast<const std::uint8_t*>(oc.data), oc.bytes);
     r.state.insert(r.state.end(), c.begin(), c.end());
   }
+  r.stats = emb.stats();
+  r.step = emb.step();
+  return r;
+}
+
+/// Wide sets: one table of 3,000 rows, D = 16, 96 cache rows (3 sets of 32 ways for a
+/// 32-way policy), 8 batches of 8 indices per bag (half from the 96 hottest rows, half
+/// uniform), alternately 96 bags and 12: in a large batch each set gets well over 32 items,
+/// so a set's items span several warp widths, every way is taken and misses end as
+/// conflicts; in a small one a set's misses find unlocked ways and evict (or, for
+/// SecondTouchLru and Lfu, are refused). Sgd, sum pooling, with or without a pipelined
+/// prefetch; outputs, weights before and after flush, store bytes, counters and step (no
+/// inference output and no optimizer state: those stay empty).
+template <class Storage, class Cache, class Rounding, class Backend>
+Result run_wide(const Backend& be, bool prefetch) {
+  constexpr std::int32_t D = 16;
+  constexpr std::int64_t kRows = 3000, kLen = 8;
+  constexpr int kSteps = 8;
+  mpe::EmbeddingConfig cfg;
+  cfg.table_rows = {kRows};
+  cfg.dim = D;
+  cfg.cache_rows = 96;
+  cfg.seed = 0x5eedf00dull;
+  mpe::CachedEmbedding<Storage, Cache, Rounding, Backend> emb(cfg, be);
+  emb.init_uniform(-0.5f, 0.5f);
+  std::vector<HostBatch> host;
+  for (int s = 0; s <= kSteps; ++s) {
+    TestRng rng{0x77u + static_cast<std::uint64_t>(s) * 104729u};
+    const std::int64_t bags = s % 2 == 0 ? 96 : 12;
+    HostBatch b;
+    for (std::int64_t j = 0; j <= bags; ++j) b.offsets.push_back(j * kLen);
+    for (std::int64_t k = 0; k < bags * kLen; ++k) {
+      b.indices.push_back(rng.below(2) ? rng.below(96) : rng.below(kRows));
+    }
+    b.grad.resize(static_cast<std::size_t>(bags * D));
+    for (float& g : b.grad) g = rng.uniform(-0.5f, 0.5f);
+    host.push_back(std::move(b));
+  }
+  using DB = DeviceBatch<Backend>;
+  Result r;
+  for (int s = 0; s < kSteps; ++s) {
+    DB b(be, host[static_cast<std::size_t>(s)]);
+    emb.forward(b.idx(), b.off(), {b.output.data(), b.output.size()});
+    const auto out = to_host(be, b.output.data(), b.output.size());
+    r.outputs.insert(r.outputs.end(), out.begin(), out.end());
+    if (prefetch) {
+      DB next(be, host[static_cast<std::size_t>(s + 1)]);
+      emb.prefetch(next.idx(), next.off());
+    }
+    emb.backward(std::span<const float>{b.grad.data(), b.grad.size()}, mpe::Sgd{0.25f});
+  }
+  emb.synchronize();
+  read_back(emb, be, r);
   r.stats = emb.stats();
   r.step = emb.step();
   return r;
@@ -260,6 +319,17 @@ Result run_training(const Backend& be, const Scenario& sc) {
   X(S, mpe::WTinyLfu<4>, mpe::StochasticRounding)  \
   X(S, mpe::WTinyLfu<4>, mpe::NearestRounding)     \
   X(S, mpe::SecondTouchLru<4>, mpe::StochasticRounding)
+
+// The 32-way policies of the wide-set test (run_wide): X(Storage, Cache, Rounding).
+#define MPE_TEST_WIDE_MATRIX(X)                                         \
+  X(mpe::Int8Rowwise, mpe::Lru<32>, mpe::StochasticRounding)            \
+  X(mpe::Int8Rowwise, mpe::SecondTouchLru<32>, mpe::StochasticRounding) \
+  X(mpe::Int8Rowwise, mpe::Lfu<32>, mpe::NearestRounding)
+#define MPE_TEST_WIDE_INSTANTIATE(S, C, R) \
+  template mpe_test::Result mpe_test::run_wide<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, bool);
+#define MPE_TEST_WIDE_EXTERN(S, C, R)                                                                     \
+  extern template mpe_test::Result mpe_test::run_wide<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, \
+                                                                                 bool);
 
 #define MPE_TEST_HOST_INSTANTIATE(S, C, R)                                                             \
   template mpe_test::Result mpe_test::run_training<S, C, R, mpe::HostBackend>(const mpe::HostBackend&, \

@@ -7,3 +7,7 @@
 
 MPE_TEST_MATRIX(MPE_TEST_HOST_EXTERN, mpe::Int8Rowwise)
 MPE_TEST_MATRIX(MPE_TEST_CUDA_CASE, mpe::Int8Rowwise)
+// 32-way sets: a set's misses decided by a warp (AdmitMissesLanes), several warp widths of
+// items per set.
+MPE_TEST_WIDE_MATRIX(MPE_TEST_WIDE_EXTERN)
+MPE_TEST_WIDE_MATRIX(MPE_TEST_WIDE_CASE)

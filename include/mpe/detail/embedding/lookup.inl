@@ -179,7 +179,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
   }
   if constexpr (!host_paths && detail::hits_commute<Cache>) {
     // Laned backends (a GPU): every item's lookup in parallel, lanes across the ways; then
-    // one thread per set decides its misses (slots and metadata only); then the dirty
+    // each set's misses are decided (slots and metadata only: a warp per set where the
+    // policy's misses take SetVictims' order and a set fits a warp, else a thread); then the dirty
     // victims' write-backs and the fills, a warp per row. The same slots and bits as the
     // one-thread-per-set phases below (a victim is never a row of this batch, so no fill
     // reads a row that a write-back writes).
@@ -192,7 +193,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
     MPE_PHASE_MARK("hits");
     admit.phase = detail::AdmitPhase::Misses;
     admit.evicted = b.evicted.data();
-    backend_.for_each(U, admit);
+    if constexpr (warp_lanes<Backend> && detail::uses_scored_choose<Cache> && Cache::ways <= 32) {
+      // A warp per set (its ways over the lanes) instead of a thread: the same decisions.
+      backend_.for_each_lanes((U + Backend::lane_width - 1) / Backend::lane_width,
+                              detail::AdmitMissesLanes<Storage, Rounding, Cache>{admit});
+    } else {
+      backend_.for_each(U, admit);
+    }
     backend_.for_each_lanes(U, detail::WriteBackLanes<Storage, Rounding>{
                                    b.slot_of_unique.data(), b.evicted.data(), b.outcome.data(), cache_ref(),
                                    store_.data(), stride_, row_stream(), step_ptr(), state, count, gate});

@@ -15,6 +15,7 @@
 #include "mpe/detail/host/avx512/pool.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
+#include "mpe/detail/kernels/warp.hpp"
 #include "mpe/numeric/philox.hpp"
 
 namespace mpe::detail {
@@ -574,6 +575,135 @@ struct AdmitHitsLanes {
       outcome[u] = kHit;
       cache.last_use[s] = batch_id;
       P::on_hit(view, cache, s);
+    }
+  }
+};
+
+/// Laned backends whose lanes are one warp (warp_lanes), a policy whose misses take their
+/// slots from SetVictims (uses_scored_choose) with at most 32 ways: AdmitSet's deciding
+/// Misses phase (`set.evicted` set: slots, tags, last uses, dirty flags, outcome codes and
+/// evicted rows; WriteBackLanes and FillLanes then move the rows) with a warp per set
+/// instead of a thread. Item c covers the admission-order items [c * lanes, (c + 1) * lanes)
+/// and decides every set whose first item lies there. Lane w holds way w: one read of the
+/// set's tags and last uses, a ballot for the empty ways and the unlocked occupied ones, and
+/// each lane's place in SetVictims' order (the empty ways by way, then the unlocked ways by
+/// (score, way)) from a comparison with every other lane's score. The set's items are then
+/// read 32 at a time and its misses, in admission order, take places 0, 1, 2, ... of that
+/// order (a place among the unlocked ways only if P::admits the miss at that way's score; a
+/// refused miss takes none; none left: a conflict), the lane of the way taken writing the
+/// slot's metadata: the same slots, codes and bits as SetVictims in one thread per set.
+/// Where lanes run one after another (no warp), lane 0 runs AdmitSet's misses for each such
+/// set instead. The warp code is written against WarpOps (CudaWarp on a GPU), so
+/// tests/cache/test_admit_misses_lanes.cpp runs it on a CPU with an emulated warp against
+/// AdmitSet, decision by decision.
+template <class Storage, class Rounding, class P>
+struct AdmitMissesLanes {
+  static_assert(P::ways <= 32, "mpe::detail::AdmitMissesLanes: a way per lane of one warp");
+  AdmitSet<Storage, Rounding, P> set;  // phase Misses, evicted set
+  MPE_HOST_DEVICE void operator()(index_t c, std::int32_t lane, std::int32_t lanes) const {
+#ifdef __CUDA_ARCH__
+    (void)lanes;  // 32
+    chunk(CudaWarp{}, c, lane);
+#else
+    const index_t U = *set.count;
+    if (lane != 0 || !open(set.gate)) return;
+    for (index_t p = c * lanes; p < (c + 1) * lanes && p < U; ++p) {
+      if (p > 0 && (set.keys[p - 1] >> 32) == (set.keys[p] >> 32)) continue;
+      set.misses(p, set.set_end(p, U), set.set_base(p), false);
+    }
+#endif
+  }
+
+  /// Item c by a warp (WarpOps: CudaWarp, or the tests' emulation; every lane calls): the
+  /// sets whose first item lies in [32 c, 32 c + 32), one after another.
+  template <class Warp>
+  MPE_HOST_DEVICE void chunk(const Warp& warp, index_t c, std::int32_t lane) const {
+    const index_t U = *set.count;
+    const index_t p0 = c * 32;
+    if (p0 >= U || !open(set.gate)) return;  // the same for every lane
+    const index_t p = p0 + lane;
+    const bool head = p < U && (p == 0 || (set.keys[p - 1] >> 32) != (set.keys[p] >> 32));
+    for (unsigned heads = warp.ballot(head); heads != 0u; heads &= heads - 1u) {
+      decide(warp, p0 + lowest_lane(heads), U, lane);
+    }
+  }
+
+  /// The set whose items start at p, decided by the warp (see the struct comment).
+  template <class Warp>
+  MPE_HOST_DEVICE void decide(const Warp& warp, index_t p, index_t U, std::int32_t lane) const {
+    const CacheRef& cache = set.cache;
+    const std::uint64_t key_set = set.keys[p] >> 32;
+    index_t end = p + 1;  // one past the set's last item: 32 keys per step
+    for (;; end += 32) {
+      const index_t q = end + lane;
+      const unsigned out = warp.ballot(q >= U || (set.keys[q] >> 32) != key_set);
+      if (out != 0u) {
+        end += lowest_lane(out);
+        break;
+      }
+    }
+    const index_t base = static_cast<index_t>(key_set) * cache.ways;
+    const std::uint64_t floor = *set.lock_floor;
+    const bool way = lane < cache.ways;
+    const index_t s = base + lane;
+    const index_t tag = way ? cache.tags[s] : -1;
+    const bool empty = way && tag < 0;
+    const bool unlocked = way && tag >= 0 && cache.last_use[s] < floor;
+    const std::uint64_t score = unlocked ? P::score(set.view, cache, s) : 0;
+    const unsigned empties = warp.ballot(empty), open_ways = warp.ballot(unlocked);
+    const std::int32_t n_empty = lane_count(empties), places = n_empty + lane_count(open_ways);
+    std::int32_t place = -1;  // this way's place in SetVictims' order; -1: never handed out
+    if (empty) place = lane_count(empties & ((1u << lane) - 1u));
+    std::int32_t below = 0;  // unlocked ways before this one: lower (score, way)
+    for (std::int32_t j = 0; j < 32; ++j) {
+      const std::uint64_t sj = warp.shfl(score, j);
+      below += ((open_ways >> j) & 1u) != 0u && (sj < score || (sj == score && j < lane)) ? 1 : 0;
+    }
+    if (unlocked) place = n_empty + below;
+    std::int32_t next = 0;  // the next place to hand out
+    for (index_t q0 = p; q0 < end; q0 += 32) {
+      const index_t q = q0 + lane;
+      index_t u = -1, row = -1;
+      std::uint32_t priority = 0;
+      bool miss = false;
+      if (q < end) {
+        u = set.order[q];
+        miss = (set.outcome[u] & kHit) == 0;
+        if (miss) {
+          priority = set.priorities[u];
+          row = set.rows[q];
+        }
+      }
+      for (unsigned misses = warp.ballot(miss); misses != 0u; misses &= misses - 1u) {
+        const std::int32_t i = lowest_lane(misses);
+        const index_t ui = warp.shfl(u, i), ri = warp.shfl(row, i);
+        const std::uint32_t pi = warp.shfl(priority, i);
+        if (next == places) {  // every way locked or taken: a conflict miss
+          if (lane == 0) set.outcome[ui] = kConflict;
+          continue;
+        }
+        const std::int32_t at = lowest_lane(warp.ballot(place == next));
+        const std::uint64_t at_score = warp.shfl(score, at);
+        if (next >= n_empty && !P::admits(set.view, pi, at_score)) {
+          if (lane == 0) set.outcome[ui] = kRejected;
+          continue;
+        }
+        ++next;
+        if (lane != at) continue;
+        std::uint8_t code = kFilled;
+        if (tag >= 0) {
+          code |= kEvicted;
+          if (cache.dirty[s]) {
+            set.evicted[ui] = tag;
+            code |= kWroteBack;
+          }
+        }
+        cache.set_tag(s, ri);
+        cache.last_use[s] = set.batch_id;
+        cache.dirty[s] = 0;
+        set.slot_of_unique[ui] = s;
+        set.outcome[ui] = code;
+      }
     }
   }
 };

@@ -140,10 +140,14 @@ MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return
 /// Rows a lane of the laned store-only Int8Rowwise pooling (PoolBags::pool_store_words)
 /// loads before decoding and adding them: the rows' ids, then their codes, scales and
 /// biases, with no branch between, so that this many row reads are in flight per lane.
-/// Four: the forward measured with it on an H200 (INT8, D = 128, random rows of a 10M-row
-/// table) ran 0.373 -> 0.272 ms; the pooling kernel alone took 0.195 / 0.175 / 0.194 /
-/// 0.200 ms for 1 / 2 / 4 / 8 rows, so two is the next candidate to measure end to end.
-inline constexpr int kPoolLaneGroup = 4;
+/// Two: the pooling kernel alone (INT8, D = 128, random rows of a 10M-row table) took
+/// 0.195 / 0.175 / 0.194 / 0.200 ms for 1 / 2 / 4 / 8 rows on an H200 and 0.217 / 0.199 /
+/// 0.217 / 0.222 ms on an H100. The macro MPE_POOL_LANE_GROUP (1 .. 16) overrides it, for
+/// measuring; the bits do not depend on it (each lane adds its rows in order).
+#ifndef MPE_POOL_LANE_GROUP
+#define MPE_POOL_LANE_GROUP 2
+#endif
+inline constexpr int kPoolLaneGroup = MPE_POOL_LANE_GROUP;
 
 /// The 4-byte word at p (4-byte aligned): one load in device code.
 MPE_HOST_DEVICE inline std::uint32_t load_word(const std::uint8_t* p) {

@@ -19,6 +19,7 @@
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
+#include "mpe/detail/kernels/warp.hpp"
 #include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 #include "mpe/numeric/float_ops.hpp"
@@ -537,10 +538,32 @@ struct ApplyScaledLanes {
     if (s < 0 || cache.tags[s] != r) s = cache.find(r);
     return s;
   }
+  /// slot(u, r) found by a warp together (WarpOps: CudaWarp, or the tests' emulation; every
+  /// lane calls): where the row needs its set searched, lane l tests ways l, l + 32, ... and
+  /// a ballot picks the lowest way holding r (a set holds a row at most once), one
+  /// coalesced read of the set's tags instead of `ways` dependent reads in every lane.
+  template <class Warp>
+  MPE_HOST_DEVICE index_t slot_warp(const Warp& warp, index_t u, index_t r, std::int32_t lane) const {
+    const index_t s = slot_of_unique ? slot_of_unique[u] : -1;
+    if (s >= 0 && cache.tags[s] == r) return s;
+    if (cache.num_sets == 0) return -1;
+    if (cache.slot_of_row) return cache.slot_of_row[r];
+    const index_t base = cache.set_of(r) * cache.ways;
+    for (std::int32_t w0 = 0; w0 < cache.ways; w0 += 32) {
+      const std::int32_t w = w0 + lane;
+      const unsigned hit = warp.ballot(w < cache.ways && cache.tags[base + w] == r);
+      if (hit != 0u) return base + w0 + lowest_lane(hit);
+    }
+    return -1;
+  }
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
     if (u >= *count || !open(gate)) return;
     const index_t r = uniq[u];
-    const index_t s = slot(u, r);
+    apply_at(u, r, slot(u, r), lane, lanes);
+  }
+  /// Part 1 for unique row u (global row r) at slot s (slot(u, r), -1: a store row).
+  MPE_HOST_DEVICE void apply_at(index_t u, index_t r, index_t s, std::int32_t lane,
+                                std::int32_t lanes) const {
     float* up = update + u * D;
     const float l = lr;
     if (s >= 0) {
@@ -577,6 +600,10 @@ struct StoreScaledLanes {
     if (u >= *apply.count || !open(apply.gate)) return;
     const index_t r = apply.uniq[u];
     if (apply.slot(u, r) >= 0) return;
+    store_at(u, r, lane, lanes);
+  }
+  /// Part 2 for unique row u (global row r), known to have no cache slot.
+  MPE_HOST_DEVICE void store_at(index_t u, index_t r, std::int32_t lane, std::int32_t lanes) const {
     const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
     const bool sat =
         store_lanes<Storage, Rounding>(apply.update + u * apply.D, apply.D,
@@ -592,17 +619,29 @@ struct StoreScaledLanes {
 /// magnitude, come from a warp reduction over the lanes' own elements); a __syncwarp
 /// between the parts makes every lane's new values, and every lane's reads of the old
 /// scale and bias, complete before any lane quantizes, so a store_lanes that reads the
-/// whole row is safe too. The same bytes as the two launches. (Lanes that run one after
-/// another, tests/reference/async_backend.hpp, take the two launches.)
+/// whole row is safe too. The row's slot is looked up once, by the warp together
+/// (ApplyScaledLanes::slot_warp: a row left out of the cache, a conflict or an admission
+/// refusal, reads its set's tags in one coalesced access instead of `ways` reads in every
+/// lane, twice). The same bytes as the two launches. (Lanes that run one after another,
+/// tests/reference/async_backend.hpp, take the two launches.)
 template <class Storage, class Rounding>
 struct ApplyStoreScaledLanes {
   StoreScaledLanes<Storage, Rounding> part;  // its `apply` is part 1
   MPE_HOST_DEVICE void operator()(index_t u, std::int32_t lane, std::int32_t lanes) const {
-    part.apply(u, lane, lanes);
+    const ApplyScaledLanes<Storage>& a = part.apply;
+    if (u >= *a.count || !open(a.gate)) return;  // the same for every lane of the item
+    const index_t r = a.uniq[u];
 #ifdef __CUDA_ARCH__
-    __syncwarp();  // every lane of the warp gets here: part 1 returns early for the whole item
+    const index_t s = a.slot_warp(CudaWarp{}, u, r, lane);
+#else
+    const index_t s = a.slot(u, r);
 #endif
-    part(u, lane, lanes);
+    a.apply_at(u, r, s, lane, lanes);
+    if (s >= 0) return;  // the same for every lane of the item
+#ifdef __CUDA_ARCH__
+    __syncwarp();
+#endif
+    part.store_at(u, r, lane, lanes);
   }
 };
 
