@@ -71,9 +71,21 @@ const std::vector<Batch>& batches_for(const Params& p) {
   return it->second;
 }
 
-enum Op : int { kForward = 0, kBackward = 1, kPopulate = 2, kStepSync = 3, kStepDeferred = 4 };
+/// kStepAdagrad: kStepSync with RowwiseAdagrad (the fixture warmed up with it too).
+enum Op : int {
+  kForward = 0,
+  kBackward = 1,
+  kPopulate = 2,
+  kStepSync = 3,
+  kStepDeferred = 4,
+  kStepAdagrad = 5
+};
 const char* op_name_cuda(int op) {
-  return op == kForward ? "forward" : op == kBackward ? "backward" : op == kPopulate ? "populate" : "step";
+  return op == kForward       ? "forward"
+         : op == kBackward    ? "backward"
+         : op == kPopulate    ? "populate"
+         : op == kStepAdagrad ? "step_adagrad"
+                              : "step";
 }
 constexpr int kStepsPerIteration = 16;
 
@@ -92,7 +104,9 @@ struct CudaFixture {
   std::unique_ptr<DeviceArray<float>> output, grad;
   std::size_t next = 0;
   double setup_s = 0;
-  CudaFixture(const Params& p, Placement placement, mpe::Validation validation) {
+  bool adagrad = false;  // trained with RowwiseAdagrad, else Sgd
+  CudaFixture(const Params& p, Placement placement, mpe::Validation validation, bool use_adagrad)
+      : adagrad(use_adagrad) {
     const auto t0 = Clock::now();
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     mpe::EmbeddingConfig cfg;
@@ -118,7 +132,11 @@ struct CudaFixture {
     for (std::size_t k = 0; k < batches.size(); ++k) {
       DeviceBatch& b = *batches[k];
       emb->forward(b.indices.span(), b.offsets.span(), output->span());
-      emb->backward(grad->span(), mpe::Sgd{kLearningRate});
+      if (adagrad) {
+        emb->backward(grad->span(), mpe::RowwiseAdagrad{kLearningRate});
+      } else {
+        emb->backward(grad->span(), mpe::Sgd{kLearningRate});
+      }
     }
     cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     emb->reset_stats();
@@ -133,15 +151,16 @@ struct CudaFixture {
 /// The fixture for (S, C, placement, params, validation), built once and kept while
 /// consecutive benchmarks share it.
 template <class S, class C, int PlacementV>
-CudaFixture<S, C>& fixture_for(const Params& p, mpe::Validation validation) {
+CudaFixture<S, C>& fixture_for(const Params& p, mpe::Validation validation, bool adagrad = false) {
   using F = CudaFixture<S, C>;
   FixtureSlot& slot = fixture_slot();
   const std::string key = std::string("cuda|") + S::name + C::name + placement_name(PlacementV) + "|" +
-                          p.key() + (validation == mpe::Validation::Deferred ? "|deferred" : "");
+                          p.key() + (validation == mpe::Validation::Deferred ? "|deferred" : "") +
+                          (adagrad ? "|adagrad" : "");
   if (slot.key != key) {
     slot.holder.reset();
     slot.key.clear();
-    slot.holder = std::make_shared<F>(p, static_cast<Placement>(PlacementV), validation);
+    slot.holder = std::make_shared<F>(p, static_cast<Placement>(PlacementV), validation, adagrad);
     slot.key = key;
   }
   return *static_cast<F*>(slot.holder.get());
@@ -153,7 +172,8 @@ template <class S, class C, int OpV, int PlacementV>
 void bm_cuda_step(benchmark::State& st) {
   const Params p = Params::from(st);
   auto& f = fixture_for<S, C, PlacementV>(
-      p, OpV == kStepDeferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous);
+      p, OpV == kStepDeferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous,
+      OpV == kStepAdagrad);
   auto& e = *f.emb;
   cudaEvent_t ev[2];
   for (auto& x : ev) cuda_ok(cudaEventCreate(&x), "cudaEventCreate");
@@ -167,7 +187,11 @@ void bm_cuda_step(benchmark::State& st) {
       if (s == 0) e.prefetch(b.indices.span(), b.offsets.span());
       e.forward(b.indices.span(), b.offsets.span(), f.output->span());
       e.prefetch(nb.indices.span(), nb.offsets.span());
-      e.backward(f.grad->span(), mpe::Sgd{kLearningRate});
+      if constexpr (OpV == kStepAdagrad) {
+        e.backward(f.grad->span(), mpe::RowwiseAdagrad{kLearningRate});
+      } else {
+        e.backward(f.grad->span(), mpe::Sgd{kLearningRate});
+      }
       indices += static_cast<double>(b.indices.n);
     }
     cuda_ok(cudaEventRecord(ev[1], f.stream), "cudaEventRecord");
@@ -251,8 +275,9 @@ template <class S, class C, int OpV, int PlacementV>
 void reg_one(const std::string& prefix, const std::vector<std::int64_t>& args) {
   const std::string name = prefix + "cuda/" + op_name_cuda(OpV) + "/" + S::name + "/" + C::name +
                            std::to_string(C::ways) + "/" + placement_name(PlacementV);
-  auto* fn = (OpV == kStepSync || OpV == kStepDeferred) ? bm_cuda_step<S, C, OpV, PlacementV>
-                                                        : bm_cuda<S, C, OpV, PlacementV>;
+  auto* fn = (OpV == kStepSync || OpV == kStepDeferred || OpV == kStepAdagrad)
+                 ? bm_cuda_step<S, C, OpV, PlacementV>
+                 : bm_cuda<S, C, OpV, PlacementV>;
   benchmark::RegisterBenchmark(name.c_str(), fn)
       ->ArgNames(arg_names())
       ->UseManualTime()
@@ -457,6 +482,8 @@ int main(int argc, char** argv) {
     const auto a = gpu_args(kZipf105, 50);
     reg_ops<mpe::Int8Rowwise, mpe::SecondTouchLru<32>, kDev>("gpu/", a);
     reg_one<mpe::Int8Rowwise, mpe::SecondTouchLru<32>, kStepSync, kDev>("gpu/sync/", a);
+    // the optimizer of the README's quick start, whose backward is not laned yet
+    reg_one<mpe::Int8Rowwise, mpe::Lru<32>, kStepAdagrad, kDev>("gpu/sync/", a);
   }
   reg_pool_groups<mpe::Int8Rowwise>();
   reg_pool_groups<mpe::Int4Rowwise>();
