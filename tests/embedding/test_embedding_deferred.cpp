@@ -66,12 +66,12 @@ struct Stream {
   }
 };
 
-/// kSteps steps of row-wise Adagrad. Prefetch pattern by step: k % 3 == 0 none (but step k
-/// may consume the prefetch of step k - 1), 1 prefetch(k) right before forward(k), 2
-/// prefetch(k + 1) between forward(k) and backward(k) (the pipelined pattern).
-template <class P, class Backend>
+/// kSteps steps of `opt` (row-wise Adagrad by default). Prefetch pattern by step: k % 3 == 0
+/// none (but step k may consume the prefetch of step k - 1), 1 prefetch(k) right before
+/// forward(k), 2 prefetch(k + 1) between forward(k) and backward(k) (the pipelined pattern).
+template <class P, class Backend, class Opt = mpe::RowwiseAdagrad>
 Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite, std::int64_t cache_rows,
-          int D = kD) {
+          int D = kD, Opt opt = mpe::RowwiseAdagrad{0.2f}) {
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = kTables;
   cfg.dim = D;
@@ -94,7 +94,7 @@ Run train(Backend backend, mpe::Validation validation, mpe::NonFinite non_finite
       const ref::Batch& next = s.batches[static_cast<std::size_t>(k + 1)];
       emb.prefetch(next.indices, next.offsets);
     }
-    emb.backward(s.grads[static_cast<std::size_t>(k)], mpe::RowwiseAdagrad{0.2f});
+    emb.backward(s.grads[static_cast<std::size_t>(k)], opt);
     if (k == kSteps / 2) emb.flush();
     r.outputs.insert(r.outputs.end(), out.begin(), out.end());
   }
@@ -144,6 +144,29 @@ TEST_CASE_TEMPLATE("laned pooling and gradient sums (32 lanes) give the one-lane
           train<P>(mpe::HostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw, cache_rows, D);
       check_same(base, train<P>(ref::AsyncHostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw,
                                 cache_rows, D));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("laned backward with every optimizer's FP32 state (32 lanes) gives the one-lane bits", P,
+                   Policy<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>,
+                   Policy<mpe::Fp16, mpe::Lfu<4>, mpe::NearestRounding>,
+                   Policy<mpe::Int4Rowwise, mpe::SecondTouchLru<4>, mpe::StochasticRounding>) {
+  // Sgd (no state), Adagrad (D floats a row) and Adam (2 D): the laned apply copies the
+  // state and applies the updates AccumulateRows computed, as ApplyRows does on one lane.
+  for (const std::int64_t cache_rows : {std::int64_t{0}, std::int64_t{24}}) {
+    for (const int D : {5, 64}) {
+      CAPTURE(cache_rows);
+      CAPTURE(D);
+      const auto both = [&](auto opt) {
+        const Run base = train<P>(mpe::HostBackend{}, mpe::Validation::Synchronous, mpe::NonFinite::Throw,
+                                  cache_rows, D, opt);
+        check_same(base, train<P>(ref::AsyncHostBackend{}, mpe::Validation::Synchronous,
+                                  mpe::NonFinite::Throw, cache_rows, D, opt));
+      };
+      both(mpe::Sgd{0.3f});
+      both(mpe::Adagrad{0.2f});
+      both(mpe::Adam{0.05f});
     }
   }
 }

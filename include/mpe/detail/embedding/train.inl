@@ -162,22 +162,33 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       lr = &scale;
     }
   }
-  if constexpr (!host_paths && ScalesGradient<Opt>) {
-    if (b.unscaled_sums && !state_ref().active()) {
-      // Laned (a warp per row on a GPU): the cached rows and the store rows' new values,
-      // then the store rows quantized, each lane on its element groups.
+  // The FP32 optimizer state (rows, S), or null (S = 0, or a compact state precision).
+  float* const fp32_state =
+      S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr;
+  if constexpr (!host_paths) {
+    if (!state_ref().active() && (S == 0 || fp32_state)) {
+      // Laned (a warp per row on a GPU): the cached rows and the store rows' new values
+      // (and the FP32 state), then the store rows quantized, each lane on its element groups.
+      // `lr` set: b.grad holds the summed gradients, else AccumulateRows' updates (and
+      // b.update the rows' new state).
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
-      const detail::ApplyScaledLanes<Storage> part{b.uniq.data(),
-                                                   num_sets_ > 0 ? b.slot_of_unique.data() : nullptr,
-                                                   cache_ref(),
-                                                   store_.data(),
-                                                   stride_,
-                                                   config_.dim,
-                                                   b.grad.data(),
-                                                   Rule::gradient_scale(optimizer),
-                                                   b.outcome.data(),
-                                                   count,
-                                                   gate};
+      detail::ApplyScaledLanes<Storage> part{b.uniq.data(),
+                                             num_sets_ > 0 ? b.slot_of_unique.data() : nullptr,
+                                             cache_ref(),
+                                             store_.data(),
+                                             stride_,
+                                             config_.dim,
+                                             b.grad.data(),
+                                             lr ? *lr : 0.0f,
+                                             b.outcome.data(),
+                                             count,
+                                             gate};
+      if (!lr) {
+        part.scaled = false;
+        part.state_floats = S;
+        part.opt_state = fp32_state;
+        part.new_state = S > 0 ? b.update.data() : nullptr;
+      }
       const detail::StoreScaledLanes<Storage, Rounding> store{part, store_.data(), row_stream(), step_ptr()};
       if constexpr (warp_lanes<Backend> && LanedStore<Storage>) {
         backend_.for_each_lanes(U, detail::ApplyStoreScaledLanes<Storage, Rounding>{store});  // one pass
@@ -190,13 +201,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       return;
     }
   }
-  backend_.for_each(
-      U, detail::ApplyRows<Storage, Rounding>{
-             b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
-             stride_, config_.dim, S,
-             S > 0 && !StatePrecision::cached ? reinterpret_cast<float*>(opt_state_.data()) : nullptr,
-             b.grad.data(), b.update.data(), row_stream(), step_ptr(), b.outcome.data(), count, gate,
-             state_ref(), lr});
+  backend_.for_each(U, detail::ApplyRows<Storage, Rounding>{
+                           b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(),
+                           store_.data(), stride_, config_.dim, S, fp32_state, b.grad.data(), b.update.data(),
+                           row_stream(), step_ptr(), b.outcome.data(), count, gate, state_ref(), lr});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
 }

@@ -511,12 +511,15 @@ struct ApplyRows {
   }
 };
 
-/// Backward, second pass, on laned backends (a warp per row on a GPU), for a step whose
-/// `update` holds the summed gradients of a ScalesGradient optimizer (no state; SumStage
-/// checked the sums, AccumulateRows left out), part 1 for unique row u: a cached row
-/// (marked dirty) gets w = sanitize(w - lr * g) on each lane's chunks, as ApplyRows with
-/// `lr` does; a store row's new values rd[d] - lr * g[d] are written over its `update`
-/// row for StoreScaledLanes. Lanes write disjoint elements; any lane that saturates sets
+/// Backward, second pass, on laned backends (a warp per row on a GPU), part 1 for unique
+/// row u, for a step whose `update` holds either the summed gradients of a ScalesGradient
+/// optimizer (`scaled`: no state; SumStage checked the sums, AccumulateRows left out) or
+/// the updates AccumulateRows computed, with their FP32 optimizer state (not `scaled`; a
+/// compact state precision takes ApplyRows). A cached row (marked dirty) gets
+/// w = sanitize(w - lr * g), or sanitize(w - update), on each lane's chunks, as ApplyRows
+/// does; a store row's new values rd[d] - lr * g[d], or rd[d] - update[d], are written over
+/// its `update` row for StoreScaledLanes; the lanes copy the row's new state into
+/// `opt_state`. Lanes write disjoint elements; any lane that saturates sets
 /// outcome[u] = kSaturated (outcome is zeroed before the launch). Gated on the batch's
 /// apply flag.
 template <class Storage>
@@ -527,11 +530,15 @@ struct ApplyScaledLanes {
   const std::uint8_t* store;
   std::size_t stride;
   std::int32_t D;
-  float* update;          // (U, D) summed gradients in; a store row's new values out
-  float lr;               // the rule's gradient_scale
-  std::uint8_t* outcome;  // (U) zeros on entry
-  const index_t* count;   // (1) U
-  const index_t* gate;    // apply flag of the batch
+  float* update;                     // (U, D) summed gradients or updates in; a store row's new values out
+  float lr;                          // the rule's gradient_scale (`scaled`)
+  std::uint8_t* outcome;             // (U) zeros on entry
+  const index_t* count;              // (1) U
+  const index_t* gate;               // apply flag of the batch
+  bool scaled = true;                // `update` holds gradients to scale by lr, else the updates
+  std::int64_t state_floats = 0;     // S per row (not `scaled`)
+  float* opt_state = nullptr;        // (rows, S) FP32 optimizer state, or null when S = 0
+  const float* new_state = nullptr;  // (U, S) from AccumulateRows
   /// Row u's slot now (as ApplyRows: a row uncached at forward may have been filled since).
   MPE_HOST_DEVICE index_t slot(index_t u, index_t r) const {
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
@@ -566,12 +573,17 @@ struct ApplyScaledLanes {
                                 std::int32_t lanes) const {
     float* up = update + u * D;
     const float l = lr;
+    for (std::int64_t k = lane; k < state_floats; k += lanes) {
+      opt_state[r * state_floats + k] = new_state[u * state_floats + k];
+    }
     if (s >= 0) {
       float* w = cache.row(s);
       bool sat = false;
       for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
         const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-        sat = sub_scaled_within_limit(w + c, l, up + c, m, Storage::limit) || sat;
+        sat = (scaled ? sub_scaled_within_limit(w + c, l, up + c, m, Storage::limit)
+                      : sub_within_limit(w + c, up + c, m, Storage::limit)) ||
+              sat;
       }
       if (lane == 0) cache.dirty[s] = 1;
       if (sat) outcome[u] = kSaturated;
@@ -580,7 +592,11 @@ struct ApplyScaledLanes {
     const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-      for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], num::mul(l, up[c + e]));
+      if (scaled) {
+        for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], num::mul(l, up[c + e]));
+      } else {
+        for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], up[c + e]);
+      }
     }
   }
 };
