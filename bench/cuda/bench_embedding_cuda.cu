@@ -132,15 +132,19 @@ struct CudaFixture {
     for (std::size_t k = 0; k < batches.size(); ++k) {
       DeviceBatch& b = *batches[k];
       emb->forward(b.indices.span(), b.offsets.span(), output->span());
-      if (adagrad) {
-        emb->backward(grad->span(), mpe::RowwiseAdagrad{kLearningRate});
-      } else {
-        emb->backward(grad->span(), mpe::Sgd{kLearningRate});
-      }
+      backward();
     }
     cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     emb->reset_stats();
     setup_s = since(t0);
+  }
+  /// backward() with the fixture's optimizer (RowwiseAdagrad or Sgd) on the fixed gradient.
+  void backward() {
+    if (adagrad) {
+      emb->backward(grad->span(), mpe::RowwiseAdagrad{kLearningRate});
+    } else {
+      emb->backward(grad->span(), mpe::Sgd{kLearningRate});
+    }
   }
   ~CudaFixture() {
     emb.reset();
@@ -187,11 +191,7 @@ void bm_cuda_step(benchmark::State& st) {
       if (s == 0) e.prefetch(b.indices.span(), b.offsets.span());
       e.forward(b.indices.span(), b.offsets.span(), f.output->span());
       e.prefetch(nb.indices.span(), nb.offsets.span());
-      if constexpr (OpV == kStepAdagrad) {
-        e.backward(f.grad->span(), mpe::RowwiseAdagrad{kLearningRate});
-      } else {
-        e.backward(f.grad->span(), mpe::Sgd{kLearningRate});
-      }
+      f.backward();
       indices += static_cast<double>(b.indices.n);
     }
     cuda_ok(cudaEventRecord(ev[1], f.stream), "cudaEventRecord");

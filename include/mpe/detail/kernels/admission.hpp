@@ -341,6 +341,9 @@ struct AdmitSet {
     return end;
   }
 
+  /// Whether item p (< U) is its set's first: the item that runs the set's phase.
+  MPE_HOST_DEVICE bool is_head(index_t p) const { return p == 0 || (keys[p - 1] >> 32) != (keys[p] >> 32); }
+
   /// First slot of the set of item p (its key's high 32 bits).
   MPE_HOST_DEVICE index_t set_base(index_t p) const {
     return static_cast<index_t>(keys[p] >> 32) * cache.ways;
@@ -484,7 +487,7 @@ struct AdmitSet {
   MPE_HOST_DEVICE void operator()(index_t p) const {
     const index_t U = *count;
     if (p >= U || !open(gate)) return;
-    if (p > 0 && (keys[p - 1] >> 32) == (keys[p] >> 32)) return;
+    if (!is_head(p)) return;
     const index_t end = set_end(p, U);
     bool simd = false;
 #ifndef __CUDA_ARCH__
@@ -605,12 +608,8 @@ struct AdmitMissesLanes {
     (void)lanes;  // 32
     chunk(CudaWarp{}, c, lane);
 #else
-    const index_t U = *set.count;
-    if (lane != 0 || !open(set.gate)) return;
-    for (index_t p = c * lanes; p < (c + 1) * lanes && p < U; ++p) {
-      if (p > 0 && (set.keys[p - 1] >> 32) == (set.keys[p] >> 32)) continue;
-      set.misses(p, set.set_end(p, U), set.set_base(p), false);
-    }
+    if (lane != 0) return;
+    for (index_t p = c * lanes; p < (c + 1) * lanes; ++p) set(p);  // the heads run their sets
 #endif
   }
 
@@ -622,7 +621,7 @@ struct AdmitMissesLanes {
     const index_t p0 = c * 32;
     if (p0 >= U || !open(set.gate)) return;  // the same for every lane
     const index_t p = p0 + lane;
-    const bool head = p < U && (p == 0 || (set.keys[p - 1] >> 32) != (set.keys[p] >> 32));
+    const bool head = p < U && set.is_head(p);
     for (unsigned heads = warp.ballot(head); heads != 0u; heads &= heads - 1u) {
       decide(warp, p0 + lowest_lane(heads), U, lane);
     }
