@@ -127,7 +127,7 @@ struct MemoryFootprint {
   std::size_t store_bytes = 0;      ///< low-precision store: rows x padded row bytes
   std::size_t cache_bytes = 0;      ///< FP32 rows + tags + last-use scores + dirty bits + LFU sketch
   std::size_t optimizer_bytes = 0;  ///< optimizer state (after the first backward)
-  std::size_t metadata_bytes = 0;   ///< table offsets and sizes
+  std::size_t metadata_bytes = 0;   ///< table offsets, rounding-stream row keys, counters
   std::size_t workspace_bytes = 0;  ///< per-call workspace currently held
   /// "Embedding memory" as the memory accounting of docs/architecture.md counts it: store +
   /// cache + metadata.

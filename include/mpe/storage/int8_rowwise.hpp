@@ -111,11 +111,29 @@ struct Int8Rowwise {
                                                    [&](std::int32_t d, std::uint32_t) { row[d] = 0; });
     } else {
       bool ignored = false;
+      // In device code a whole group of four codes at a 4-byte-aligned row is written as one
+      // little-endian 32-bit word (a warp's groups: one 128-byte store where byte stores make
+      // four); elsewhere, and for a last partial group, byte by byte. The same bytes.
+#ifdef __CUDA_ARCH__
+      const bool words = (reinterpret_cast<std::uintptr_t>(row) & 3u) == 0;
+#else
+      constexpr bool words = false;
+#endif
+      std::uint32_t word = 0;
       num::for_each_element_lanes<R>(dim, rng, lane, lanes, [&](std::int32_t d, std::uint32_t w) {
         const float x = detail::sanitize(src[d], limit, ignored);
         float q = R::round(num::mul(num::mul(num::sub(x, mn), p.pre), p.inv), w);
         q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
-        row[d] = static_cast<std::uint8_t>(q);
+        const auto code = static_cast<std::uint8_t>(q);
+        if (words && (d | 3) < dim) {  // d's group of four is whole
+          word |= static_cast<std::uint32_t>(code) << (8 * (d & 3));
+          if ((d & 3) == 3) {
+            *reinterpret_cast<std::uint32_t*>(row + (d - 3)) = word;
+            word = 0;
+          }
+        } else {
+          row[d] = code;
+        }
       });
     }
     if (lane == 0) {

@@ -35,8 +35,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::check_o
                                                                                            index_t B) const {
   const index_t T = num_tables();
   if (size != static_cast<std::size_t>(B * T * config_.dim)) {
-    detail::invalid(fn, "output.size() = " + std::to_string(size) + "; expected B*T*D = " +
-                            std::to_string(B) + "*" + std::to_string(T) + "*" + std::to_string(config_.dim));
+    detail::invalid(fn, "output.size() = " + std::to_string(size) +
+                            "; expected B*T*D = " + std::to_string(B) + "*" + std::to_string(T) + "*" +
+                            std::to_string(config_.dim) + " (B = (offsets.size() - 1) / T)");
   }
 }
 

@@ -764,7 +764,7 @@ struct FillLanes {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float x[kLaneChunk];
       decode_chunk<Storage>(src, D, c, m, x);
-      for (std::int32_t e = 0; e < m; ++e) crow[c + e] = x[e];
+      store_lane_chunk(crow + c, m, x);
     }
     if (lane == 0) state.fill(s, row);
   }

@@ -223,16 +223,16 @@ struct SumStage {
         const float* in = part_in + (stage_outs(prev[u]) + first) * D + c;
         for (index_t q = first; q < last; ++q, in += D) {
           MPE_TRIP();
+          float x[kLaneChunk];
+          load_lane_chunk(in, m, x);
           MPE_UNROLL
           for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-            if (e < m) acc[e] = q == first ? in[e] : num::add(acc[e], in[e]);
+            if (e < m) acc[e] = q == first ? x[e] : num::add(acc[e], x[e]);
           }
         }
       }
-      for (std::int32_t e = 0; e < m; ++e) {
-        out[c + e] = acc[e];
-        finite = finite && num::is_finite(acc[e]);
-      }
+      store_lane_chunk(out + c, m, acc);
+      for (std::int32_t e = 0; e < m; ++e) finite = finite && num::is_finite(acc[e]);
     }
     if (check_sums && final_sum && !finite && rec->pos[kGrad] == kNoError)
       atomic_min(&rec->pos[kOverflow], u);
@@ -254,11 +254,29 @@ struct SumStage {
         cf[q] = 0.0f;
         if (g + q < k1) at[q] = occurrence(g + q, cf[q]) + c;
       }
+#ifdef __CUDA_ARCH__
+      // Whole 16-byte-aligned chunks (every one, for D % 4 == 0): the group's loads as float4s
+      // with no branch between them (at[q] = 0, a valid offset, past the segment's end, whose
+      // values the adds below never reach).
+      bool whole = m == kLaneChunk;
       MPE_UNROLL
-      for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
+      for (std::int32_t q = 0; q < kSumLaneGroup; ++q)
+        whole = whole && (reinterpret_cast<std::uintptr_t>(grad_output + at[q]) & 15u) == 0;
+      if (whole) {
         MPE_UNROLL
-        for (std::int32_t e = 0; e < kLaneChunk; ++e)
-          x[q][e] = e < m && g + q < k1 ? grad_output[at[q] + e] : 0.0f;
+        for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
+          const float4 f = *reinterpret_cast<const float4*>(grad_output + at[q]);
+          x[q][0] = f.x;
+          x[q][1] = f.y;
+          x[q][2] = f.z;
+          x[q][3] = f.w;
+        }
+      } else
+#endif
+      {
+        MPE_UNROLL
+        for (std::int32_t q = 0; q < kSumLaneGroup; ++q)
+          load_lane_chunk(grad_output + at[q], g + q < k1 ? m : 0, x[q]);
       }
       MPE_UNROLL
       for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {

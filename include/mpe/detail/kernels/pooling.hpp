@@ -315,7 +315,9 @@ struct PoolBags {
         const float w = load_chunk(i, c, m, x);
         add_chunk(x, w, acc);
       }
-      for (std::int32_t k = 0; k < m; ++k) o[c + k] = scale ? num::mul(acc[k], inv) : acc[k];
+      if (scale)
+        for (std::int32_t k = 0; k < m; ++k) acc[k] = num::mul(acc[k], inv);
+      store_lane_chunk(o + c, m, acc);
     }
   }
   /// Laned store-only Int8Rowwise pooling of occurrences [begin, end) into o (D % 4 == 0,
@@ -362,8 +364,9 @@ struct PoolBags {
         add_row(load_word(row + c), num::bits_float(load_word(row + D)),
                 num::bits_float(load_word(row + D + 4)), Weighted ? weights[i] : 1.0f);
       }
-      MPE_UNROLL
-      for (std::int32_t e = 0; e < 4; ++e) o[c + e] = scale ? num::mul(acc[e], inv) : acc[e];
+      if (scale)
+        for (std::int32_t e = 0; e < 4; ++e) acc[e] = num::mul(acc[e], inv);
+      store_lane_chunk(o + c, 4, acc);
     }
   }
   /// Laned: elements [c, c + m) of occurrence i's row (its cache row, one 16-byte load in
@@ -374,18 +377,7 @@ struct PoolBags {
     const index_t s = slot_of(i);
     if (s >= 0) {
       const float* p = cache.row(s) + c;
-#ifdef __CUDA_ARCH__
-      if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
-        const float4 f = *reinterpret_cast<const float4*>(p);
-        x[0] = f.x;
-        x[1] = f.y;
-        x[2] = f.z;
-        x[3] = f.w;
-        return weights ? weights[i] : 1.0f;
-      }
-#endif
-      MPE_UNROLL
-      for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = e < m ? p[e] : 0.0f;
+      load_lane_chunk(p, m, x);
     } else {
       decode_chunk<Storage>(store + static_cast<std::size_t>(r) * stride, D, c, m, x);
     }

@@ -137,6 +137,38 @@ MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
 
+/// x[e] = p[e] for e < m, 0 for m <= e < kLaneChunk (m <= kLaneChunk): one lane's chunk of
+/// an FP32 row. In device code a whole chunk at a 16-byte-aligned address is one 16-byte
+/// load (a warp's 32 chunks of a D = 128 row: one 512-byte request where four scalar loads
+/// make four); elsewhere element by element. The same values either way.
+MPE_HOST_DEVICE inline void load_lane_chunk(const float* p, std::int32_t m, float* x) {
+  static_assert(kLaneChunk == 4, "load_lane_chunk: a chunk is one float4");
+#ifdef __CUDA_ARCH__
+  if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    x[0] = f.x;
+    x[1] = f.y;
+    x[2] = f.z;
+    x[3] = f.w;
+    return;
+  }
+#endif
+  MPE_UNROLL
+  for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = e < m ? p[e] : 0.0f;
+}
+
+/// p[e] = x[e] for e < m (m <= kLaneChunk): one lane's chunk of an FP32 row, written as
+/// load_lane_chunk reads it (one 16-byte store in device code where whole and aligned).
+MPE_HOST_DEVICE inline void store_lane_chunk(float* p, std::int32_t m, const float* x) {
+#ifdef __CUDA_ARCH__
+  if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+    return;
+  }
+#endif
+  for (std::int32_t e = 0; e < m; ++e) p[e] = x[e];
+}
+
 /// Rows a lane of the laned store-only Int8Rowwise pooling (PoolBags::pool_store_words)
 /// loads before decoding and adding them: the rows' ids, then their codes, scales and
 /// biases, with no branch between, so that this many row reads are in flight per lane.

@@ -101,6 +101,36 @@ MPE_HOST_DEVICE inline bool sub_update_within_limit(float* w, float lr, const fl
   return sat;
 }
 
+/// sub_update_within_limit on one lane's chunk, elements [0, m) of w and up (m <=
+/// kLaneChunk): the chunk read and written whole (load_lane_chunk / store_lane_chunk: one
+/// 16-byte access each in device code) and computed in registers, with the same operations
+/// and values.
+template <bool Scaled>
+MPE_HOST_DEVICE inline bool sub_update_chunk(float* w, float lr, const float* up, std::int32_t m,
+                                             float limit) {
+  float x[kLaneChunk], u[kLaneChunk];
+  load_lane_chunk(w, m, x);
+  load_lane_chunk(up, m, u);
+  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
+  std::uint32_t acc = 0;
+  MPE_UNROLL
+  for (std::int32_t e = 0; e < kLaneChunk; ++e) {
+    if (e < m) {
+      if constexpr (Scaled) u[e] = num::mul(lr, u[e]);
+      x[e] = num::sub(x[e], u[e]);
+      acc |= (num::float_bits(x[e]) & 0x7fffffffu) + margin;
+    }
+  }
+  bool sat = false;
+  if ((acc >> 31) != 0) {
+    MPE_UNROLL
+    for (std::int32_t e = 0; e < kLaneChunk; ++e)
+      if (e < m) x[e] = detail::sanitize(x[e], limit, sat);
+  }
+  store_lane_chunk(w, m, x);
+  return sat;
+}
+
 /// w[d] = sanitize(w[d] - up[d], limit) for d < D; see sub_update_within_limit.
 MPE_HOST_DEVICE inline bool sub_within_limit(float* w, const float* up, std::int32_t D, float limit) {
   return sub_update_within_limit<false>(w, 0.0f, up, D, limit);
@@ -581,22 +611,23 @@ struct ApplyScaledLanes {
       bool sat = false;
       for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
         const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-        sat = (scaled ? sub_scaled_within_limit(w + c, l, up + c, m, Storage::limit)
-                      : sub_within_limit(w + c, up + c, m, Storage::limit)) ||
+        sat = (scaled ? sub_update_chunk<true>(w + c, l, up + c, m, Storage::limit)
+                      : sub_update_chunk<false>(w + c, 0.0f, up + c, m, Storage::limit)) ||
               sat;
       }
       if (lane == 0) cache.dirty[s] = 1;
       if (sat) outcome[u] = kSaturated;
       return;
     }
-    const typename Storage::Reader rd(store + static_cast<std::size_t>(r) * stride, D);
+    const std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
-      if (scaled) {
-        for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], num::mul(l, up[c + e]));
-      } else {
-        for (std::int32_t e = 0; e < m; ++e) up[c + e] = num::sub(rd[c + e], up[c + e]);
-      }
+      float x[kLaneChunk], g[kLaneChunk];
+      decode_chunk<Storage>(row, D, c, m, x);  // the Reader's values
+      load_lane_chunk(up + c, m, g);
+      MPE_UNROLL
+      for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = num::sub(x[e], scaled ? num::mul(l, g[e]) : g[e]);
+      store_lane_chunk(up + c, m, x);
     }
   }
 };
