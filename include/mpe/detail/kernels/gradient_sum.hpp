@@ -264,13 +264,7 @@ struct SumStage {
         whole = whole && (reinterpret_cast<std::uintptr_t>(grad_output + at[q]) & 15u) == 0;
       if (whole) {
         MPE_UNROLL
-        for (std::int32_t q = 0; q < kSumLaneGroup; ++q) {
-          const float4 f = *reinterpret_cast<const float4*>(grad_output + at[q]);
-          x[q][0] = f.x;
-          x[q][1] = f.y;
-          x[q][2] = f.z;
-          x[q][3] = f.w;
-        }
+        for (std::int32_t q = 0; q < kSumLaneGroup; ++q) load_float4(grad_output + at[q], x[q]);
       } else
 #endif
       {

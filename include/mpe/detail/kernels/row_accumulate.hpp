@@ -137,6 +137,17 @@ MPE_HOST_DEVICE inline std::int32_t lane_chunk_begin(std::int32_t lane) { return
 /// Distance between two chunks of one lane.
 MPE_HOST_DEVICE inline std::int32_t lane_chunk_step(std::int32_t lanes) { return kLaneChunk * lanes; }
 
+#ifdef __CUDA_ARCH__
+/// x[0, 4) = p[0, 4) by one 16-byte load; p 16-byte aligned. Device code only.
+__device__ inline void load_float4(const float* p, float* x) {
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  x[0] = f.x;
+  x[1] = f.y;
+  x[2] = f.z;
+  x[3] = f.w;
+}
+#endif
+
 /// x[e] = p[e] for e < m, 0 for m <= e < kLaneChunk (m <= kLaneChunk): one lane's chunk of
 /// an FP32 row. In device code a whole chunk at a 16-byte-aligned address is one 16-byte
 /// load (a warp's 32 chunks of a D = 128 row: one 512-byte request where four scalar loads
@@ -145,11 +156,7 @@ MPE_HOST_DEVICE inline void load_lane_chunk(const float* p, std::int32_t m, floa
   static_assert(kLaneChunk == 4, "load_lane_chunk: a chunk is one float4");
 #ifdef __CUDA_ARCH__
   if (m == kLaneChunk && (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    x[0] = f.x;
-    x[1] = f.y;
-    x[2] = f.z;
-    x[3] = f.w;
+    load_float4(p, x);
     return;
   }
 #endif

@@ -103,30 +103,16 @@ MPE_HOST_DEVICE inline bool sub_update_within_limit(float* w, float lr, const fl
 
 /// sub_update_within_limit on one lane's chunk, elements [0, m) of w and up (m <=
 /// kLaneChunk): the chunk read and written whole (load_lane_chunk / store_lane_chunk: one
-/// 16-byte access each in device code) and computed in registers, with the same operations
-/// and values.
+/// 16-byte access each in device code) and computed in registers over kLaneChunk elements.
+/// The padding past m is 0 - 0 (or 0 - lr * 0) = 0, within every limit, so the values and
+/// the flag are those of the m elements.
 template <bool Scaled>
 MPE_HOST_DEVICE inline bool sub_update_chunk(float* w, float lr, const float* up, std::int32_t m,
                                              float limit) {
   float x[kLaneChunk], u[kLaneChunk];
   load_lane_chunk(w, m, x);
   load_lane_chunk(up, m, u);
-  const std::uint32_t margin = 0x7fffffffu - num::float_bits(limit);
-  std::uint32_t acc = 0;
-  MPE_UNROLL
-  for (std::int32_t e = 0; e < kLaneChunk; ++e) {
-    if (e < m) {
-      if constexpr (Scaled) u[e] = num::mul(lr, u[e]);
-      x[e] = num::sub(x[e], u[e]);
-      acc |= (num::float_bits(x[e]) & 0x7fffffffu) + margin;
-    }
-  }
-  bool sat = false;
-  if ((acc >> 31) != 0) {
-    MPE_UNROLL
-    for (std::int32_t e = 0; e < kLaneChunk; ++e)
-      if (e < m) x[e] = detail::sanitize(x[e], limit, sat);
-  }
+  const bool sat = sub_update_within_limit<Scaled>(x, lr, u, kLaneChunk, limit);
   store_lane_chunk(w, m, x);
   return sat;
 }
