@@ -73,8 +73,9 @@
 /// the weights stay the bytes FBGEMM reads; mpe_step_defer sets EmbeddingConfig::defer_admission,
 /// so its forward finds slots and pools, and its backward deduplicates and admits; a
 /// "# <variant> <dist> step" line gives both parts). --slot-index gives the cached variants a
-/// row -> slot index (EmbeddingConfig::slot_index): forward_inference and mpe_step_defer's
-/// forward read each occurrence's slot from it.
+/// row -> slot index (EmbeddingConfig::slot_index), in the store rows (--slot-array: in a
+/// separate array): forward_inference and mpe_step_defer's forward read each occurrence's
+/// slot from it.
 ///
 /// Phases (--phases): the mpe_cached, mpe_cached_st, mpe_step and mpe_step_defer calls of the
 /// timed rounds are also timed between mpe's phase marks (`MPE_PHASE_MARK`,
@@ -280,6 +281,7 @@ struct Options {
   bool phases = false;      // mpe_cached: time between mpe's phase marks
   bool swap = false;        // --swap-buffers: fbgemm and mpe_fwd trade tables every other pair of rounds
   bool slot_index = false;  // --slot-index: the cached variants keep EmbeddingConfig::slot_index
+  bool slot_array = false;  // --slot-array: ... in a separate array (slot_index_in_rows = false)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -311,6 +313,7 @@ void usage() {
       "fbgemm,mpe_fwd)\n"
       "  --cache-pct P        mpe_cached's cache size in %% of the rows (default 5)\n"
       "  --slot-index         the cached variants keep a row -> slot index (EmbeddingConfig::slot_index)\n"
+      "  --slot-array         ... in a separate array, not in the store rows (slot_index_in_rows = false)\n"
       "  --batch B            bags per batch (default 2048)\n"
       "  --bag L              indices per bag (default 32)\n"
       "  --reps R             timed rounds (default 40)\n"
@@ -367,6 +370,8 @@ Options parse(int argc, char** argv) {
       g_thp = true;
     } else if (a == "--slot-index") {
       o.slot_index = true;
+    } else if (a == "--slot-array") {
+      o.slot_array = true;
     } else if (a == "--phases") {
       o.phases = true;
     } else if (a == "--swap-buffers") {
@@ -574,6 +579,7 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
   cc.cache_rows =
       std::max<std::int64_t>(32, static_cast<std::int64_t>(o.cache_pct / 100.0 * static_cast<double>(rows)));
   cc.slot_index = o.slot_index;
+  cc.slot_index_in_rows = !o.slot_array;
   const auto cached_copy = [&]<class Emb>(std::unique_ptr<Emb>& e) {
     e = std::make_unique<Emb>(cc, be);
     mpe::io::import_table(*e, 0, mpe::interop::FbgemmFused{}, std::span<const std::uint8_t>(fbt.p, total));
@@ -586,7 +592,8 @@ void run_table(const Options& o, const std::string& prec, std::int64_t rows, std
         "# mpe_cached: Lru<32> cache of %lld rows (%.2f %% of the table)%s, forward() populates every call\n",
         static_cast<long long>(emb_cached->cache_slots()),
         100.0 * static_cast<double>(emb_cached->cache_slots()) / static_cast<double>(rows),
-        o.slot_index ? " with a slot index" : "");
+        o.slot_index ? (o.slot_array ? " with a slot index array" : " with a slot index in the store rows")
+                     : "");
   }
   if (has("mpe_cached_st")) cached_copy(emb_cached_st);
   std::unique_ptr<E> emb_cached_inf;

@@ -147,8 +147,8 @@ class TableBatchedEmbeddingBags(nn.Module):
             refuses a non-finite weight either way. ``load_state_dict`` keeps the module's own
             setting.
         slot_index: ``True``: each group with a cache keeps a row -> cache slot index (mpe's
-            ``EmbeddingConfig::slot_index``: 4 bytes per row of the table, counted in
-            ``memory()["cache_bytes"]``), so an eval forward finds each index's cached row with
+            ``EmbeddingConfig::slot_index``, its entries in the store rows: 4 bytes per row of
+            the table, counted in ``memory()["store_bytes"]``), so an eval forward finds each index's cached row with
             one load instead of a scan of its set; outputs and training are the same bits either
             way. Default ``False``. Configuration, not state: ``load_state_dict`` keeps the
             module's own setting.

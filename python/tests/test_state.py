@@ -214,7 +214,7 @@ def test_malformed_extra_state_is_named():
 
 @pytest.mark.parametrize("cache", ["lru", "second_touch_lru"])
 def test_slot_index_same_bits(cache):
-    """slot_index=True (mpe's row -> slot index) costs 4 bytes a row and changes no bit: training
+    """slot_index=True (mpe's row -> slot index) costs 4 bytes a row of the store and changes no bit: training
     outputs, eval outputs, weights and the state are those of the module without it, and a
     state moves between the two either way."""
     cfg = dict(specs=[(300, 8), (50, 3), (70, 8)], storage="int8", cache=cache, cache_fraction=0.1,
@@ -224,7 +224,9 @@ def test_slot_index_same_bits(cache):
     a = mpe_torch.TableBatchedEmbeddingBags(**cfg)
     b = mpe_torch.TableBatchedEmbeddingBags(slot_index=True, **cfg)
     assert "slot_index=True" in repr(b) and "slot_index=False" in repr(a)
-    assert b.memory()["cache_bytes"] - a.memory()["cache_bytes"] == 4 * (300 + 50 + 70)
+    # The entries live in the store rows (INT8, D = 8: 16 -> 20 B; D = 3: 12 -> 16 B).
+    assert b.memory()["store_bytes"] - a.memory()["store_bytes"] == 4 * (300 + 50 + 70)
+    assert b.memory()["cache_bytes"] == a.memory()["cache_bytes"]
     for m in (a, b):
         m.init_uniform(-0.1, 0.1)
     data = batches(cfg["specs"], 8, seed=21)

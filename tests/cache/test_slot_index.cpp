@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// EmbeddingConfig::slot_index: the (rows) row -> slot array stays exactly what the tags say
-// (a plain loop over the tags is the reference) through fills, evictions, set_weights'
-// drops, prefetch, load() and flush(); and an object with it trains, evaluates and saves
-// the same bits as its twin without it, for every cache policy.
+// EmbeddingConfig::slot_index: the row -> slot index, in the store rows (slot_index_in_rows,
+// the default) or a separate array, stays exactly what the tags say (a plain loop over the
+// tags is the reference) through fills, evictions, set_weights' drops, prefetch, load(),
+// import_table() and flush(); and an object with it trains, evaluates, saves and exports the
+// same bits as its twin without it, for every cache policy.
 #include <doctest/doctest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <mpe/io/fbgemm.hpp>
 #include <mpe/mpe.hpp>
 #include <random>
 #include <string>
@@ -24,10 +26,24 @@ template <class C>
 using Emb = mpe::CachedEmbedding<mpe::Int8Rowwise, C, mpe::StochasticRounding>;
 
 template <class C>
-Emb<C> make(bool index) {
-  const mpe::EmbeddingConfig cfg{
-      .table_rows = kTables, .dim = kD, .cache_rows = 16, .seed = 7, .slot_index = index};
+Emb<C> make(bool index, bool in_rows = true) {
+  const mpe::EmbeddingConfig cfg{.table_rows = kTables,
+                                 .dim = kD,
+                                 .cache_rows = 16,
+                                 .seed = 7,
+                                 .slot_index = index,
+                                 .slot_index_in_rows = in_rows};
   return Emb<C>(cfg, mpe::HostBackend{1});
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::vector<char> v;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) v.insert(v.end(), buf, buf + n);
+  std::fclose(f);
+  return v;
 }
 
 /// The index an object must hold: each tagged slot's row maps to the slot, every other row
@@ -41,7 +57,7 @@ void check_index(const E& e) {
     if (c.tags[s] >= 0) want[static_cast<std::size_t>(c.tags[s])] = static_cast<std::int32_t>(s);
   for (std::int64_t r = 0; r < e.total_rows(); ++r) {
     CAPTURE(r);
-    REQUIRE(c.slot_of_row[r] == want[static_cast<std::size_t>(r)]);
+    REQUIRE(*c.slot_entry(r) == want[static_cast<std::size_t>(r)]);
     // find() answers from the index; the set scan must agree.
     std::int64_t scan = -1;
     const std::int64_t base = c.set_of(r) * c.ways;
@@ -66,78 +82,112 @@ std::string temp_path(const char* name) {
 
 TEST_CASE_TEMPLATE("slot index: exact after every call; same bits as without it", C, mpe::Lru<4>, mpe::Lfu<4>,
                    mpe::DirectMapped, mpe::SecondTouchLru<4>, mpe::WTinyLfu<4>) {
-  Emb<C> plain = make<C>(false);
-  Emb<C> indexed = make<C>(true);
-  CHECK(plain.cache_ref().slot_of_row == nullptr);
-  // The index costs 4 B per row of the table and nothing else.
-  CHECK(indexed.memory().cache_bytes - plain.memory().cache_bytes ==
-        4 * static_cast<std::size_t>(indexed.total_rows()));
-  check_index(indexed);  // all -1 before any fill
-
-  std::mt19937_64 rng(5);
-  const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(plain.total_rows()) * kD, -1, 1);
-  plain.set_weights(w0);
-  indexed.set_weights(w0);
-  const std::string path = temp_path("mid");
-  for (int step = 0; step < 24; ++step) {
-    CAPTURE(step);
-    const ref::Batch b = ref::random_batch(rng, kTables, kB, 6, step % 3 == 0);
-    const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * kD;
-    std::vector<float> o1(out_size), o2(out_size);
-    if (step % 4 == 1) {
-      plain.prefetch(b.indices, b.offsets);
-      indexed.prefetch(b.indices, b.offsets);
-      check_index(indexed);
+  for (const bool in_rows : {true, false}) {
+    CAPTURE(in_rows);
+    Emb<C> plain = make<C>(false);
+    Emb<C> indexed = make<C>(true, in_rows);
+    CHECK(plain.cache_ref().slot_of_row == nullptr);
+    CHECK(plain.store_row_bytes() == mpe::row_bytes<mpe::Int8Rowwise>(kD, 4));  // 13 B of data: 16
+    // The index costs 4 B per row of the table and nothing else: an array in cache_bytes, or
+    // in the rows an entry at byte 16 of each (the data rounded up to 4 B), so a 20 B stride.
+    const auto rows = static_cast<std::size_t>(indexed.total_rows());
+    if (in_rows) {
+      CHECK(indexed.store_row_bytes() == 20);
+      CHECK(indexed.memory().cache_bytes == plain.memory().cache_bytes);
+      CHECK(indexed.memory().store_bytes - plain.memory().store_bytes == 4 * rows);
+      CHECK(indexed.cache_ref().slot_stride == 5);
+    } else {
+      CHECK(indexed.store_row_bytes() == plain.store_row_bytes());
+      CHECK(indexed.memory().cache_bytes - plain.memory().cache_bytes == 4 * rows);
+      CHECK(indexed.cache_ref().slot_stride == 1);
     }
-    plain.forward(b.indices, b.offsets, o1, mpe::Pooling::Sum, b.weights);
-    indexed.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
-    check_index(indexed);
-    REQUIRE(o1 == o2);
-    const auto g = ref::random_floats(rng, out_size, -1, 1);
-    plain.backward(g, mpe::RowwiseAdagrad{0.2f});
-    indexed.backward(g, mpe::RowwiseAdagrad{0.2f});
-    check_index(indexed);
+    check_index(indexed);  // all -1 before any fill
 
-    // Evaluation through the cache: slots from the index instead of the set scan.
+    std::mt19937_64 rng(5);
+    const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(plain.total_rows()) * kD, -1, 1);
+    plain.set_weights(w0);
+    indexed.set_weights(w0);
+    const std::string path = temp_path("mid");
+    for (int step = 0; step < 24; ++step) {
+      CAPTURE(step);
+      const ref::Batch b = ref::random_batch(rng, kTables, kB, 6, step % 3 == 0);
+      const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * kD;
+      std::vector<float> o1(out_size), o2(out_size);
+      if (step % 4 == 1) {
+        plain.prefetch(b.indices, b.offsets);
+        indexed.prefetch(b.indices, b.offsets);
+        check_index(indexed);
+      }
+      plain.forward(b.indices, b.offsets, o1, mpe::Pooling::Sum, b.weights);
+      indexed.forward(b.indices, b.offsets, o2, mpe::Pooling::Sum, b.weights);
+      check_index(indexed);
+      REQUIRE(o1 == o2);
+      const auto g = ref::random_floats(rng, out_size, -1, 1);
+      plain.backward(g, mpe::RowwiseAdagrad{0.2f});
+      indexed.backward(g, mpe::RowwiseAdagrad{0.2f});
+      check_index(indexed);
+
+      // Evaluation through the cache: slots from the index instead of the set scan.
+      const ref::Batch e = ref::random_batch(rng, kTables, kB, 6, false);
+      plain.forward_inference(e.indices, e.offsets, o1);
+      indexed.forward_inference(e.indices, e.offsets, o2);
+      REQUIRE(o1 == o2);
+
+      if (step % 5 == 2) {  // set_weights drops the rows' cache lines (WriteRows / DropRows)
+        const std::int64_t first = static_cast<std::int64_t>(rng() % 150),
+                           count = 1 + static_cast<std::int64_t>(rng() % 30);
+        const auto part = ref::random_floats(rng, static_cast<std::size_t>(count) * kD, -1, 1);
+        plain.set_weights(part, first);
+        indexed.set_weights(part, first);
+        check_index(indexed);
+      }
+      if (step == 11) indexed.save(path);
+      if (step % 6 == 3) {  // export and import: the rows' data, the entries kept
+        const auto ex = mpe::io::export_table(indexed, 2, mpe::interop::FbgemmFused{});
+        REQUIRE(ex == mpe::io::export_table(plain, 2, mpe::interop::FbgemmFused{}));
+        check_index(indexed);
+        std::vector<std::uint8_t> changed = ex;
+        changed[0] = static_cast<std::uint8_t>(changed[0] ^ 0x11);  // row 0's first code
+        mpe::io::import_table(plain, 2, mpe::interop::FbgemmFused{}, changed);
+        mpe::io::import_table(indexed, 2, mpe::interop::FbgemmFused{}, changed);
+        check_index(indexed);
+        REQUIRE(mpe::io::export_table(indexed, 2, mpe::interop::FbgemmFused{}) == changed);
+      }
+    }
+    REQUIRE(weights(plain) == weights(indexed));
+    // A checkpoint holds the rows' data, not the index: the same bytes as the twin's.
+    {
+      const std::string a = temp_path("cmp_plain"), b = temp_path("cmp_indexed");
+      plain.save(a);
+      indexed.save(b);
+      CHECK(file_bytes(a) == file_bytes(b));
+      std::filesystem::remove(a);
+      std::filesystem::remove(b);
+    }
+
+    // load(): the index is rebuilt from the loaded tags, whichever object wrote the file.
+    Emb<C> restored = make<C>(true, in_rows);
+    restored.load(path);
+    check_index(restored);
+    const std::string path_plain = temp_path("plain");
+    plain.save(path_plain);
+    Emb<C> from_plain = make<C>(true, in_rows);
+    from_plain.load(path_plain);
+    check_index(from_plain);
+    indexed.load(path_plain);  // an object with a full index, replaced
+    check_index(indexed);
     const ref::Batch e = ref::random_batch(rng, kTables, kB, 6, false);
+    std::vector<float> o1(static_cast<std::size_t>(kB) * kTables.size() * kD), o2(o1.size()), o3(o1.size());
     plain.forward_inference(e.indices, e.offsets, o1);
-    indexed.forward_inference(e.indices, e.offsets, o2);
-    REQUIRE(o1 == o2);
-
-    if (step % 5 == 2) {  // set_weights drops the rows' cache lines (WriteRows / DropRows)
-      const std::int64_t first = static_cast<std::int64_t>(rng() % 150),
-                         count = 1 + static_cast<std::int64_t>(rng() % 30);
-      const auto part = ref::random_floats(rng, static_cast<std::size_t>(count) * kD, -1, 1);
-      plain.set_weights(part, first);
-      indexed.set_weights(part, first);
-      check_index(indexed);
-    }
-    if (step == 11) indexed.save(path);
+    from_plain.forward_inference(e.indices, e.offsets, o2);
+    indexed.forward_inference(e.indices, e.offsets, o3);
+    CHECK(o1 == o2);
+    CHECK(o1 == o3);
+    indexed.flush();
+    check_index(indexed);
+    std::filesystem::remove(path);
+    std::filesystem::remove(path_plain);
   }
-  REQUIRE(weights(plain) == weights(indexed));
-
-  // load(): the index is rebuilt from the loaded tags, whichever object wrote the file.
-  Emb<C> restored = make<C>(true);
-  restored.load(path);
-  check_index(restored);
-  const std::string path_plain = temp_path("plain");
-  plain.save(path_plain);
-  Emb<C> from_plain = make<C>(true);
-  from_plain.load(path_plain);
-  check_index(from_plain);
-  indexed.load(path_plain);  // an object with a full index, replaced
-  check_index(indexed);
-  const ref::Batch e = ref::random_batch(rng, kTables, kB, 6, false);
-  std::vector<float> o1(static_cast<std::size_t>(kB) * kTables.size() * kD), o2(o1.size()), o3(o1.size());
-  plain.forward_inference(e.indices, e.offsets, o1);
-  from_plain.forward_inference(e.indices, e.offsets, o2);
-  indexed.forward_inference(e.indices, e.offsets, o3);
-  CHECK(o1 == o2);
-  CHECK(o1 == o3);
-  indexed.flush();
-  check_index(indexed);
-  std::filesystem::remove(path);
-  std::filesystem::remove(path_plain);
 }
 
 namespace {
@@ -178,7 +228,8 @@ ref::Batch mixed_batch(std::mt19937_64& rng, const std::vector<std::int64_t>& ro
 // so the same bits, on every pooling path: the AVX-512 and AVX2 kernels (in-pass reads), the
 // portable loop (SIMD off: the index read in the pass before), one-row runs, all-cached and
 // mixed bags, weights and mean, one and two threads (two: ranges of 16 bags, so many range
-// ends fall inside the prefetch distance).
+// ends fall inside the prefetch distance), the index in the store rows (one thread) and an
+// array (two).
 TEST_CASE_TEMPLATE("slot index: forward_inference's in-pass slot reads give the set scan's bits", S,
                    mpe::Int8Rowwise, mpe::Fp16, mpe::Int4Rowwise) {
   const std::vector<std::int64_t> tables{3000, 700};
@@ -186,13 +237,17 @@ TEST_CASE_TEMPLATE("slot index: forward_inference's in-pass slot reads give the 
   for (const int D : {64, 20}) {
     CAPTURE(D);
     using E = mpe::CachedEmbedding<S, mpe::Lru<8>, mpe::StochasticRounding>;
-    const auto cfg = [&](bool index) {
-      return mpe::EmbeddingConfig{
-          .table_rows = tables, .dim = D, .cache_rows = 256, .seed = 3, .slot_index = index};
+    const auto cfg = [&](bool index, bool in_rows) {
+      return mpe::EmbeddingConfig{.table_rows = tables,
+                                  .dim = D,
+                                  .cache_rows = 256,
+                                  .seed = 3,
+                                  .slot_index = index,
+                                  .slot_index_in_rows = in_rows};
     };
-    E plain(cfg(false), mpe::HostBackend{1});
-    E one(cfg(true), mpe::HostBackend{1});
-    E two(cfg(true), mpe::HostBackend{2});
+    E plain(cfg(false, true), mpe::HostBackend{1});
+    E one(cfg(true, true), mpe::HostBackend{1});   // the index in the store rows
+    E two(cfg(true, false), mpe::HostBackend{2});  // the index an array
     std::mt19937_64 rng(11);
     const auto w0 = ref::random_floats(rng, static_cast<std::size_t>(plain.total_rows()) * D, -1, 1);
     for (E* e : {&plain, &one, &two}) e->set_weights(w0);

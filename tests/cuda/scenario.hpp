@@ -23,8 +23,9 @@ struct Scenario {
   bool prefetch = false;  // prefetch batch s+1 between forward(s) and backward(s)
   int steps = 5;
   bool deferred = false;         // Validation::Deferred (no wait in prefetch/forward/backward)
-  bool slot_index = false;       // EmbeddingConfig::slot_index (the row -> slot array)
+  bool slot_index = false;       // EmbeddingConfig::slot_index (the row -> slot index, in the store rows)
   bool defer_admission = false;  // EmbeddingConfig::defer_admission (admitted in backward)
+  bool slot_array = false;       // the slot index an array (EmbeddingConfig::slot_index_in_rows = false)
   std::string label() const {
     return "cache_rows=" + std::to_string(cache_rows) +
            (opt == Opt::Sgd       ? " sgd"
@@ -34,7 +35,7 @@ struct Scenario {
             : mode == Mode::Mean ? " mean"
                                  : " weighted") +
            (prefetch ? " prefetch" : "") + (deferred ? " deferred" : "") + (slot_index ? " slot_index" : "") +
-           (defer_admission ? " defer_admission" : "");
+           (defer_admission ? " defer_admission" : "") + (slot_array ? " slot_array" : "");
   }
 };
 
@@ -55,10 +56,12 @@ inline std::vector<Scenario> all_scenarios() {
   for (Mode m : {Mode::Sum, Mode::Weighted}) {
     for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, true});
   }
-  // The slot index: kept by the device's fills and drops, read by forward_inference.
+  // The slot index: kept by the device's fills and drops, read by forward_inference; in the
+  // store rows, and (the last) an array.
   for (Mode m : {Mode::Sum, Mode::Weighted}) {
     for (bool p : {false, true}) v.push_back(Scenario{12, Opt::Adagrad, m, p, 5, false, true});
   }
+  v.push_back(Scenario{12, Opt::Adagrad, Mode::Weighted, true, 5, false, true, false, true});
   // Admission deferred to backward: the forward probes slots (set scan or index) and pools
   // misses from the store; backward deduplicates and admits.
   for (bool index : {false, true}) {
@@ -196,6 +199,7 @@ Result run_training(const Backend& be, const Scenario& sc) {
   cfg.seed = 0xfeedbeefcafeull;
   cfg.validation = sc.deferred ? mpe::Validation::Deferred : mpe::Validation::Synchronous;
   cfg.slot_index = sc.slot_index;
+  cfg.slot_index_in_rows = !sc.slot_array;
   cfg.defer_admission = sc.defer_admission;
   mpe::CachedEmbedding<Storage, Cache, Rounding, Backend, Precision> emb(cfg, be);
   emb.init_uniform(-0.5f, 0.5f);

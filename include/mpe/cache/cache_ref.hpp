@@ -30,9 +30,17 @@ struct CacheRef {
   std::int32_t ways = 1;
   /// Floats per cached row: the table's embedding dimension D (row(slot) = rows + slot * D).
   std::int32_t dim = 0;
-  /// (rows) slot of each global row, -1 where it is not cached (EmbeddingConfig::slot_index),
-  /// or null without one. Tags are written through set_tag(), which keeps it exact.
+  /// The slot index (EmbeddingConfig::slot_index): row 0's entry, the slot of that global
+  /// row or -1 where it is not cached; row r's entry is slot_entry(r), slot_stride int32s
+  /// further on. Null without an index. Tags are written through set_tag(), which keeps it
+  /// exact.
   std::int32_t* slot_of_row = nullptr;
+  /// int32 elements from one row's slot index entry to the next: 1 for a (rows) array, the
+  /// store's row stride / 4 where the entries live in the store rows
+  /// (EmbeddingConfig::slot_index_in_rows).
+  std::int64_t slot_stride = 1;
+  /// Row `row`'s slot index entry (requires slot_of_row non-null).
+  MPE_HOST_DEVICE std::int32_t* slot_entry(std::int64_t row) const { return slot_of_row + row * slot_stride; }
 
   /// Total number of slots, num_sets * ways (CachedEmbedding::cache_slots()): the length
   /// of tags, last_use and dirty, and the number of rows in `rows`.
@@ -43,7 +51,7 @@ struct CacheRef {
   /// a slot index.
   MPE_HOST_DEVICE std::int64_t find(std::int64_t row) const {
     if (num_sets == 0) return -1;
-    if (slot_of_row) return slot_of_row[row];
+    if (slot_of_row) return *slot_entry(row);
     return find_in_set(set_of(row) * ways, row);
   }
   /// Slot holding `row` among the `ways` slots from `base` (a set's first slot), or -1.
@@ -64,8 +72,8 @@ struct CacheRef {
   /// only: the caller fills the FP32 row, its last use and dirty byte.
   MPE_HOST_DEVICE void set_tag(std::int64_t slot, std::int64_t row) const {
     if (slot_of_row) {
-      if (tags[slot] >= 0) slot_of_row[tags[slot]] = -1;
-      if (row >= 0) slot_of_row[row] = static_cast<std::int32_t>(slot);
+      if (tags[slot] >= 0) *slot_entry(tags[slot]) = -1;
+      if (row >= 0) *slot_entry(row) = static_cast<std::int32_t>(slot);
     }
     tags[slot] = row;
   }

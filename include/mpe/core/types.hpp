@@ -49,15 +49,28 @@ struct EmbeddingConfig {
   /// there, so that a piece rounds with the bits the whole set would (docs/numerics.md).
   /// Configuration, not state: checkpoints do not hold it.
   std::vector<std::int64_t> row_keys = {};
-  /// Keep a slot index: a (rows) int32 array holding each row's cache slot, or -1 where the
+  /// Keep a slot index: an int32 entry per row holding the row's cache slot, or -1 where the
   /// row is not cached, kept exact by every fill, eviction and drop (4 B per row of the
-  /// table, counted in MemoryFootprint::cache_bytes; memory space: the backend's).
+  /// table, in the store rows or an array: slot_index_in_rows; memory space: the backend's).
   /// CacheRef::find() and forward_inference() then find a row's slot with one load instead
   /// of hashing it to its set and scanning the set's tags. Outputs and trained bits are the
   /// same with or without it. Configuration, not state: checkpoints do not hold it and
   /// load() rebuilds it from the cache's tags. Ignored without a cache; with one it needs
   /// fewer than 2^31 slots (std::invalid_argument naming config.slot_index otherwise).
   bool slot_index = false;
+  /// Where the slot index lives (with slot_index and a cache). true (default): in the store
+  /// rows, one int32 entry at byte round_up(Storage::data_bytes(dim), 4) of each row, which
+  /// widens the row stride (store_row_bytes()) to round_up(that + 4, max(row_alignment, 4))
+  /// and leaves no separate array (INT8, D = 64: 76 B a row instead of 72 B plus a 4 B
+  /// entry; with row_alignment 16, 80 B either way, the entry in the padding); counted in
+  /// MemoryFootprint::store_bytes. A lookup of an uncached row then reads its entry from a
+  /// line of the store row it reads anyway. false: a separate (rows) array, counted in
+  /// MemoryFootprint::cache_bytes. Outputs, trained bits, save()'s bytes and export_table()
+  /// are the same either way: checkpoints and exports hold the rows' data without the
+  /// entries, and load() and import_table() rewrite them. The entries share the store's
+  /// memory space and placement (a CUDA store in managed or host-mapped memory holds them
+  /// there too). Configuration, not state.
+  bool slot_index_in_rows = true;
   /// Admit a forward()'s misses when its backward() runs instead of inside the forward.
   /// forward() then only finds each occurrence's slot (one load with slot_index, else a scan
   /// of the row's set) and pools cached rows from the cache and the others straight from the

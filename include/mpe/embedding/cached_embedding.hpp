@@ -381,6 +381,8 @@ class CachedEmbedding {
   void admit_pending();
   bool defers_admission() const { return config_.defer_admission && num_sets_ > 0; }
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  /// Whether a slot index is kept (in the store rows or an array).
+  bool has_slot_index() const { return slot_index_.size() > 0 || (slot_offset_ > 0 && num_sets_ > 0); }
   void reindex_slots();  // the slot index (if kept) re-derived from tags_, after they are replaced
   void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
   index_t read_scalar(const index_t* p) const;
@@ -398,6 +400,7 @@ class CachedEmbedding {
   Backend backend_;
   index_t total_rows_ = 0;
   std::size_t stride_ = 0;
+  std::size_t slot_offset_ = 0;  // > 0: the slot index entry's byte in each store row (slot_index_in_rows)
   std::vector<index_t> table_offsets_host_;
   IBuf table_offsets_;                           // (T + 1)
   IBuf row_keys_;                                // (T) config.row_keys, or empty

@@ -37,7 +37,8 @@ struct MixedDimConfig {
   std::uint64_t seed = 0;          ///< stochastic rounding stream (group g > 0 derives its own)
   std::int32_t row_alignment = 4;  ///< store row padding in bytes (power of two, <= 4096)
   NonFinite non_finite = NonFinite::Throw;  ///< non-finite gradient / per-sample weight handling
-  bool slot_index = false;  ///< each group keeps a row -> slot index (EmbeddingConfig::slot_index)
+  bool slot_index = false;         ///< each group keeps a row -> slot index (EmbeddingConfig::slot_index)
+  bool slot_index_in_rows = true;  ///< its entries in the store rows (EmbeddingConfig::slot_index_in_rows)
   /// Each group admits a forward()'s misses in its backward(), or in the call that comes
   /// first among those EmbeddingConfig::defer_admission lists (the next forward() among
   /// them: a backward() that throws before a group admitted leaves that group's batch to
@@ -515,6 +516,7 @@ class MixedDimEmbedding {
     c.row_alignment = config_.row_alignment;
     c.non_finite = config_.non_finite;
     c.slot_index = config_.slot_index;
+    c.slot_index_in_rows = config_.slot_index_in_rows;
     c.defer_admission = config_.defer_admission;
     c.validation = Validation::Synchronous;
     return c;

@@ -22,7 +22,7 @@
 /// |    | `str rounding` | `Rounding::name`: `"stochastic"`, `"nearest"` |
 /// |    | `u32 T`, `i64 table_rows[T]` | rows of each table |
 /// |    | `i32 dim`, `i32 row_alignment` | D and the store row padding |
-/// |    | `u64 store_row_bytes` | bytes of one padded store row |
+/// |    | `u64 store_row_bytes` | bytes of one padded store row, row_bytes<Storage>(dim, row_alignment) (without the slot index entry of EmbeddingConfig::slot_index_in_rows) |
 /// |    | `i64 num_sets`, `i64 cache_slots` | num_sets * ways = cache_slots (0: no cache) |
 /// |    | `i64 policy_words` | `Cache::meta_words(cache_slots)`: u32 words of the policy section |
 /// |    | `u64 seed` | stochastic-rounding seed (load() adopts it) |
@@ -44,7 +44,7 @@
 // clang-format off
 /// | # | name | payload | length |
 /// |---|---|---|---|
-/// | 0 | `store` | the store, rows x store_row_bytes, padding included (Storage's row layout) | rows * store_row_bytes |
+/// | 0 | `store` | the store, rows x store_row_bytes, padding included as zeros (Storage's row layout; no slot index entries) | rows * store_row_bytes |
 /// | 1 | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 |
 /// | 2 | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
 /// | 3 | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |

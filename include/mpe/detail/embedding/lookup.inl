@@ -425,15 +425,14 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::probe_slots(
     const index_t* global_rows, index_t n, index_t* slots, const index_t* gate) const {
-  if (Backend::lane_width == 1 && slot_index_.size() > 0 && detail::PoolBags<Storage>::host_simd_path()) {
+  if (Backend::lane_width == 1 && has_slot_index() && detail::PoolBags<Storage>::host_simd_path()) {
     return true;  // the pooling pass reads the slot index itself
   }
   if (n == 0) return false;
   // -1 first where lanes split a set's ways (only the finding lane writes); one lane, or
   // lane 0 reading the slot index, writes every slot itself.
   if constexpr (Backend::lane_width > 1)
-    if (slot_index_.size() == 0)
-      backend_.fill_bytes(slots, 0xff, static_cast<std::size_t>(n) * sizeof(index_t));
+    if (!has_slot_index()) backend_.fill_bytes(slots, 0xff, static_cast<std::size_t>(n) * sizeof(index_t));
   backend_.for_each_lanes(n, detail::ProbeSlots{global_rows, cache_ref(), slots, gate});
   return false;
 }

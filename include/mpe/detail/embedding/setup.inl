@@ -115,6 +115,13 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     }
   }
   stride_ = row_bytes<Storage>(config.dim, a);
+  // The slot index in the store rows: an int32 entry after each row's data, 4-byte aligned.
+  slot_offset_ = 0;
+  if (config.cache_rows > 0 && config.slot_index && config.slot_index_in_rows) {
+    const std::size_t a4 = a < 4 ? 4 : static_cast<std::size_t>(a);
+    slot_offset_ = (Storage::data_bytes(config.dim) + 3) / 4 * 4;
+    stride_ = (slot_offset_ + 4 + a4 - 1) / a4 * a4;
+  }
   // At most PTRDIFF_MAX bytes: a size near SIZE_MAX would wrap to a small allocation when
   // an allocator rounds it up (to huge pages, to its alignment).
   if (static_cast<unsigned long long>(total_rows_) > static_cast<unsigned long long>(PTRDIFF_MAX) / stride_) {
@@ -190,7 +197,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
       if (slots > static_cast<std::size_t>(INT32_MAX))
         detail::invalid(fn, "config.slot_index needs fewer than 2^31 cache slots; config.cache_rows gives " +
                                 std::to_string(slots));
-      slot_index_.reset(static_cast<std::size_t>(total_rows_));
+      if (slot_offset_ == 0) slot_index_.reset(static_cast<std::size_t>(total_rows_));
       reindex_slots();  // every row -1: nothing is cached yet
     }
     last_use_.reset(slots);
@@ -215,6 +222,10 @@ CacheRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::cac
   c.ways = Cache::ways;
   c.dim = config_.dim;
   c.slot_of_row = slot_index_.size() > 0 ? const_cast<std::int32_t*>(slot_index_.data()) : nullptr;
+  if (slot_offset_ > 0 && num_sets_ > 0) {
+    c.slot_of_row = reinterpret_cast<std::int32_t*>(const_cast<std::uint8_t*>(store_.data()) + slot_offset_);
+    c.slot_stride = static_cast<std::int64_t>(stride_ / 4);
+  }
   return c;
 }
 
@@ -223,6 +234,12 @@ CacheRef CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::cac
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::reindex_slots() {
+  if (slot_offset_ > 0) {  // the entries in the store rows
+    if (num_sets_ == 0) return;
+    backend_.for_each(total_rows_, detail::ClearSlotEntry{cache_ref()});
+    backend_.for_each(cache_slots(), detail::IndexSlot{cache_ref()});
+    return;
+  }
   if (slot_index_.size() == 0) return;
   backend_.fill_bytes(slot_index_.data(), 0xff, slot_index_.bytes());
   backend_.for_each(cache_slots(), detail::IndexSlot{cache_ref()});

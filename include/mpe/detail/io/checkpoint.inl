@@ -283,7 +283,7 @@ struct CheckpointAccess {
     for (auto r : e.config_.table_rows) b.put(static_cast<std::int64_t>(r));
     b.put(static_cast<std::int32_t>(e.config_.dim));
     b.put(static_cast<std::int32_t>(e.config_.row_alignment));
-    b.put(static_cast<std::uint64_t>(e.stride_));
+    b.put(static_cast<std::uint64_t>(file_stride(e)));
     b.put(static_cast<std::int64_t>(e.num_sets_));
     b.put(static_cast<std::int64_t>(e.cache_slots()));
     b.put(static_cast<std::int64_t>(C::meta_words(e.cache_slots())));  // policy_words
@@ -317,9 +317,68 @@ struct CheckpointAccess {
     return {e.cache_state_.data(), e.cache_state_.bytes()};
   }
 
+  /// Bytes of a store row in a checkpoint: row_bytes<S>(dim, row_alignment), the store's
+  /// stride without the slot index entry that slot_index_in_rows adds (the file's rows are
+  /// each store row's first file_stride() bytes, those after the row's data zero).
+  template <class E>
+  static std::size_t file_stride(const E& e) {
+    return row_bytes<typename E::storage_type>(e.config_.dim, e.config_.row_alignment);
+  }
+
+  /// Whether the store's rows are wider than the file's (their slot index entries).
+  template <class E>
+  static bool restrided(const E& e) {
+    return e.stride_ != file_stride(e);
+  }
+
+  /// Writes the `store` section's bytes of a store whose rows hold slot index entries
+  /// (restrided()): each row's data, padded with zeros to file_stride(), through a host
+  /// staging buffer of whole rows. Returns their CRC-32C.
+  template <class E, class Writer>
+  static std::uint32_t write_store_rows(const E& e, Writer& w, std::vector<std::uint8_t>& staging) {
+    const std::size_t stride = e.stride_, fs = file_stride(e);
+    const std::size_t data = E::storage_type::data_bytes(e.config_.dim);
+    const auto rows = static_cast<std::size_t>(e.total_rows_);
+    const std::size_t per = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride);
+    std::uint32_t crc = 0;
+    for (std::size_t r0 = 0; r0 < rows; r0 += per) {
+      const std::size_t k = std::min(per, rows - r0);
+      staging.resize(k * stride);
+      e.backend_.copy_to_host(staging.data(), e.store_.data() + r0 * stride, k * stride);
+      for (std::size_t r = 0; r < k; ++r) {  // in place: row r moves down to r * fs
+        std::memmove(staging.data() + r * fs, staging.data() + r * stride, data);
+        std::memset(staging.data() + r * fs + data, 0, fs - data);
+      }
+      w.write(staging.data(), k * fs);
+      crc = io::checkpoint::crc32c(staging.data(), k * fs, crc);
+    }
+    return crc;
+  }
+
+  /// Copies a verified `store` section (file_stride() rows) into a store whose rows hold
+  /// slot index entries (restrided()): each row's bytes, the rest of the row zero (the
+  /// entries are rewritten by reindex_slots() afterwards).
+  template <class E>
+  static void read_store_rows(E& e, const std::uint8_t* payload) {
+    const std::size_t stride = e.stride_, fs = file_stride(e);
+    const auto rows = static_cast<std::size_t>(e.total_rows_);
+    const std::size_t per = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride);
+    std::vector<std::uint8_t> staging(std::min(per, rows) * stride);
+    for (std::size_t r0 = 0; r0 < rows; r0 += per) {
+      const std::size_t k = std::min(per, rows - r0);
+      for (std::size_t r = 0; r < k; ++r) {
+        std::memcpy(staging.data() + r * stride, payload + (r0 + r) * fs, fs);
+        std::memset(staging.data() + r * stride + fs, 0, stride - fs);
+      }
+      e.backend_.copy_from_host(e.store_.data() + r0 * stride, staging.data(), k * stride);
+    }
+  }
+
   template <class E>
   static void sections(const E& e, Section (&s)[io::checkpoint::kNumBufferSections]) {
-    s[0] = {e.store_.data(), e.store_.bytes()};
+    // The store as the file holds it: (rows, file_stride) bytes (write() and load_bytes()
+    // restride it where the store's rows hold slot index entries).
+    s[0] = {e.store_.data(), static_cast<std::size_t>(e.total_rows_) * file_stride(e)};
     s[1] = {e.cache_rows_.data(), e.cache_rows_.bytes()};
     s[2] = {e.tags_.data(), e.tags_.bytes()};
     s[3] = {e.last_use_.data(), e.last_use_.bytes()};
@@ -383,7 +442,9 @@ struct CheckpointAccess {
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
-      if (!Backend::device_spans || i == fmt::kNumBufferSections) {  // host memory
+      if (i == 0 && restrided(e)) {
+        crc = write_store_rows(e, w, staging);
+      } else if (!Backend::device_spans || i == fmt::kNumBufferSections) {  // host memory
         w.write(sec[i].data, sec[i].bytes);
         crc = fmt::crc32c(sec[i].data, sec[i].bytes);
       } else {
@@ -464,7 +525,7 @@ struct CheckpointAccess {
     expect_eq("dim", c.get<std::int32_t>("dim"), e.config_.dim);
     expect_eq("row_alignment", c.get<std::int32_t>("row_alignment"), e.config_.row_alignment);
     expect_eq("store_row_bytes", c.get<std::uint64_t>("store_row_bytes"),
-              static_cast<std::uint64_t>(e.stride_));
+              static_cast<std::uint64_t>(file_stride(e)));
     expect_eq("num_sets", c.get<std::int64_t>("num_sets"), static_cast<std::int64_t>(e.num_sets_));
     expect_eq("cache_slots", c.get<std::int64_t>("cache_slots"), static_cast<std::int64_t>(e.cache_slots()));
     // From version 3: the policy's metadata words; versions 1 and 2: the LFU sketch width (the
@@ -680,6 +741,10 @@ struct CheckpointAccess {
                                           new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
     for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
+      if (i == 0 && restrided(e)) {
+        read_store_rows(e, payload[0]);
+        continue;
+      }
       e.backend_.copy_from_host(dst[i], payload[i], bytes);
     }
     if (new_opt) e.opt_state_.swap(opt);
@@ -719,7 +784,7 @@ struct CheckpointAccess {
     const std::string range =
         std::string(S::name) + " holds finite values within +-" + format_float(S::limit);
     for (index_t r = 0; r < e.total_rows_; ++r) {
-      const typename S::Reader rd(payload[0] + static_cast<std::size_t>(r) * e.stride_, D);
+      const typename S::Reader rd(payload[0] + static_cast<std::size_t>(r) * file_stride(e), D);
       for (std::int32_t d = 0; d < D; ++d) {
         if (const float x = rd[d]; !holds(x)) {
           c.fail("section 'store': row " + std::to_string(r) + " element " + std::to_string(d) +

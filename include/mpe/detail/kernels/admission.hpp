@@ -426,8 +426,8 @@ struct AdmitSet {
           prefetch_lines<true>(store + static_cast<std::size_t>(old) * stride, Storage::data_bytes(D));
         }
         if (cache.slot_of_row) {  // the slot index's two entries set_tag() writes
-          __builtin_prefetch(cache.slot_of_row + rows[q], 1);
-          if (old >= 0) __builtin_prefetch(cache.slot_of_row + old, 1);
+          __builtin_prefetch(cache.slot_entry(rows[q]), 1);
+          if (old >= 0) __builtin_prefetch(cache.slot_entry(old), 1);
         }
 #endif
       }

@@ -267,7 +267,7 @@ struct ProbeSlots {
     if (!open(gate)) return;
     const index_t r = global_rows[i];
     if (cache.slot_of_row) {  // one load: lane 0 writes it
-      if (lane == 0) slot_of_occ[i] = cache.slot_of_row[r];
+      if (lane == 0) slot_of_occ[i] = *cache.slot_entry(r);
       return;
     }
     const index_t base = cache.set_of(r) * cache.ways;
@@ -282,11 +282,11 @@ struct ProbeSlots {
   }
   void host_range(index_t i0, index_t i1) const {
     if (!open(gate)) return;
-    if (const std::int32_t* map = cache.slot_of_row) {  // the slot index: one load each
+    if (cache.slot_of_row) {  // the slot index: one load each
       for (index_t i = i0; i < i1; ++i) {
         // An aligned int32 lies in one line: one prefetch, no line loop.
-        if (i + kProbeAhead < i1) __builtin_prefetch(map + global_rows[i + kProbeAhead]);
-        slot_of_occ[i] = map[global_rows[i]];
+        if (i + kProbeAhead < i1) __builtin_prefetch(cache.slot_entry(global_rows[i + kProbeAhead]));
+        slot_of_occ[i] = *cache.slot_entry(global_rows[i]);
       }
       return;
     }

@@ -130,12 +130,12 @@ struct PoolBags {
     const auto probe_to = [this, &probed, n_slots](index_t upto) {
       if (!probe_out) return;
       constexpr index_t kProbeLead = 64;
-      const std::int32_t* map = cache.slot_of_row;
       if (upto > n_slots) upto = n_slots;
       for (; probed < upto; ++probed) {
         // An aligned int32 lies in one line: one prefetch.
-        if (probed + kProbeLead < n_slots) __builtin_prefetch(map + global_rows[probed + kProbeLead]);
-        probe_out[probed] = map[global_rows[probed]];
+        if (probed + kProbeLead < n_slots)
+          __builtin_prefetch(cache.slot_entry(global_rows[probed + kProbeLead]));
+        probe_out[probed] = *cache.slot_entry(global_rows[probed]);
       }
     };
     const auto row = [this](index_t i, bool& cached) -> const std::uint8_t* {

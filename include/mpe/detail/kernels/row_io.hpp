@@ -67,12 +67,18 @@ struct DropRows {
   }
 };
 
+/// Sets row r's slot index entry to -1 (not cached).
+struct ClearSlotEntry {
+  CacheRef cache;  // slot_of_row non-null
+  MPE_HOST_DEVICE void operator()(index_t r) const { *cache.slot_entry(r) = -1; }
+};
+
 /// Records slot s in the slot index if it holds a row (the index is all -1 beforehand):
 /// CachedEmbedding::reindex_slots(), after the tags are replaced wholesale.
 struct IndexSlot {
   CacheRef cache;  // slot_of_row non-null
   MPE_HOST_DEVICE void operator()(index_t s) const {
-    if (const index_t r = cache.tags[s]; r >= 0) cache.slot_of_row[r] = static_cast<std::int32_t>(s);
+    if (const index_t r = cache.tags[s]; r >= 0) *cache.slot_entry(r) = static_cast<std::int32_t>(s);
   }
 };
 

@@ -570,7 +570,7 @@ struct ApplyScaledLanes {
     const index_t s = slot_of_unique ? slot_of_unique[u] : -1;
     if (s >= 0 && cache.tags[s] == r) return s;
     if (cache.num_sets == 0) return -1;
-    if (cache.slot_of_row) return cache.slot_of_row[r];
+    if (cache.slot_of_row) return *cache.slot_entry(r);
     const index_t base = cache.set_of(r) * cache.ways;
     for (std::int32_t w0 = 0; w0 < cache.ways; w0 += 32) {
       const std::int32_t w = w0 + lane;
