@@ -31,7 +31,7 @@ namespace mpe {
 template <StoragePolicy Storage>
 struct EmbeddingRef {
   const std::uint8_t* store = nullptr;          ///< (rows, stride) bytes in Storage format
-  std::size_t stride = 0;                       ///< bytes of one stored row, padding included
+  std::size_t stride = 0;                       ///< bytes of one stored row, padding and slot entry included
   CacheRef cache;                               ///< FP32 cache (num_sets = 0: no cache)
   const std::int64_t* table_offsets = nullptr;  ///< (T + 1) first global row of each table
   std::int64_t num_tables = 0;                  ///< T
