@@ -148,9 +148,9 @@ class TableBatchedEmbeddingBags(nn.Module):
             setting.
         slot_index: ``True``: each group with a cache keeps a row -> cache slot index (mpe's
             ``EmbeddingConfig::slot_index``, its entries in the store rows: 4 bytes per row of
-            the table, counted in ``memory()["store_bytes"]``), so an eval forward finds each index's cached row with
-            one load instead of a scan of its set; outputs and training are the same bits either
-            way. Default ``False``. Configuration, not state: ``load_state_dict`` keeps the
+            the table, counted in ``memory()["store_bytes"]``), so an eval forward finds each
+            index's cached row with one load instead of a scan of its set; outputs and training
+            are the same bits either way. Default ``False``. Configuration, not state: ``load_state_dict`` keeps the
             module's own setting.
         defer_admission: ``True``: a training forward only finds each index's cached row and
             pools the others from the store; its batch's cache admission (fills, evictions,

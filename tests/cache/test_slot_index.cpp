@@ -26,11 +26,12 @@ template <class C>
 using Emb = mpe::CachedEmbedding<mpe::Int8Rowwise, C, mpe::StochasticRounding>;
 
 template <class C>
-Emb<C> make(bool index, bool in_rows = true) {
+Emb<C> make(bool index, bool in_rows = true, std::int32_t alignment = 4) {
   const mpe::EmbeddingConfig cfg{.table_rows = kTables,
                                  .dim = kD,
                                  .cache_rows = 16,
                                  .seed = 7,
+                                 .row_alignment = alignment,
                                  .slot_index = index,
                                  .slot_index_in_rows = in_rows};
   return Emb<C>(cfg, mpe::HostBackend{1});
@@ -82,20 +83,26 @@ std::string temp_path(const char* name) {
 
 TEST_CASE_TEMPLATE("slot index: exact after every call; same bits as without it", C, mpe::Lru<4>, mpe::Lfu<4>,
                    mpe::DirectMapped, mpe::SecondTouchLru<4>, mpe::WTinyLfu<4>) {
-  for (const bool in_rows : {true, false}) {
+  // Row alignment 4: the entry widens the row; 32: it lies in the row's padding (the same
+  // stride as without it, the bytes not).
+  for (const auto& [in_rows, align] : {std::pair{true, 4}, std::pair{true, 32}, std::pair{false, 4}}) {
     CAPTURE(in_rows);
-    Emb<C> plain = make<C>(false);
-    Emb<C> indexed = make<C>(true, in_rows);
+    CAPTURE(align);
+    Emb<C> plain = make<C>(false, true, align);
+    Emb<C> indexed = make<C>(true, in_rows, align);
     CHECK(plain.cache_ref().slot_of_row == nullptr);
-    CHECK(plain.store_row_bytes() == mpe::row_bytes<mpe::Int8Rowwise>(kD, 4));  // 13 B of data: 16
-    // The index costs 4 B per row of the table and nothing else: an array in cache_bytes, or
-    // in the rows an entry at byte 16 of each (the data rounded up to 4 B), so a 20 B stride.
+    // 13 B of data: 16 B rows at alignment 4, 32 B at 32.
+    CHECK(plain.store_row_bytes() == (align == 4 ? 16u : 32u));
+    // The index costs 4 B per row of the table in an array (cache_bytes); in the rows an
+    // entry at byte 16 of each (the data rounded up to 4 B): a 20 B stride at alignment 4,
+    // and the 32 B rows' padding at 32 (store_bytes).
     const auto rows = static_cast<std::size_t>(indexed.total_rows());
     if (in_rows) {
-      CHECK(indexed.store_row_bytes() == 20);
+      CHECK(indexed.store_row_bytes() == (align == 4 ? 20u : 32u));
       CHECK(indexed.memory().cache_bytes == plain.memory().cache_bytes);
-      CHECK(indexed.memory().store_bytes - plain.memory().store_bytes == 4 * rows);
-      CHECK(indexed.cache_ref().slot_stride == 5);
+      CHECK(indexed.memory().store_bytes - plain.memory().store_bytes == (align == 4 ? 4 * rows : 0));
+      CHECK(indexed.cache_ref().slot_stride == static_cast<std::int64_t>(indexed.store_row_bytes() / 4));
+      CHECK(reinterpret_cast<const std::uint8_t*>(indexed.cache_ref().slot_of_row) - indexed.ref().store == 16);
     } else {
       CHECK(indexed.store_row_bytes() == plain.store_row_bytes());
       CHECK(indexed.memory().cache_bytes - plain.memory().cache_bytes == 4 * rows);
@@ -166,12 +173,12 @@ TEST_CASE_TEMPLATE("slot index: exact after every call; same bits as without it"
     }
 
     // load(): the index is rebuilt from the loaded tags, whichever object wrote the file.
-    Emb<C> restored = make<C>(true, in_rows);
+    Emb<C> restored = make<C>(true, in_rows, align);
     restored.load(path);
     check_index(restored);
     const std::string path_plain = temp_path("plain");
     plain.save(path_plain);
-    Emb<C> from_plain = make<C>(true, in_rows);
+    Emb<C> from_plain = make<C>(true, in_rows, align);
     from_plain.load(path_plain);
     check_index(from_plain);
     indexed.load(path_plain);  // an object with a full index, replaced

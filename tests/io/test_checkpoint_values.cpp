@@ -444,6 +444,51 @@ TEST_CASE("issue case: load refuses values the format cannot hold, naming sectio
   CHECK(ckt::snapshot(dst) == ckt::snapshot(src));
 }
 
+TEST_CASE("store rows' padding: saved as zeros wherever the slot index lives, refused if not zero") {
+  // Int8, D = 5: 13 data bytes. Row alignment 4: 16 B rows, 3 padding bytes; 32: 32 B rows,
+  // where slot_index_in_rows puts each row's entry in the padding (byte 16).
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  for (const std::int32_t align : {4, 32}) {
+    CAPTURE(align);
+    auto cfg = [&](bool index) {
+      mpe::EmbeddingConfig c;
+      c.table_rows = {12};
+      c.dim = 5;
+      c.cache_rows = 4;
+      c.seed = 9;
+      c.row_alignment = align;
+      c.slot_index = index;
+      return c;
+    };
+    E plain(cfg(false)), indexed(cfg(true));
+    CHECK(indexed.store_row_bytes() == plain.store_row_bytes() + (align == 4 ? 4u : 0u));
+    const std::vector<std::int64_t> idx = {1, 2, 7, 11}, off = {0, 2, 4};
+    std::vector<float> out(10), grad(10, 0.5f);
+    for (E* e : {&plain, &indexed}) {
+      e->init_uniform(-1.0f, 1.0f);
+      e->forward(idx, off, out);
+      e->backward(grad, mpe::RowwiseAdagrad{0.1f});
+    }
+    const auto good = A::save_bytes(plain);
+    CHECK(A::save_bytes(indexed) == good);  // the entries are not saved
+    const Layout l = walk(good);
+    const std::size_t store = l.at[section(l, "store")];
+    const std::size_t stride = align == 4 ? 16 : 32;  // the file's rows: data and zeros
+    CHECK(l.len[section(l, "store")] == 12 * stride);
+    for (std::size_t r = 0; r < 12; ++r)
+      for (std::size_t k = 13; k < stride; ++k) REQUIRE(good[store + r * stride + k] == 0);
+    auto bad = good;
+    bad[store + 2 * stride + 13] = 7;
+    resign(bad);
+    E dst(cfg(true));
+    dst.init_uniform(-2.0f, 2.0f);
+    expect_refused(dst, bad,
+                   {"section 'store': row 2 padding byte 13 = 7", "after a row's 13 data bytes are zeros"});
+    CHECK(load_error(dst, good).empty());
+    CHECK(A::save_bytes(dst) == good);
+  }
+}
+
 TEST_CASE("load refuses a pending batch that is not valid input for the tables") {
   using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::NearestRounding>;
   const auto c = ckt::small_config(4);  // tables of 40, 23 and 9 rows

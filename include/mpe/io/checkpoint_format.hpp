@@ -44,7 +44,7 @@
 // clang-format off
 /// | # | name | payload | length |
 /// |---|---|---|---|
-/// | 0 | `store` | the store, rows x store_row_bytes, padding included as zeros (Storage's row layout; no slot index entries) | rows * store_row_bytes |
+/// | 0 | `store` | the store, rows x store_row_bytes, padding included as zeros, load() refuses any other byte there (Storage's row layout; no slot index entries) | rows * store_row_bytes |
 /// | 1 | `cache_rows` | FP32 cache rows (slots, D) | slots * D * 4 |
 /// | 2 | `tags` | i64 global row per slot, -1 = empty | slots * 8 |
 /// | 3 | `last_use` | u64 LRU score per slot (populate counter of its last batch) | slots * 8 |

@@ -59,10 +59,17 @@ std::vector<std::uint8_t> table_store_bytes(E& emb, std::int64_t table) {
 }
 
 /// Bytes of a row as interop.hpp lays out mpe's store: row_bytes<S>(D, row_alignment). The
-/// store's own stride is larger where the slot index lives in its rows.
+/// store's own stride is larger where the slot index entries widen its rows.
 template <class E>
 std::size_t interop_stride(const E& emb) {
   return row_bytes<typename E::storage_type>(emb.dim(), emb.config().row_alignment);
+}
+
+/// Whether the store rows hold slot index entries (EmbeddingConfig::slot_index_in_rows):
+/// after each row's data, widening the row or in its padding.
+template <class E>
+bool entries_in_rows(const E& emb) {
+  return mpe::detail::CheckpointAccess::entries_in_rows(emb);
 }
 
 /// The data bytes of (rows) rows from stride `from` to stride `to` (the rest of each `to` row zero).
@@ -98,9 +105,9 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
   const std::size_t eb = interop::external_row_bytes<T>(layout, D);  // validates the layout
   emb.flush();
   std::vector<std::uint8_t> store = detail::table_store_bytes(emb, table);
-  if (const std::size_t ps = detail::interop_stride(emb); ps != emb.store_row_bytes()) {
-    store =
-        detail::restride(store, static_cast<std::size_t>(rows), emb.store_row_bytes(), ps, S::data_bytes(D));
+  if (detail::entries_in_rows(emb)) {  // the rows' data, the padding zeros
+    store = detail::restride(store, static_cast<std::size_t>(rows), emb.store_row_bytes(),
+                             detail::interop_stride(emb), S::data_bytes(D));
   }
   std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * eb);
   if constexpr (std::is_same_v<T, S>) {
@@ -158,8 +165,8 @@ std::int64_t import_table(E& emb, std::int64_t table, const Layout& layout,
   std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * ps);
   const std::int64_t saturated =
       interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
-  if (ps != emb.store_row_bytes()) {
-    // The slot index entries in the rows' last bytes stay: each row's data bytes replaced.
+  if (detail::entries_in_rows(emb)) {
+    // The slot index entries in the rows stay: each row's data bytes replaced.
     std::vector<std::uint8_t> full = detail::table_store_bytes(emb, table);
     for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
       std::memcpy(full.data() + r * emb.store_row_bytes(), store.data() + r * ps, S::data_bytes(D));

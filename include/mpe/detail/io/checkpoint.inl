@@ -325,15 +325,17 @@ struct CheckpointAccess {
     return row_bytes<typename E::storage_type>(e.config_.dim, e.config_.row_alignment);
   }
 
-  /// Whether the store's rows are wider than the file's (their slot index entries).
+  /// Whether the store's rows hold slot index entries (EmbeddingConfig::slot_index_in_rows):
+  /// after the row's data, widening the row or in its padding (then the stride is the
+  /// file's, but the bytes are not).
   template <class E>
-  static bool restrided(const E& e) {
-    return e.stride_ != file_stride(e);
+  static bool entries_in_rows(const E& e) {
+    return e.slot_offset_ > 0;
   }
 
   /// Writes the `store` section's bytes of a store whose rows hold slot index entries
-  /// (restrided()): each row's data, padded with zeros to file_stride(), through a host
-  /// staging buffer of whole rows. Returns their CRC-32C.
+  /// (entries_in_rows()): each row's data, padded with zeros to file_stride(), through a
+  /// host staging buffer of whole rows. Returns their CRC-32C.
   template <class E, class Writer>
   static std::uint32_t write_store_rows(const E& e, Writer& w, std::vector<std::uint8_t>& staging) {
     const std::size_t stride = e.stride_, fs = file_stride(e);
@@ -356,7 +358,7 @@ struct CheckpointAccess {
   }
 
   /// Copies a verified `store` section (file_stride() rows) into a store whose rows hold
-  /// slot index entries (restrided()): each row's bytes, the rest of the row zero (the
+  /// slot index entries (entries_in_rows()): each row's bytes, the rest of the row zero (the
   /// entries are rewritten by reindex_slots() afterwards).
   template <class E>
   static void read_store_rows(E& e, const std::uint8_t* payload) {
@@ -377,7 +379,7 @@ struct CheckpointAccess {
   template <class E>
   static void sections(const E& e, Section (&s)[io::checkpoint::kNumBufferSections]) {
     // The store as the file holds it: (rows, file_stride) bytes (write() and load_bytes()
-    // restride it where the store's rows hold slot index entries).
+    // go row by row where the store's rows hold slot index entries).
     s[0] = {e.store_.data(), static_cast<std::size_t>(e.total_rows_) * file_stride(e)};
     s[1] = {e.cache_rows_.data(), e.cache_rows_.bytes()};
     s[2] = {e.tags_.data(), e.tags_.bytes()};
@@ -442,7 +444,7 @@ struct CheckpointAccess {
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
-      if (i == 0 && restrided(e)) {
+      if (i == 0 && entries_in_rows(e)) {
         crc = write_store_rows(e, w, staging);
       } else if (!Backend::device_spans || i == fmt::kNumBufferSections) {  // host memory
         w.write(sec[i].data, sec[i].bytes);
@@ -741,7 +743,7 @@ struct CheckpointAccess {
                                           new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
     for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
-      if (i == 0 && restrided(e)) {
+      if (i == 0 && entries_in_rows(e)) {
         read_store_rows(e, payload[0]);
         continue;
       }
@@ -783,8 +785,19 @@ struct CheckpointAccess {
     const auto holds = [](float x) { return num::is_finite(x) && x <= S::limit && x >= -S::limit; };
     const std::string range =
         std::string(S::name) + " holds finite values within +-" + format_float(S::limit);
+    const std::size_t fs = file_stride(e), data = S::data_bytes(D);
     for (index_t r = 0; r < e.total_rows_; ++r) {
-      const typename S::Reader rd(payload[0] + static_cast<std::size_t>(r) * file_stride(e), D);
+      const std::uint8_t* row = payload[0] + static_cast<std::size_t>(r) * fs;
+      // A row's padding is zeros (every store writes its data bytes only; save() writes no
+      // slot index entry): anything else is not a checkpoint of this layout.
+      for (std::size_t k = data; k < fs; ++k) {
+        if (row[k] != 0) {
+          c.fail("section 'store': row " + std::to_string(r) + " padding byte " + std::to_string(k) + " = " +
+                 std::to_string(row[k]) + "; the " + std::to_string(fs - data) + " bytes after a row's " +
+                 std::to_string(data) + " data bytes are zeros");
+        }
+      }
+      const typename S::Reader rd(row, D);
       for (std::int32_t d = 0; d < D; ++d) {
         if (const float x = rd[d]; !holds(x)) {
           c.fail("section 'store': row " + std::to_string(r) + " element " + std::to_string(d) +
