@@ -25,7 +25,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -46,38 +45,16 @@ void check_table(const char* fn, const E& emb, std::int64_t table) {
   }
 }
 
-/// Copies the store rows of one table to host memory.
+/// The store rows of one table in host memory, as interop.hpp lays them out:
+/// (rows, row_bytes<S>(D, row_alignment)) bytes, without the slot index entries
+/// (CheckpointAccess::read_file_rows). Synchronizes.
 template <class E>
 std::vector<std::uint8_t> table_store_bytes(E& emb, std::int64_t table) {
-  const std::size_t stride = emb.store_row_bytes();
-  const auto first = static_cast<std::size_t>(emb.table_offset(table));
-  const auto rows = static_cast<std::size_t>(emb.config().table_rows[static_cast<std::size_t>(table)]);
-  std::vector<std::uint8_t> host(rows * stride);
-  emb.backend().copy_to_host(host.data(), mpe::detail::CheckpointAccess::store(emb) + first * stride,
-                             host.size());
+  std::vector<std::uint8_t> host;
+  mpe::detail::CheckpointAccess::read_file_rows(
+      emb, emb.table_offset(table),
+      static_cast<std::size_t>(emb.config().table_rows[static_cast<std::size_t>(table)]), host);
   return host;
-}
-
-/// Bytes of a row as interop.hpp lays out mpe's store: row_bytes<S>(D, row_alignment). The
-/// store's own stride is larger where the slot index entries widen its rows.
-template <class E>
-std::size_t interop_stride(const E& emb) {
-  return row_bytes<typename E::storage_type>(emb.dim(), emb.config().row_alignment);
-}
-
-/// Whether the store rows hold slot index entries (EmbeddingConfig::slot_index_in_rows):
-/// after each row's data, widening the row or in its padding.
-template <class E>
-bool entries_in_rows(const E& emb) {
-  return mpe::detail::CheckpointAccess::entries_in_rows(emb);
-}
-
-/// The data bytes of (rows) rows from stride `from` to stride `to` (the rest of each `to` row zero).
-inline std::vector<std::uint8_t> restride(const std::vector<std::uint8_t>& in, std::size_t rows,
-                                          std::size_t from, std::size_t to, std::size_t data) {
-  std::vector<std::uint8_t> out(rows * to, 0);
-  for (std::size_t r = 0; r < rows; ++r) std::memcpy(out.data() + r * to, in.data() + r * from, data);
-  return out;
 }
 }  // namespace detail
 
@@ -104,16 +81,12 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
   const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
   const std::size_t eb = interop::external_row_bytes<T>(layout, D);  // validates the layout
   emb.flush();
-  std::vector<std::uint8_t> store = detail::table_store_bytes(emb, table);
-  if (detail::entries_in_rows(emb)) {  // the rows' data, the padding zeros
-    store = detail::restride(store, static_cast<std::size_t>(rows), emb.store_row_bytes(),
-                             detail::interop_stride(emb), S::data_bytes(D));
-  }
+  const std::vector<std::uint8_t> store = detail::table_store_bytes(emb, table);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * eb);
   if constexpr (std::is_same_v<T, S>) {
     interop::export_table<S>(layout, store, rows, D, emb.config().row_alignment, out);
   } else {
-    const std::size_t sb = detail::interop_stride(emb);
+    const std::size_t sb = mpe::detail::CheckpointAccess::file_stride(emb);
     const std::size_t tb = row_bytes<T>(D, 1);
     std::vector<std::uint8_t> converted(static_cast<std::size_t>(rows) * tb);
     std::vector<float> x(static_cast<std::size_t>(D));
@@ -161,19 +134,14 @@ std::int64_t import_table(E& emb, std::int64_t table, const Layout& layout,
   detail::check_table("import_table", emb, table);
   const std::int32_t D = emb.dim();
   const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
-  const std::size_t ps = detail::interop_stride(emb);
-  std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * ps);
+  const std::size_t fs = mpe::detail::CheckpointAccess::file_stride(emb);
+  std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * fs);
   const std::int64_t saturated =
       interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
-  if (detail::entries_in_rows(emb)) {
-    // The slot index entries in the rows stay: each row's data bytes replaced.
-    std::vector<std::uint8_t> full = detail::table_store_bytes(emb, table);
-    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
-      std::memcpy(full.data() + r * emb.store_row_bytes(), store.data() + r * ps, S::data_bytes(D));
-    store.swap(full);
-  }
-  const std::size_t first = static_cast<std::size_t>(emb.table_offset(table)) * emb.store_row_bytes();
-  emb.backend().copy_from_host(mpe::detail::CheckpointAccess::store(emb) + first, store.data(), store.size());
+  // The rows' slot index entries (if in the rows) become -1; dropping the table's cache
+  // lines makes that exact.
+  mpe::detail::CheckpointAccess::write_file_rows(emb, emb.table_offset(table), static_cast<std::size_t>(rows),
+                                                 store.data());
   mpe::detail::CheckpointAccess::drop_rows(emb, emb.table_offset(table), rows);
   mpe::detail::CheckpointAccess::count_saturated(emb, saturated);
   return saturated;

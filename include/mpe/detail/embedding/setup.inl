@@ -116,7 +116,6 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   }
   stride_ = row_bytes<Storage>(config.dim, a);
   // The slot index in the store rows: an int32 entry after each row's data, 4-byte aligned.
-  slot_offset_ = 0;
   if (config.cache_rows > 0 && config.slot_index && config.slot_index_in_rows) {
     const std::size_t a4 = a < 4 ? 4 : static_cast<std::size_t>(a);
     slot_offset_ = (Storage::data_bytes(config.dim) + 3) / 4 * 4;

@@ -333,46 +333,49 @@ struct CheckpointAccess {
     return e.slot_offset_ > 0;
   }
 
-  /// Writes the `store` section's bytes of a store whose rows hold slot index entries
-  /// (entries_in_rows()): each row's data, padded with zeros to file_stride(), through a
-  /// host staging buffer of whole rows. Returns their CRC-32C.
-  template <class E, class Writer>
-  static std::uint32_t write_store_rows(const E& e, Writer& w, std::vector<std::uint8_t>& staging) {
+  /// Store rows [first, first + count) as checkpoints and exports hold them, into `out`
+  /// (resized to (count, file_stride(e)) bytes, host memory): each row's data followed by
+  /// zeros, without its slot index entry. Synchronizes (a copy from backend memory).
+  template <class E>
+  static void read_file_rows(const E& e, index_t first, std::size_t count, std::vector<std::uint8_t>& out) {
     const std::size_t stride = e.stride_, fs = file_stride(e);
     const std::size_t data = E::storage_type::data_bytes(e.config_.dim);
-    const auto rows = static_cast<std::size_t>(e.total_rows_);
-    const std::size_t per = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride);
-    std::uint32_t crc = 0;
-    for (std::size_t r0 = 0; r0 < rows; r0 += per) {
-      const std::size_t k = std::min(per, rows - r0);
-      staging.resize(k * stride);
-      e.backend_.copy_to_host(staging.data(), e.store_.data() + r0 * stride, k * stride);
-      for (std::size_t r = 0; r < k; ++r) {  // in place: row r moves down to r * fs
-        std::memmove(staging.data() + r * fs, staging.data() + r * stride, data);
-        std::memset(staging.data() + r * fs + data, 0, fs - data);
-      }
-      w.write(staging.data(), k * fs);
-      crc = io::checkpoint::crc32c(staging.data(), k * fs, crc);
+    out.resize(count * stride);
+    const std::uint8_t* src = e.store_.data() + static_cast<std::size_t>(first) * stride;
+    e.backend_.copy_to_host(out.data(), src, out.size());
+    if (!entries_in_rows(e)) return;  // the store's rows are the file's
+    // In place: row r moves down to r * fs.
+    for (std::size_t r = 0; r < count; ++r) {
+      std::memmove(out.data() + r * fs, out.data() + r * stride, data);
+      std::memset(out.data() + r * fs + data, 0, fs - data);
     }
-    return crc;
+    out.resize(count * fs);
   }
 
-  /// Copies a verified `store` section (file_stride() rows) into a store whose rows hold
-  /// slot index entries (entries_in_rows()): each row's bytes, the rest of the row zero (the
-  /// entries are rewritten by reindex_slots() afterwards).
+  /// Replaces store rows [first, first + count) with `rows` ((count, file_stride(e)) bytes,
+  /// host memory). Where the slot index lives in the rows, each row's entry becomes -1 (not
+  /// cached): the caller drops the rows' cache lines (import_table) or reindexes the slots
+  /// (load). Synchronizes.
   template <class E>
-  static void read_store_rows(E& e, const std::uint8_t* payload) {
+  static void write_file_rows(E& e, index_t first, std::size_t count, const std::uint8_t* rows) {
     const std::size_t stride = e.stride_, fs = file_stride(e);
-    const auto rows = static_cast<std::size_t>(e.total_rows_);
+    std::uint8_t* dst = e.store_.data() + static_cast<std::size_t>(first) * stride;
+    if (!entries_in_rows(e)) {
+      e.backend_.copy_from_host(dst, rows, count * stride);
+      return;
+    }
+    const std::int32_t empty = -1;
     const std::size_t per = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride);
-    std::vector<std::uint8_t> staging(std::min(per, rows) * stride);
-    for (std::size_t r0 = 0; r0 < rows; r0 += per) {
-      const std::size_t k = std::min(per, rows - r0);
+    std::vector<std::uint8_t> staging(std::min(per, count) * stride);
+    for (std::size_t r0 = 0; r0 < count; r0 += per) {
+      const std::size_t k = std::min(per, count - r0);
       for (std::size_t r = 0; r < k; ++r) {
-        std::memcpy(staging.data() + r * stride, payload + (r0 + r) * fs, fs);
-        std::memset(staging.data() + r * stride + fs, 0, stride - fs);
+        std::uint8_t* row = staging.data() + r * stride;
+        std::memcpy(row, rows + (r0 + r) * fs, fs);
+        std::memset(row + fs, 0, stride - fs);
+        std::memcpy(row + e.slot_offset_, &empty, 4);
       }
-      e.backend_.copy_from_host(e.store_.data() + r0 * stride, staging.data(), k * stride);
+      e.backend_.copy_from_host(dst + r0 * stride, staging.data(), k * stride);
     }
   }
 
@@ -444,8 +447,14 @@ struct CheckpointAccess {
       h.put(static_cast<std::uint64_t>(sec[i].bytes));
       w.write(h.v.data(), h.v.size());
       std::uint32_t crc = 0;
-      if (i == 0 && entries_in_rows(e)) {
-        crc = write_store_rows(e, w, staging);
+      if (i == 0 && entries_in_rows(e)) {  // the rows without their slot index entries
+        const auto rows = static_cast<std::size_t>(e.total_rows_);
+        const std::size_t per = std::max<std::size_t>(1, (std::size_t{4} << 20) / e.stride_);
+        for (std::size_t r0 = 0; r0 < rows; r0 += per) {
+          read_file_rows(e, static_cast<index_t>(r0), std::min(per, rows - r0), staging);
+          w.write(staging.data(), staging.size());
+          crc = fmt::crc32c(staging.data(), staging.size(), crc);
+        }
       } else if (!Backend::device_spans || i == fmt::kNumBufferSections) {  // host memory
         w.write(sec[i].data, sec[i].bytes);
         crc = fmt::crc32c(sec[i].data, sec[i].bytes);
@@ -743,8 +752,8 @@ struct CheckpointAccess {
                                           new_opt ? static_cast<void*>(opt.data()) : e.opt_state_.data()};
     for (std::uint32_t i = 0; i < fmt::kNumBufferSections; ++i) {
       const std::size_t bytes = i == 6 ? static_cast<std::size_t>(opt_bytes) : here[i].bytes;
-      if (i == 0 && entries_in_rows(e)) {
-        read_store_rows(e, payload[0]);
+      if (i == 0) {  // the file's rows (the slot index entries rewritten by reindex_slots below)
+        write_file_rows(e, 0, static_cast<std::size_t>(e.total_rows_), payload[0]);
         continue;
       }
       e.backend_.copy_from_host(dst[i], payload[i], bytes);
@@ -901,11 +910,7 @@ struct CheckpointAccess {
     }
   }
 
-  // ---- store access for mpe/io/fbgemm.hpp ----
-  template <class E>
-  static std::uint8_t* store(E& e) {
-    return e.store_.data();
-  }
+  // ---- store access for mpe/io/fbgemm.hpp (also read_file_rows, write_file_rows) ----
   /// Drops the cache lines of global rows [first, first + count) without write-back; other
   /// lines and the batches stay (as set_weights does).
   template <class E>
