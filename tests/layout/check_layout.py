@@ -8,7 +8,27 @@
    a header of a folder that includes it; the umbrella headers mpe/mpe.hpp and mpe/mpe.cuh
    are the only headers in include/mpe itself, and nothing includes them but mpe.cuh;
 3. every header and .inl under include/mpe has a `@file mpe/<its path>` line;
-4. no header cites optimisation history (bench results or "rounds").
+4. no header cites optimisation history (bench results or "rounds");
+
+and the documentation rules of issue #59 ("Docs that describe the product"):
+
+5. README.md has at most 250 lines and bench/README.md at most 300;
+6. README.md, bench/README.md and docs/**/*.md cite no commit hash. A hash-looking token is a
+   whole word of 7 to 12 or of 40 lowercase hex digits holding at least one digit and at
+   least one letter a-f (so decimal numbers, words such as "defaced", uppercase or
+   0x-prefixed constants never are). It is a violation
+   - anywhere, when it is 40 digits long, when the word "commit" or "commits" (any case, so
+     also MPE_COMMIT=) lies within the 40 characters before it (across a line break), or when
+     "at" directly precedes it ("at 7a89e02");
+   - in prose (outside fenced code blocks and `code spans`), always: there such a token is a
+     hash ("the build before (7e1f9ce)"); a hex constant in prose belongs in a code span.
+   So an ordinary hex constant in code is never flagged: it is neither next to "commit" nor
+   after "at";
+7. every relative Markdown link `[text](path)` in the *.md files at the root and under bench/,
+   cmake/, docs/, examples/, include/, python/ and tests/ (not in hidden, build*, _deps,
+   node_modules or site-packages folders) names a path that exists
+   (the part before any #anchor; http:, https:, mailto: and #anchor links are not checked;
+   code spans and fenced code blocks are skipped).
 
     python3 tests/layout/check_layout.py [REPO_ROOT]
 
@@ -86,6 +106,76 @@ for comp in comps:
         links = [why[(a, b)] for a in sorted(members) for b in sorted(edges.get(a, ())) if b in members]
         errors.append("folders include each other: " + ", ".join(sorted(comp)) + " (" + "; ".join(links) + ")")
 
+# Documentation rules (5-7 above).
+line_limits = {"README.md": 250, "bench/README.md": 300}
+for name, limit in line_limits.items():
+    path = root / name
+    if path.is_file():
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            errors.append(f"{name}: {n} lines, more than {limit} (issue #59: describe the product, "
+                          "move details to bench/README.md or docs/)")
+
+hash_token_re = re.compile(r"(?<![0-9A-Za-z_])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])([0-9a-f]{40}|[0-9a-f]{7,12})(?![0-9A-Za-z_])")
+commit_word_re = re.compile(r"commits?\b", re.I)
+at_word_re = re.compile(r"(?:^|[^0-9A-Za-z_])at\s+$", re.I)
+hash_docs = [p for p in [root / "README.md", root / "bench" / "README.md"] if p.is_file()]
+hash_docs += sorted((root / "docs").rglob("*.md")) if (root / "docs").is_dir() else []
+
+
+def code_mask(text):
+    """Per character: True inside a fenced code block (its fence lines included) or a code span."""
+    mask = [False] * len(text)
+    pos, in_fence = 0, False
+    for line in text.splitlines(keepends=True):
+        fence = bool(re.match(r"\s*(```|~~~)", line))
+        if fence or in_fence:
+            mask[pos:pos + len(line)] = [True] * len(line)
+        else:
+            for m in re.finditer(r"`[^`\n]*`", line):
+                mask[pos + m.start():pos + m.end()] = [True] * (m.end() - m.start())
+        if fence:
+            in_fence = not in_fence
+        pos += len(line)
+    return mask
+
+
+for path in hash_docs:
+    name = path.relative_to(root).as_posix()
+    text = path.read_text(encoding="utf-8")
+    in_code = code_mask(text)
+    for m in hash_token_re.finditer(text):
+        before = text[max(0, m.start() - 40):m.start()]
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if (len(m.group(1)) == 40 or commit_word_re.search(before)
+                or at_word_re.search(text[line_start:m.start()]) or not in_code[m.start()]):
+            number = text.count("\n", 0, m.start()) + 1
+            errors.append(f"{name}:{number}: cites a commit hash ('{m.group(1)}'); "
+                          "state the design, not its history")
+
+md_files = sorted(root.glob("*.md"))
+for folder in ("bench", "cmake", "docs", "examples", "include", "python", "tests"):
+    md_files += [p for p in sorted((root / folder).rglob("*.md"))
+                 if not any(part.startswith((".", "build", "_deps")) or part in ("node_modules", "site-packages")
+                            for part in p.relative_to(root).parts[:-1])]
+fence_re = re.compile(r"^\s*(```|~~~)")
+link_re = re.compile(r"\]\(([^)\s]+)\)")
+for path in sorted(md_files):
+    name = path.relative_to(root).as_posix()
+    in_fence = False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if fence_re.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        prose = re.sub(r"`[^`]*`", "", line)
+        for target in link_re.findall(prose):
+            if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", target) or target.startswith("#"):
+                continue
+            if not (path.parent / target.split("#", 1)[0]).exists():
+                errors.append(f"{name}:{number}: link to {target}, which does not exist")
+
 if errors:
     print("\n".join(errors))
     print(f"check_layout: {len(errors)} violation(s)")
@@ -93,3 +183,5 @@ if errors:
 order = [c[0] for c in comps]  # Tarjan emits components in reverse topological order
 print("folders, lowest layer first: " + ", ".join(order))
 print(f"check_layout: {len(rel)} headers, {sum(len(v) for v in edges.values())} folder edges, no cycle")
+print(f"check_layout: README.md and bench/README.md within their line limits, no commit hash in "
+      f"{len(hash_docs)} docs, every relative link of {len(md_files)} Markdown files exists")
