@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from . import _C
+from ._layout import BagPlanCache
 
 __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "STORAGES", "CACHES",
            "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
@@ -243,7 +244,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         return len(self._tbe.groups())
 
     # ---- forward / backward ----
-    def forward(self, indices, offsets, per_sample_weights=None):
+    def forward(self, indices, offsets, per_sample_weights=None, batch_size_per_feature_per_rank=None):
         r"""Pooled lookup of B bags per table.
 
         Args:
@@ -254,10 +255,18 @@ class TableBatchedEmbeddingBags(nn.Module):
                 not requiring grad (no gradient is computed for them); scales each index
                 (``pooling_mode="sum"`` only).
 
+            batch_size_per_feature_per_rank: ``None``, or FBGEMM's variable batch per feature
+                (VBE): a list of T lists, ``B[t][r]`` bags of table t from rank r (all of
+                equal length R). ``offsets`` then has ``sum_t sum_r B[t][r] + 1`` entries,
+                table-major, each table's bags rank 0's first.
+
         Returns:
             ``(B, sum D_t)`` torch.float32 on the CPU; sample b's table-t vector in columns
             ``[sum_{s<t} D_s, + D_t)``. Empty bags give zeros; mean pooling divides by the bag
-            length.
+            length. With ``batch_size_per_feature_per_rank``: ``(1, sum_r sum_t B[t][r] * D_t)``,
+            rank-major (for r, for t, B[t][r] rows of D_t), FBGEMM's VBE output. mpe pools
+            the tables over ``max_t sum_r B[t][r]`` bags each, the missing ones empty (the
+            same trained bits as the bags alone: an empty bag adds to no row's gradient).
 
         In training mode with gradients enabled the call populates the cache and is remembered
         for backward: ``backward`` of this output applies the fused optimizer step once, and
@@ -270,9 +279,35 @@ class TableBatchedEmbeddingBags(nn.Module):
                 T*B + 1, not starting at 0, decreasing or not ending at n; an index outside its
                 table; non-finite per-sample weights or per-sample weights with mean pooling.
         """
+        if batch_size_per_feature_per_rank is not None:
+            plan = self._vbe_plan(batch_size_per_feature_per_rank, offsets)
+            return plan.output(self.forward(indices, plan.offsets(offsets), per_sample_weights))
         if self.training and torch.is_grad_enabled():
             return _TbeFunction.apply(self._anchor, self._tbe, indices, offsets, per_sample_weights)
         return self._tbe.forward(indices, offsets, per_sample_weights, False)
+
+    def _vbe_plan(self, batch, offsets):
+        T = self.num_tables
+        try:
+            rows = [[_integer(b, "batch_size_per_feature_per_rank", "an integer") for b in per_rank]
+                    for per_rank in batch]
+        except TypeError as e:
+            raise TypeError(f"mpe_torch: batch_size_per_feature_per_rank must be a list of T = {T} lists of "
+                            f"bag counts: {e}") from None
+        if len(rows) != T or len({len(r) for r in rows}) != 1 or not rows[0]:
+            raise ValueError(f"mpe_torch: batch_size_per_feature_per_rank must be T = {T} lists of bag counts, "
+                             f"one per rank, all of one length; got {batch!r}")
+        if any(b < 0 for r in rows for b in r):
+            raise ValueError(f"mpe_torch: batch_size_per_feature_per_rank has a negative bag count: {batch!r}")
+        total = sum(sum(r) for r in rows)
+        if not torch.is_tensor(offsets) or offsets.dim() != 1 or offsets.numel() != total + 1:
+            got = tuple(offsets.shape) if torch.is_tensor(offsets) else type(offsets).__name__
+            raise ValueError(f"mpe_torch: offsets has shape {got}; with batch_size_per_feature_per_rank it needs "
+                             f"(sum_t sum_r B[t][r] + 1,) = ({total + 1},)")
+        plans = self.__dict__.get("_vbe_plans")
+        if plans is None:
+            plans = self.__dict__["_vbe_plans"] = BagPlanCache(range(T), [d for _, d in self.specs])
+        return plans.get(rows, True)
 
     # ---- optimizer ----
     def set_learning_rate(self, lr):

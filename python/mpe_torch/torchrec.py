@@ -1,0 +1,468 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mpe's tables inside TorchRec: a sharder for ``EmbeddingBagCollection``.
+
+``EmbeddingBagCollectionSharder`` lets ``DistributedModelParallel`` (DMP) place and shard a
+plain ``torchrec.EmbeddingBagCollection`` whose tables live in mpe's low-precision stores
+with an FP32 cache, trained by mpe's fused backward::
+
+    from mpe_torch.torchrec import EmbeddingBagCollectionSharder, planner
+    sharder = EmbeddingBagCollectionSharder(
+        fused_params=dict(storage="int8", cache="lru", cache_fraction=0.05,
+                          optimizer="rowwise_adagrad", learning_rate=0.05, seed=1),
+        table_options={"t_small": dict(storage="fp16", cache="none")})
+    plan = planner(world_size=2, compute_device="cpu").collective_plan(model, [sharder], pg)
+    model = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan,
+                                     sharders=[sharder])
+
+It plugs in the way TorchRec admits third-party kernels: every table's ``ParameterSharding``
+has ``compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL``, the sharder returns
+``ShardedEmbeddingBagCollection`` (a subclass of TorchRec's) whose lookups build
+``MpeEmbeddingBag`` kernels (one ``mpe_torch.TableBatchedEmbeddingBags`` per group of tables
+with the same options), and TorchRec's own input and output distribution (all-to-alls,
+gradient division) is unchanged.
+
+**Sharding types:** table-wise and column-wise (``sharding_types``). Row-wise needs a
+reduce-scatter of pooled partial sums, which the gloo backend lacks and whose sums would not
+be the unsharded bits; it is not offered.
+
+**Exactness.** Every table's row r rounds with the Philox stream of its row in the whole
+collection (the tables' rows concatenated in the EBC's order: ``row_keys``) and, in a column
+slice, of its columns (``column_keys``); every table initialises from that stream too
+(U(weight_init_min, weight_init_max) of its EmbeddingBagConfig). So with the same seed a
+sharded model trains the bits of one ``TableBatchedEmbeddingBags`` over the whole collection
+(built with ``row_keys`` of the tables' offsets) fed the global batch: table-wise for every
+storage format and column-wise for the element-wise ones (fp32, fp16, bf16; with FP32
+optimizer state). A row-wise quantized format sharded by columns quantizes each column slice
+on its own (a scale and bias per slice): another format, with its own bits. A cache is per
+kernel (its size a fraction of the kernel's rows), so cached training equals the unsharded
+bits only where the caches make the same decisions.
+
+**Checkpoints.** ``state_dict()`` holds, per rank, each kernel's exact mpe state
+(``<prefix>_mpe.rank<r>.<k>.mpe_state`` and ``._extra_state``), the plan
+(``<prefix>_mpe_plan``, the same on every rank) and, readable as TorchRec users read them,
+``<prefix>embedding_bags.<table>.weight``: a ShardedTensor of the table's ``(rows, D)``
+float32 weights as the module reads them (cached rows in FP32, others dequantized). Loading
+(``load_state_dict``, or ``torch.distributed.checkpoint`` then ``load_state_dict``) checks the
+plan first (another plan or world size is refused naming both), verifies every kernel's
+bytes, and replaces nothing on any rank unless every rank can load; the ``weight`` entries
+are not loaded (the exact state is).
+"""
+import json
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+try:
+    import torchrec  # noqa: F401
+except ImportError as e:  # pragma: no cover - only without torchrec
+    raise ImportError("mpe_torch.torchrec needs torchrec (pip install torchrec --no-deps and its pure-Python "
+                      "dependencies, see python/README.md)") from e
+
+from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata
+from torch.distributed._shard.sharded_tensor.metadata import TensorProperties
+from torchrec.distributed.embedding_kernel import BaseEmbedding
+from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
+from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+from torchrec.distributed.embeddingbag import (EmbeddingBagCollectionSharder as _TorchrecSharder,
+                                               ShardedEmbeddingBagCollection as _TorchrecSharded)
+from torchrec.distributed.types import ShardingType
+from torchrec.modules.embedding_configs import PoolingType, pooling_type_to_pooling_mode
+from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
+
+from . import TableBatchedEmbeddingBags
+from ._layout import BagPlanCache
+
+__all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
+           "SHARDING_TYPES", "OPTION_NAMES", "table_wise", "column_wise", "sharding_plan"]
+
+MPE_KERNEL = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
+SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
+# TableBatchedEmbeddingBags' keyword arguments a table may set (the sharder sets specs,
+# pooling_mode, row_keys and column_keys itself).
+OPTION_NAMES = ("storage", "cache", "cache_fraction", "rounding", "optimizer", "learning_rate", "eps", "beta1",
+                "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission")
+_FUSED_KEY = "mpe_options"  # the resolved options in TorchRec's per-table fused_params
+
+
+def _check_options(options, where):
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"mpe_torch.torchrec: {where} must be a dict of TableBatchedEmbeddingBags options, got "
+                        f"{type(options).__name__}")
+    bad = [k for k in options if k not in OPTION_NAMES]
+    if bad:
+        raise ValueError(f"mpe_torch.torchrec: {where} has unknown option(s) {', '.join(map(repr, bad))}; valid: "
+                         f"{', '.join(OPTION_NAMES)}")
+    return dict(options)
+
+
+class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
+    """TorchRec's kernel for one group of table shards: one ``TableBatchedEmbeddingBags``.
+
+    Args:
+        config: TorchRec's ``GroupedEmbeddingConfig``; ``config.fused_params["mpe_options"]``
+            holds the group's resolved options (a tuple of (name, value) pairs).
+        table_keys: table name -> the row of its row 0 in the whole collection.
+        sharding_type: the group's ``ShardingType`` (mean pooling as TorchRec's kernels do).
+
+    ``forward(features)`` takes the KeyedJaggedTensor TorchRec's input distribution gives this
+    rank (int64 values, CPU; weights when the EBC is weighted) and returns ``(B, sum_f D_f)``
+    float32, or with a variable batch per feature (``features.variable_stride_per_key()``) the
+    rank-major ``(1, sum_r sum_f B[f][r] * D_f)`` of FBGEMM's VBE.
+    """
+
+    def __init__(self, config, table_keys, sharding_type=None):
+        super().__init__()
+        self._config = config
+        options = dict(config.fused_params[_FUSED_KEY])
+        tables = config.embedding_tables
+        self._tables = tables
+        specs, row_keys, column_keys, feature_table = [], [], [], []
+        for i, t in enumerate(tables):
+            md = t.local_metadata
+            row0, col0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
+            specs.append((t.local_rows, t.local_cols))
+            row_keys.append(table_keys[t.name] + row0)
+            column_keys.append(col0)
+            feature_table.extend([i] * t.num_features())
+        mode = pooling_type_to_pooling_mode(config.pooling, sharding_type)
+        self.tbe = TableBatchedEmbeddingBags(specs, pooling_mode=mode.name.lower(), row_keys=row_keys,
+                                             column_keys=column_keys, **options)
+        self._direct = feature_table == list(range(len(tables)))  # one feature per table
+        self._plans = BagPlanCache(feature_table, [d for _, d in specs])
+        self._optimizer = _MpeFusedOptimizer(self.tbe)
+        self.reset_parameters()
+
+    @property
+    def config(self):
+        return self._config
+
+    def reset_parameters(self):
+        """Every table U(weight_init_min, weight_init_max) of its config, from the module's seed
+        (keyed by the rows' place in the collection: the same bits however it is sharded)."""
+        self.tbe.init_uniform([t.get_weight_init_min() for t in self._tables],
+                              [t.get_weight_init_max() for t in self._tables])
+
+    def forward(self, features, vbe_output=None, vbe_output_offsets=None):
+        if vbe_output is not None:
+            raise NotImplementedError("MpeEmbeddingBag returns its own output; its lookup merges VBE outputs")
+        weights = features.weights_or_none()
+        if weights is not None and not torch.is_floating_point(weights):
+            weights = None
+        values, offsets = features.values(), features.offsets()
+        variable = features.variable_stride_per_key()
+        if self._direct and not variable:
+            return self.tbe(values, offsets, weights)
+        batch = features.stride_per_key_per_rank() if variable else [[features.stride()]] * len(features.keys())
+        plan = self._plans.get(batch, variable)
+        return plan.output(self.tbe(values, plan.offsets(offsets), weights))
+
+    # TorchRec's kernel interface: no torch parameters (the tables are mpe's), nothing to flush
+    # (a cached row is part of the exact state), nothing to purge.
+    def named_parameters_by_table(self):
+        return iter(())
+
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        # TorchRec reads a kernel's state dict as table weights; the exact state is written by
+        # ShardedEmbeddingBagCollection's hook instead.
+        return destination if destination is not None else {}
+
+    def flush(self):
+        pass
+
+    def purge(self):
+        pass
+
+    @property
+    def fused_optimizer(self):
+        return self._optimizer
+
+    def weights(self):
+        """Each local table shard's weights, ``(local_rows, local_cols)`` float32 (copies)."""
+        return [self.tbe.get_weights(i) for i in range(len(self._tables))]
+
+
+class _MpeFusedOptimizer(FusedOptimizer):
+    """The kernel's optimizer as TorchRec's fused optimizers present theirs: the update runs in
+    backward; ``param_groups[0]["lr"]`` is the learning rate, applied to the next backward by
+    ``step()`` (so TorchRec's and torch's LR schedulers work)."""
+
+    def __init__(self, tbe):
+        self._tbe = tbe
+        super().__init__({}, {}, [{"params": [], "lr": tbe.get_learning_rate()}])
+
+    def step(self, closure=None):
+        lr = float(self.param_groups[0]["lr"])
+        if lr != self._tbe.get_learning_rate():
+            self._tbe.set_learning_rate(lr)
+
+    def zero_grad(self, set_to_none=False):
+        pass
+
+
+class _MpeLookup(GroupedPooledEmbeddingsLookup):
+    """TorchRec's pooled lookup whose kernels are MpeEmbeddingBag."""
+
+    def __init__(self, table_keys, **kwargs):
+        object.__setattr__(self, "_mpe_table_keys", table_keys)
+        super().__init__(**kwargs)
+
+    def _create_embedding_kernel(self, config, device, pg, sharding_type, env):
+        if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
+            raise ValueError(f"mpe_torch.torchrec: table(s) {config.table_names()} have compute kernel "
+                             f"{config.compute_kernel.value}; mpe's sharder runs '{MPE_KERNEL}' only")
+        return MpeEmbeddingBag(config, self._mpe_table_keys, sharding_type)
+
+    def forward(self, sparse_features):
+        # With a variable batch per feature and several kernels, each kernel's rank-major output
+        # is split by (rank, feature) and concatenated rank-major (TorchRec's merge for kernels
+        # that make their own output).
+        if sparse_features.variable_stride_per_key() and len(self._emb_modules) > 1:
+            groups = sparse_features.split(self._feature_splits)
+            return self._merge_variable_batch_embeddings(self._forward(groups), self._vbe_splits(groups))
+        return super().forward(sparse_features)
+
+
+class ShardedEmbeddingBagCollection(_TorchrecSharded):
+    """TorchRec's ShardedEmbeddingBagCollection over MpeEmbeddingBag kernels (built by
+    ``EmbeddingBagCollectionSharder.shard``); see the module docstring for its state dict."""
+
+    def __init__(self, module, table_name_to_parameter_sharding, env, options_of, **kwargs):
+        object.__setattr__(self, "_mpe_options_of", options_of)
+        keys, start = {}, 0
+        for c in module.embedding_bag_configs():
+            keys[c.name] = start
+            start += c.num_embeddings
+        object.__setattr__(self, "_mpe_table_keys", keys)
+        super().__init__(module, table_name_to_parameter_sharding, env, **kwargs)
+        self._mpe_rank = dist.get_rank(env.process_group) if env.process_group is not None else 0
+        self._mpe_world = env.world_size
+        self._register_state_dict_hook(ShardedEmbeddingBagCollection._mpe_state_dict_hook)
+        self.register_load_state_dict_post_hook(ShardedEmbeddingBagCollection._mpe_load_post_hook)
+
+    def create_grouped_sharding_infos(self, module, table_name_to_parameter_sharding, prefix, fused_params,
+                                      suffix="weight"):
+        infos = super().create_grouped_sharding_infos(module, table_name_to_parameter_sharding, prefix,
+                                                      fused_params, suffix)
+        # The resolved options go into each table's fused_params, so TorchRec groups tables
+        # with the same options into one kernel.
+        for per_type in infos.values():
+            for info in per_type:
+                opts = self._mpe_options_of(info.embedding_config.name)
+                info.fused_params = {**(info.fused_params or {}), _FUSED_KEY: tuple(sorted(opts.items()))}
+        return infos
+
+    def _create_lookups(self):
+        for sharding_type, sharding in zip(self._sharding_types, self._embedding_shardings):
+            self._lookups.append(
+                _MpeLookup(self._mpe_table_keys, grouped_configs=sharding._grouped_embedding_configs, pg=sharding._pg,
+                           device=sharding._device, env=sharding._env, sharding_type=ShardingType(sharding_type)))
+
+    def kernels(self):
+        """This rank's MpeEmbeddingBag kernels, in lookup order."""
+        out = []
+        for lookup in self._lookups:
+            out.extend(lookup._emb_modules)
+        return out
+
+    def reset_parameters(self):
+        if self._device is not None and self._device.type == "meta":
+            return
+        for k in self.kernels():
+            k.reset_parameters()
+
+    def train(self, mode=True):
+        super().train(mode)
+        for lookup in self._lookups:  # a plain list in TorchRec: not reached by Module.train
+            lookup.train(mode)
+        return self
+
+    def memory(self):
+        """This rank's mpe bytes, summed over its kernels (``TableBatchedEmbeddingBags.memory``)."""
+        total = {}
+        for k in self.kernels():
+            for name, v in k.tbe.memory().items():
+                total[name] = total.get(name, 0) + v
+        return total
+
+    # ---- state dict ----
+    def _mpe_plan(self):
+        plan = {name: dict(sharding_type=p.sharding_type, compute_kernel=p.compute_kernel, ranks=list(p.ranks or []),
+                           shards=[(list(s.shard_offsets), list(s.shard_sizes), str(s.placement))
+                                   for s in (p.sharding_spec.shards if p.sharding_spec is not None else [])])
+                for name, p in sorted(self.module_sharding_plan.items())}
+        return json.dumps(dict(world_size=self._mpe_world, tables=plan), sort_keys=True)
+
+    def _mpe_key(self, i):
+        return f"_mpe.rank{self._mpe_rank}.{i}."
+
+    @staticmethod
+    def _mpe_state_dict_hook(self, destination, prefix, local_metadata):
+        destination[prefix + "_mpe_plan"] = self._mpe_plan()
+        kernels = self.kernels()
+        for i, k in enumerate(kernels):
+            for key, value in k.tbe.state_dict().items():
+                destination[prefix + self._mpe_key(i) + key] = value
+        local = {}
+        for k in kernels:
+            for t, w in zip(k._tables, k.weights()):
+                local.setdefault(t.name, []).append(Shard(tensor=w, metadata=t.local_metadata))
+        pg = self._env.process_group
+        for c in self._embedding_bag_configs:
+            p = self.module_sharding_plan[c.name]
+            meta = ShardedTensorMetadata(shards_metadata=list(p.sharding_spec.shards),
+                                         size=torch.Size([c.num_embeddings, c.embedding_dim]),
+                                         tensor_properties=TensorProperties(dtype=torch.float32))
+            destination[f"{prefix}embedding_bags.{c.name}.weight"] = \
+                ShardedTensor._init_from_local_shards_and_global_metadata(local.get(c.name, []), meta,
+                                                                          process_group=pg)
+
+    def _mpe_state_keys(self, prefix):
+        keys = [prefix + "_mpe_plan"]
+        for i, k in enumerate(self.kernels()):
+            keys += [prefix + self._mpe_key(i) + key for key in k.tbe.state_dict()]
+        return keys
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        plan_key = prefix + "_mpe_plan"
+        if plan_key not in state_dict:
+            missing_keys.extend(k for k in self._mpe_state_keys(prefix) if k not in state_dict)
+            return
+        theirs, mine = state_dict[plan_key], self._mpe_plan()
+        if theirs != mine:
+            raise ValueError(f"mpe_torch.torchrec: the state was saved with another sharding plan or world size; "
+                             f"nothing was loaded.\n  state:  {_describe_plan(theirs)}\n  module: "
+                             f"{_describe_plan(mine)}")
+        kernels = self.kernels()
+        wanted = [[(key, prefix + self._mpe_key(i) + key) for key in k.tbe.state_dict()]
+                  for i, k in enumerate(kernels)]
+        absent = [full for pairs in wanted for _, full in pairs if full not in state_dict]
+        error = None
+        if absent:
+            error = ValueError(f"mpe_torch.torchrec: rank {self._mpe_rank}'s state lacks {', '.join(absent)}; "
+                               "nothing was loaded")
+        backups, loaded = [k.tbe.state_dict() for k in kernels], 0
+        if error is None:
+            try:
+                for k, pairs in zip(kernels, wanted):
+                    k.tbe.load_state_dict({key: state_dict[full] for key, full in pairs})
+                    loaded += 1
+            except Exception as e:  # restore below, then raise on every rank
+                error = e
+        failed = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+        pg = self._env.process_group
+        if pg is not None and dist.get_world_size(pg) > 1:
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=pg)
+        if int(failed.item()) != 0:
+            for k, backup in list(zip(kernels, backups))[:loaded]:
+                k.tbe.load_state_dict(backup)
+            if error is None:
+                raise RuntimeError("mpe_torch.torchrec: another rank could not load its state; nothing was loaded "
+                                   "on any rank")
+            raise error
+
+    @staticmethod
+    def _mpe_load_post_hook(self, incompatible_keys):
+        # The weight entries are a read-only view and the mpe entries were consumed above.
+        incompatible_keys.unexpected_keys[:] = [
+            k for k in incompatible_keys.unexpected_keys
+            if not (k.endswith(".weight") and ".embedding_bags." in "." + k) and "_mpe." not in k
+            and not k.endswith("_mpe_plan")]
+
+
+def _describe_plan(text):
+    try:
+        p = json.loads(text)
+        tables = ", ".join(f"{n}: {v['sharding_type']} on ranks {v['ranks']}" for n, v in p["tables"].items())
+        return f"world size {p['world_size']}; {tables}"
+    except (TypeError, ValueError, KeyError):
+        return repr(text)[:200]
+
+
+class EmbeddingBagCollectionSharder(_TorchrecSharder):
+    """Shards ``torchrec.EmbeddingBagCollection`` onto mpe kernels.
+
+    Args:
+        fused_params: ``TableBatchedEmbeddingBags`` keyword arguments for every table
+            (``OPTION_NAMES``: storage, cache, cache_fraction, rounding, optimizer,
+            learning_rate, eps, beta1, beta2, seed, state_precision, non_finite, slot_index,
+            defer_admission). ``seed`` must be the same on every rank.
+        table_options: table name -> overrides of ``fused_params`` for that table (so one
+            model mixes, say, an INT4 table with a 1 % cache and an FP16 one). Tables with the
+            same resolved options share a kernel (and its cache).
+
+    Raises:
+        TypeError: an options argument that is not a dict.
+        ValueError: an unknown option name (the message lists the valid ones). Option values
+            are checked when the kernels are built (``TableBatchedEmbeddingBags``' errors).
+    """
+
+    def __init__(self, fused_params=None, table_options=None, qcomm_codecs_registry=None):
+        defaults = _check_options(fused_params, "fused_params")
+        if table_options is not None and not isinstance(table_options, dict):
+            raise TypeError("mpe_torch.torchrec: table_options must map table names to option dicts")
+        per_table = {str(n): _check_options(o, f"table_options[{n!r}]") for n, o in (table_options or {}).items()}
+        super().__init__(fused_params=None, qcomm_codecs_registry=qcomm_codecs_registry)
+        self._mpe_defaults, self._mpe_table_options = defaults, per_table
+
+    def options(self, table_name):
+        """The resolved TableBatchedEmbeddingBags options of table ``table_name``."""
+        return {**self._mpe_defaults, **self._mpe_table_options.get(table_name, {})}
+
+    def sharding_types(self, compute_device_type):
+        return list(SHARDING_TYPES)
+
+    def compute_kernels(self, sharding_type, compute_device_type):
+        return [MPE_KERNEL] if sharding_type in SHARDING_TYPES else []
+
+    def shard(self, module, params, env, device=None, module_fqn=None):
+        names = [c.name for c in module.embedding_bag_configs()]
+        unknown = sorted(set(self._mpe_table_options) - set(names))
+        if unknown:
+            raise ValueError(f"mpe_torch.torchrec: table_options names table(s) {unknown} that the "
+                             f"EmbeddingBagCollection does not have (its tables: {names})")
+        if device is not None and torch.device(device).type not in ("cpu", "meta"):
+            raise ValueError(f"mpe_torch.torchrec: mpe's kernels run on the CPU; DMP asked for device {device}")
+        for name in names:
+            p = params.get(name)
+            if p is None:
+                raise ValueError(f"mpe_torch.torchrec: the plan has no sharding for table {name!r}")
+            if p.compute_kernel != MPE_KERNEL or p.sharding_type not in SHARDING_TYPES:
+                raise ValueError(f"mpe_torch.torchrec: table {name!r} is planned as {p.sharding_type}/"
+                                 f"{p.compute_kernel}; mpe's sharder runs {'/'.join(SHARDING_TYPES)} with "
+                                 f"compute kernel '{MPE_KERNEL}'")
+        if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in module.embedding_bag_configs()):
+            raise ValueError("mpe_torch.torchrec: only SUM and MEAN pooling are supported")
+        return ShardedEmbeddingBagCollection(module, params, env, self.options, fused_params=self.fused_params,
+                                             device=device, qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                             module_fqn=module_fqn)
+
+
+def table_wise(rank):
+    """TorchRec's ``table_wise(rank)`` plan entry with mpe's compute kernel."""
+    from torchrec.distributed import sharding_plan as sp
+    return sp.table_wise(rank=rank, compute_kernel=MPE_KERNEL)
+
+
+def column_wise(ranks=None, size_per_rank=None):
+    """TorchRec's ``column_wise(ranks=..., size_per_rank=...)`` plan entry with mpe's compute
+    kernel; each shard's width must be a multiple of 4 (its columns' rounding streams line up
+    with the unsharded table's)."""
+    from torchrec.distributed import sharding_plan as sp
+    return sp.column_wise(ranks=ranks, size_per_rank=size_per_rank, compute_kernel=MPE_KERNEL)
+
+
+def sharding_plan(module, per_table, sharder, world_size, path=""):
+    """A ``ShardingPlan`` placing ``module`` (an EmbeddingBagCollection at ``path`` in the
+    model, "" for the model itself) as ``per_table`` says (table name -> ``table_wise(r)`` or
+    ``column_wise([...])`` of this module), for ``world_size`` CPU processes."""
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+    from torchrec.distributed.types import ShardingPlan
+    return ShardingPlan({path: construct_module_sharding_plan(module, per_table, sharder=sharder,
+                                                              local_size=world_size, world_size=world_size,
+                                                              device_type="cpu")})
