@@ -389,10 +389,12 @@ class CachedEmbedding {
   detail::Counters read_counters() const;
   const std::uint64_t* step_ptr() const { return &counters_.data()->step; }
   bool deferred() const { return config_.validation == Validation::Deferred; }
-  // The rounding streams: the seed, and config.row_keys when given.
+  // The rounding streams: the seed, and config.row_keys / config.column_keys when given
+  // (column keys all 0 are left out: the same bits without the table search).
   num::RowStream row_stream() const {
-    if (row_keys_.size() == 0) return num::RowStream{config_.seed};
-    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.data(), num_tables()};
+    if (row_keys_.size() == 0 && column_keys_.size() == 0) return num::RowStream{config_.seed};
+    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.size() ? row_keys_.data() : nullptr,
+                          num_tables(), column_keys_.size() ? column_keys_.data() : nullptr};
   }
   bool skip_non_finite() const { return config_.non_finite == NonFinite::Skip; }
 
@@ -404,6 +406,7 @@ class CachedEmbedding {
   std::vector<index_t> table_offsets_host_;
   IBuf table_offsets_;                           // (T + 1)
   IBuf row_keys_;                                // (T) config.row_keys, or empty
+  IBuf column_keys_;                             // (T) config.column_keys, or empty (also when all 0)
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
   detail::Buffer<float, Backend> cache_rows_;         // (slots, D)
