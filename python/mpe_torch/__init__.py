@@ -160,6 +160,18 @@ class TableBatchedEmbeddingBags(nn.Module):
             at the next training forward: training gives the same bits either way, and
             ``stats()`` counts a batch when it is admitted. Default ``False``. Configuration,
             not state: ``load_state_dict`` keeps the module's own setting.
+        row_keys: ``None`` (default) or a sequence of T integers: the row each table's row 0
+            is in a larger table set (mpe's ``MixedDimConfig::row_keys``), so that a table
+            placed on this module by sharding (TorchRec table-wise: a rank holds whole tables)
+            rounds stochastically and initializes with exactly the bits it has in the unsharded
+            set: give each table its first row there (the sum of the rows of the set's tables
+            before it). With row keys every group uses ``seed`` as given (no derived seed).
+        column_keys: ``None`` (default) or a sequence of T integers, each >= 0 and a multiple of
+            4: the column of the full table that each table's column 0 is (mpe's
+            ``MixedDimConfig::column_keys``), for a column slice ``[c0, c0 + D)`` of a wider table
+            (TorchRec column-wise sharding): c0. The optimizer state of a ``"bf16"`` or ``"fp16"``
+            ``state_precision`` ignores it. Row and column keys are configuration, recorded in
+            the state's ``_extra_state`` but not compared by ``load_state_dict``.
 
     The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
 
@@ -168,8 +180,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             message lists the valid ones), or a storage/cache/rounding/state_precision
             combination that is not built (the message lists the built ones, see
             ``built_combinations()``), a ``seed`` outside [0, 2**64).
+        ValueError: ``row_keys`` or ``column_keys`` not of length T, or a key outside [0, 2**63),
+            negative, not leaving room for its table's rows (row keys) or not a multiple of 4
+            (column keys), named with its value.
         TypeError: ``specs`` is not a list of ``(rows, D)`` integer pairs, or ``seed`` is not
-            an integer, or ``slot_index`` or ``defer_admission`` is not a bool, or
+            an integer, or ``row_keys`` or ``column_keys`` is not a sequence of integers, or
+            ``slot_index`` or ``defer_admission`` is not a bool, or
             ``cache_fraction``, ``learning_rate``, ``eps``, ``beta1`` or ``beta2`` is not a real
             number (a bool or a string is not one).
         ValueError: also a hyperparameter whose value float32 cannot hold (beyond its largest
@@ -178,7 +194,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
-                 seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False):
+                 seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
+                 row_keys=None, column_keys=None):
         super().__init__()
         pairs = []
         try:
@@ -207,6 +224,25 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
         if not isinstance(defer_admission, bool):
             raise TypeError(f"mpe_torch: defer_admission = {defer_admission!r} must be a bool")
+        keys = {}
+        for name, value in (("row_keys", row_keys), ("column_keys", column_keys)):
+            if value is None:
+                keys[name] = None
+                continue
+            if isinstance(value, (str, bytes)) or (torch.is_tensor(value) and value.dim() != 1):
+                raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {len(pairs)} integers")
+            try:
+                seq = list(value)
+            except TypeError:
+                raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {len(pairs)} integers") from None
+            if len(seq) != len(pairs):
+                raise ValueError(f"mpe_torch: {name} = {value!r} has {len(seq)} entries; it needs one per table, "
+                                 f"T = {len(pairs)}")
+            seq = [_integer(k, f"{name}[{t}]", "an integer") for t, k in enumerate(seq)]
+            for t, k in enumerate(seq):
+                if not 0 <= k < 2**63:
+                    raise ValueError(f"mpe_torch: {name}[{t}] = {k} is outside [0, 2**63)")
+            keys[name] = seq
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         cache_fraction, learning_rate = _real(cache_fraction, "cache_fraction"), _real(learning_rate, "learning_rate")
@@ -214,10 +250,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         self._config = dict(specs=pairs, storage=storage, cache=cache, cache_fraction=cache_fraction,
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
-                            defer_admission=defer_admission)
+                            defer_admission=defer_admission, row_keys=keys["row_keys"],
+                            column_keys=keys["column_keys"])
         self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
                            optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
-                           slot_index, defer_admission)
+                           slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
 
@@ -336,10 +373,40 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ---- weights ----
     def init_uniform(self, low, high):
         """Every row ~ U[low, high) from the seed (mpe's Philox stream), stored with the
-        module's rounding; the cache is dropped. Raises ValueError unless low < high, finite
-        and within the storage's range (and float32's), TypeError where either is not a real
+        module's rounding; the cache is dropped. ``low`` and ``high`` are each a number or a
+        sequence of T numbers, one per table (table t's rows ~ U[low[t], high[t]): each row
+        gets exactly what ``init_uniform(low[t], high[t])`` gives it, so every table at (l, h)
+        is ``init_uniform(l, h)``). With ``row_keys`` / ``column_keys`` a table's rows get the
+        bits they get in the set or full table those keys place them in. Raises ValueError
+        unless low < high, finite and within the storage's range (and float32's), naming the
+        table, or for a sequence whose length is not T; TypeError where a value is not a real
         number."""
-        self._tbe.init_uniform(_real(low, "low"), _real(high, "high"))
+        def _sequence(value):
+            # A sequence of values (a list, a tuple, a 1-d tensor or array), not a number or a string.
+            if isinstance(value, (str, bytes)) or (torch.is_tensor(value) and value.dim() == 0):
+                return False
+            try:
+                len(value)
+                iter(value)
+            except TypeError:
+                return False
+            return True
+
+        if not (_sequence(low) or _sequence(high)):
+            self._tbe.init_uniform(_real(low, "low"), _real(high, "high"))
+            return
+        T = self.num_tables
+        ranges = []
+        for name, value in (("low", low), ("high", high)):
+            if _sequence(value):
+                seq = list(value)
+                if len(seq) != T:
+                    raise ValueError(f"mpe_torch: {name} = {value!r} has {len(seq)} values; it needs one per "
+                                     f"table, T = {T}")
+                ranges.append([_real(v, f"{name}[{t}]") for t, v in enumerate(seq)])
+            else:
+                ranges.append([_real(value, name)] * T)
+        self._tbe.init_uniform_tables(ranges[0], ranges[1])
 
     def get_weights(self, table):
         """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the

@@ -9,10 +9,10 @@
 //   simd512::store_fused_nbit Int4Rowwise's and Int2Rowwise's (packed codes, FP16 scale and
 //   bias), under stochastic and nearest rounding for D = 1 .. 200: rows of many magnitudes, mixed +-0
 //   (a zero minimum too), tiny ranges (the 2^64 pre-scale), rows at the format's limit,
-//   values on the code grid, random row keys, steps and sites; and declines (writes
-//   nothing) where the scalar code sanitizes, the INT8 scale rounds to 0 or an N-bit row is
-//   constant; simd::store_int8 / store_fused_nbit the same (the same rows); store_row's
-//   dispatch gives the scalar bytes either way;
+//   values on the code grid, random row keys, group bases (column keys), steps and sites;
+//   and declines (writes nothing) where the scalar code sanitizes, the INT8 scale rounds to
+//   0 or an N-bit row is constant; simd::store_int8 / store_fused_nbit the same (the same
+//   rows); store_row's dispatch gives the scalar bytes either way;
 // - a training run (write-backs, flushes, store updates, set_weights; INT8 and INT4) with
 //   the AVX-512 path on, and with only the AVX2 path, gives the store bytes of the run with
 //   both off.
@@ -77,6 +77,9 @@ struct TestRow {
   rng.row = gen() >> (gen() % 64);
   rng.step = static_cast<std::uint32_t>(gen());
   rng.site = static_cast<mpe::num::RoundingSite>(1 + gen() % 11);
+  // A column key (EmbeddingConfig::column_keys / 4) in half the rows, near 2^24 in some: the
+  // group counter wraps there.
+  rng.group_base = gen() % 2 ? 0u : gen() % 4 ? static_cast<std::uint32_t>(gen() % 4096) : 0xfffff8u;
   return TestRow{std::move(x), kind, rng};
 }
 

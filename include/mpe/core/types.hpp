@@ -92,6 +92,16 @@ struct EmbeddingConfig {
   /// (its populate number not yet counted), so loading it and repeating the forward() and
   /// backward() trains the bits of the run that did not stop.
   bool defer_admission = false;
+  /// The column of the full table that each table's column 0 is, in the stochastic-rounding
+  /// counter (one per table, each >= 0 and a multiple of 4 so that element groups line up,
+  /// column_keys[t] + dim <= 2^26); empty (the default): all 0. For an object that holds a
+  /// column slice [c0, c0 + dim) of a wider table (column-wise sharding): c0, so that the
+  /// slice's element d rounds (and init_uniform() draws) with the bits of the full table's
+  /// element c0 + d (element group column_keys[t] / 4 + d / 4, docs/numerics.md). Applies to
+  /// the weights only: a compact optimizer state precision (StateBf16, StateFp16) rounds a
+  /// row's S state values from element group 0 whatever the column key. Configuration, not
+  /// state: checkpoints do not hold it.
+  std::vector<std::int64_t> column_keys = {};
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its

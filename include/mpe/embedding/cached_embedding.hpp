@@ -129,6 +129,15 @@ class CachedEmbedding {
   /// both finite and within Storage::limit.
   void init_uniform(float low, float high);
 
+  /// init_uniform() with a range per table: table t's rows uniformly in [low[t], high[t])
+  /// (low and high: T values each, host memory). Each row draws exactly what init_uniform(
+  /// low[t], high[t]) draws for it (its row key, its table's column key: the bits of the
+  /// same rows in the table set or full table they are a piece of), so with every table at
+  /// (l, h) this is init_uniform(l, h) bit for bit. Throws std::invalid_argument, nothing
+  /// changed, if low.size() or high.size() is not T, or for a table whose range breaks
+  /// init_uniform()'s rules (naming the table and its range).
+  void init_uniform(std::span<const float> low, std::span<const float> high);
+
   /// Populates the cache for the next forward() with the same indices and offsets (one
   /// prefetch ahead: a second prefetch replaces the first). Rows of the batch still
   /// awaiting backward() and of the prefetched batch are never evicted until that
@@ -381,6 +390,9 @@ class CachedEmbedding {
   void admit_pending();
   bool defers_admission() const { return config_.defer_admission && num_sets_ > 0; }
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
+  // init_uniform's draws and writes of tables [t0, t1) from [low, high) (checked).
+  void init_rows(std::int64_t t0, std::int64_t t1, float low, float high,
+                 detail::Buffer<float, Backend>& buf);
   /// Whether a slot index is kept (in the store rows or an array).
   bool has_slot_index() const { return slot_index_.size() > 0 || (slot_offset_ > 0 && num_sets_ > 0); }
   void reindex_slots();  // the slot index (if kept) re-derived from tags_, after they are replaced
@@ -389,10 +401,12 @@ class CachedEmbedding {
   detail::Counters read_counters() const;
   const std::uint64_t* step_ptr() const { return &counters_.data()->step; }
   bool deferred() const { return config_.validation == Validation::Deferred; }
-  // The rounding streams: the seed, and config.row_keys when given.
+  // The rounding streams: the seed, and config.row_keys / config.column_keys when given
+  // (column keys all 0 are left out: the same bits without the table search).
   num::RowStream row_stream() const {
-    if (row_keys_.size() == 0) return num::RowStream{config_.seed};
-    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.data(), num_tables()};
+    if (row_keys_.size() == 0 && column_keys_.size() == 0) return num::RowStream{config_.seed};
+    return num::RowStream{config_.seed, table_offsets_.data(), row_keys_.size() ? row_keys_.data() : nullptr,
+                          num_tables(), column_keys_.size() ? column_keys_.data() : nullptr};
   }
   bool skip_non_finite() const { return config_.non_finite == NonFinite::Skip; }
 
@@ -404,6 +418,7 @@ class CachedEmbedding {
   std::vector<index_t> table_offsets_host_;
   IBuf table_offsets_;                           // (T + 1)
   IBuf row_keys_;                                // (T) config.row_keys, or empty
+  IBuf column_keys_;                             // (T) config.column_keys, or empty (also when all 0)
   detail::Buffer<std::uint8_t, Backend> store_;  // (rows, stride)
   index_t num_sets_ = 0;
   detail::Buffer<float, Backend> cache_rows_;         // (slots, D)

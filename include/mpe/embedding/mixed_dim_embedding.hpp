@@ -44,6 +44,17 @@ struct MixedDimConfig {
   /// them: a backward() that throws before a group admitted leaves that group's batch to
   /// it), so every sequence of calls trains the bits it would without the setting.
   bool defer_admission = false;
+  /// The row each table's row 0 counts as in the stochastic-rounding counter, one per table
+  /// in `tables` order (EmbeddingConfig::row_keys: >= 0, leaving room for the table's rows);
+  /// empty (the default): none. Non-empty: the caller keys every row globally, so every
+  /// group uses `seed` unchanged (no derived seed) and group g's EmbeddingConfig::row_keys
+  /// are its tables' entries (see the class comment, Numerics).
+  std::vector<std::int64_t> row_keys = {};
+  /// The column of the full table that each table's column 0 is, one per table in `tables`
+  /// order (EmbeddingConfig::column_keys: >= 0, a multiple of 4, column_keys[t] + D_t <=
+  /// 2^26); empty (the default): all 0. Group g's EmbeddingConfig::column_keys are its
+  /// tables' entries.
+  std::vector<std::int64_t> column_keys = {};
 };
 
 /// Table-batched embedding bags in mixed precision whose T tables have any mix of D.
@@ -64,11 +75,17 @@ struct MixedDimConfig {
 /// FP32, table t's vector of sample b at [b*sum D + c_t, +D_t), c_t = D_0 + ... + D_{t-1}
 /// (column(t)). Per-sample weights (n) as CachedEmbedding.
 ///
-/// **Numerics.** Group 0 uses config.seed; group g > 0 uses seed ^ (0x9e3779b97f4a7c15 *
-/// g). A module whose tables all have one D is exactly one CachedEmbedding with that seed
-/// (same bits). Every row's arithmetic is its group's, so the numerics contract holds
-/// per row (docs/numerics.md): the same seed and inputs give the same bits whatever the
-/// thread count.
+/// **Numerics.** Without row keys (config.row_keys empty) group 0 uses config.seed and
+/// group g > 0 uses seed ^ (0x9e3779b97f4a7c15 * g), its rows keyed by their place in the
+/// group. With row keys (config.row_keys, one per table) the caller keys every row
+/// globally, so every group uses config.seed unchanged and each group's
+/// EmbeddingConfig::row_keys and column_keys are its tables' entries of config.row_keys and
+/// config.column_keys: a table then rounds and initializes with the bits it has in any
+/// object (sharded or not, grouped with any other tables) that gives it the same seed, row
+/// key and column key (docs/numerics.md, section 3). A module whose tables all have one D
+/// is exactly one CachedEmbedding with that seed (same bits). Every row's arithmetic is its
+/// group's, so the numerics contract holds per row (docs/numerics.md): the same seed and
+/// inputs give the same bits whatever the thread count.
 ///
 /// **All or nothing.** A batch is checked whole before any group runs (with one group by
 /// the group itself, so one D costs no extra pass and its messages name
@@ -94,13 +111,37 @@ class MixedDimEmbedding {
 
   /// Builds one group per distinct D (see the class comment). Throws std::invalid_argument
   /// for an empty table list, a table with rows < 1 or D outside [1, 2^20], a
-  /// cache_fraction outside [0, 1] or not finite, and what CachedEmbedding's constructor
-  /// throws for the other fields.
+  /// cache_fraction outside [0, 1] or not finite, row_keys or column_keys neither empty nor
+  /// one per table or with a value CachedEmbedding refuses (named config.row_keys[t] /
+  /// config.column_keys[t], t in spec order), and what CachedEmbedding's constructor throws
+  /// for the other fields.
   explicit MixedDimEmbedding(const MixedDimConfig& config) : config_(config) {
     const char* fn = "MixedDimEmbedding";
     if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
     if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
       invalid(fn, "config.cache_fraction = " + std::to_string(config.cache_fraction) + "; must be in [0, 1]");
+    }
+    for (const auto& [name, keys] :
+         {std::pair{"row_keys", &config.row_keys}, std::pair{"column_keys", &config.column_keys}}) {
+      if (!keys->empty() && keys->size() != config.tables.size()) {
+        invalid(fn, std::string("config.") + name + ".size() = " + std::to_string(keys->size()) +
+                        "; must be 0 or T = " + std::to_string(config.tables.size()));
+      }
+    }
+    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
+      const std::int64_t k = config.row_keys[t], rows = t < config.tables.size() ? config.tables[t].rows : 0;
+      if (k < 0 || (rows > 0 && k > INT64_MAX - rows)) {
+        invalid(fn, "config.row_keys[" + std::to_string(t) + "] = " + std::to_string(k) +
+                        "; must be >= 0 and leave room for the table's " + std::to_string(rows) + " rows");
+      }
+    }
+    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
+      const std::int64_t c = config.column_keys[t], dim = config.tables[t].dim;
+      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - dim) {
+        invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
+                        "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - D = " +
+                        std::to_string((std::int64_t{1} << 26) - dim));
+      }
     }
     detail::MixedLayout& L = layout_;
     for (std::size_t t = 0; t < config.tables.size(); ++t) {
@@ -300,6 +341,40 @@ class MixedDimEmbedding {
   /// changes).
   void init_uniform(float low, float high) {
     for (auto& e : groups_) e.init_uniform(low, high);
+  }
+
+  /// init_uniform() with a range per table: table t's rows uniformly in [low[t], high[t])
+  /// (T values each, in spec order), each row drawing what init_uniform(low[t], high[t])
+  /// draws for it (CachedEmbedding::init_uniform per table), so with every table at (l, h)
+  /// this is init_uniform(l, h) bit for bit. Throws std::invalid_argument, nothing changed,
+  /// if low.size() or high.size() is not T or for a table whose range breaks
+  /// init_uniform()'s rules (naming the table t and its range).
+  void init_uniform(std::span<const float> low, std::span<const float> high) {
+    const char* fn = "init_uniform";
+    for (const auto& [name, v] : {std::pair{"low", low}, std::pair{"high", high}}) {
+      if (static_cast<std::int64_t>(v.size()) != layout_.T()) {
+        invalid(fn, std::string(name) + ".size() = " + std::to_string(v.size()) +
+                        "; expected one value per table, T = " + std::to_string(layout_.T()));
+      }
+    }
+    for (std::size_t t = 0; t < low.size(); ++t) {
+      if (!num::is_finite(low[t]) || !num::is_finite(high[t]) || !(low[t] < high[t]) ||
+          low[t] < -Storage::limit || high[t] > Storage::limit) {
+        invalid(fn, "table " + std::to_string(t) + ": [low[" + std::to_string(t) + "], high[" +
+                        std::to_string(t) + "]) = [" + format_float(low[t]) + ", " + format_float(high[t]) +
+                        ") must be finite, non-empty and within +-" + format_float(Storage::limit));
+      }
+    }
+    std::vector<float> lo, hi;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      lo.clear();
+      hi.clear();
+      for (std::int64_t t : layout_.group_tables[g]) {
+        lo.push_back(low[static_cast<std::size_t>(t)]);
+        hi.push_back(high[static_cast<std::size_t>(t)]);
+      }
+      groups_[g].init_uniform(std::span<const float>(lo), std::span<const float>(hi));
+    }
   }
 
   // ---- checkpoints ----
@@ -512,7 +587,15 @@ class MixedDimEmbedding {
                        ? std::max<std::int64_t>(
                              Cache::ways, std::llround(config_.cache_fraction * static_cast<double>(rows)))
                        : 0;
-    c.seed = g == 0 ? config_.seed : config_.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
+    // Row keys: the caller keys every row, so one seed for every group (class comment).
+    c.seed = g == 0 || !config_.row_keys.empty()
+                 ? config_.seed
+                 : config_.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
+    for (std::int64_t t : layout_.group_tables[g]) {
+      if (!config_.row_keys.empty()) c.row_keys.push_back(config_.row_keys[static_cast<std::size_t>(t)]);
+      if (!config_.column_keys.empty())
+        c.column_keys.push_back(config_.column_keys[static_cast<std::size_t>(t)]);
+    }
     c.row_alignment = config_.row_alignment;
     c.non_finite = config_.non_finite;
     c.slot_index = config_.slot_index;

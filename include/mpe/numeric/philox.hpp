@@ -79,34 +79,43 @@ struct RowRng {
   std::uint32_t step = 0;  ///< completed backward() calls (low 32 bits)
   /// Which operation rounds (bits 24..31 of counter word 3).
   RoundingSite site = RoundingSite::SetWeights;
+  /// The element group of the row's element 0 in the full row this row is a column slice
+  /// of (EmbeddingConfig::column_keys / 4); 0: the row is whole.
+  std::uint32_t group_base = 0;
 
-  /// Four random words for element group `group` (elements 4*group .. 4*group+3).
+  /// Four random words for element group `group` (elements 4*group .. 4*group+3), counted
+  /// from group_base: counter word 3 is `site << 24 | ((group_base + group) mod 2^24)`.
   MPE_HOST_DEVICE Uint4 draw(std::uint32_t group) const {
     const Uint4 c{static_cast<std::uint32_t>(row), static_cast<std::uint32_t>(row >> 32), step,
-                  (static_cast<std::uint32_t>(site) << 24) | (group & 0xffffffu)};
+                  (static_cast<std::uint32_t>(site) << 24) | ((group_base + group) & 0xffffffu)};
     return philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
   }
 };
 
-/// The rounding streams of one object: the Philox key (its seed) and the row each row
-/// write counts as. A row is its own key (CachedEmbedding's rows are global rows), unless
-/// `row_keys` is given (EmbeddingConfig::row_keys, ShardedEmbedding's local tables): then
-/// row r of table t counts as row_keys[t] + (r - table_offsets[t]), the row it is in the
-/// table set the object is a piece of, so a piece rounds with that set's bits.
+/// The rounding streams of one object: the Philox key (its seed), the row each row write
+/// counts as and the element group its element 0 counts as. A row is its own key
+/// (CachedEmbedding's rows are global rows), unless `row_keys` is given
+/// (EmbeddingConfig::row_keys, ShardedEmbedding's local tables): then row r of table t counts
+/// as row_keys[t] + (r - table_offsets[t]), the row it is in the table set the object is a
+/// piece of, so a piece rounds with that set's bits. Likewise a row's element 0 is element
+/// group 0 unless `column_keys` is given (EmbeddingConfig::column_keys, a column slice of a
+/// wider table): then table t's rows start at element group column_keys[t] / 4.
 struct RowStream {
   std::uint64_t seed = 0;                       ///< Philox key
-  const std::int64_t* table_offsets = nullptr;  ///< (T + 1) first row of each table, with row_keys
+  const std::int64_t* table_offsets = nullptr;  ///< (T + 1) first row of each table, with row or column keys
   const std::int64_t* row_keys = nullptr;       ///< (T) key of each table's row 0; null: rows are their keys
-  std::int64_t tables = 0;                      ///< T, with row_keys
+  std::int64_t tables = 0;                      ///< T, with row or column keys
+  /// (T) column of the full table that each table's column 0 is (multiples of 4); null: all 0.
+  const std::int64_t* column_keys = nullptr;
 
-  /// Implicit from a seed alone: every row is its own key.
+  /// Implicit from a seed alone: every row is its own key, every row starts at group 0.
   MPE_HOST_DEVICE constexpr RowStream(std::uint64_t s = 0, const std::int64_t* offsets = nullptr,
-                                      const std::int64_t* keys = nullptr, std::int64_t T = 0)
-      : seed(s), table_offsets(offsets), row_keys(keys), tables(T) {}
-  /// The counter row of row r.
-  MPE_HOST_DEVICE std::uint64_t key(std::int64_t r) const {
-    if (row_keys == nullptr) return static_cast<std::uint64_t>(r);
-    std::int64_t lo = 0, hi = tables - 1;  // the last table t with table_offsets[t] <= r
+                                      const std::int64_t* keys = nullptr, std::int64_t T = 0,
+                                      const std::int64_t* columns = nullptr)
+      : seed(s), table_offsets(offsets), row_keys(keys), tables(T), column_keys(columns) {}
+  /// The table of row r (the last table t with table_offsets[t] <= r); needs table_offsets.
+  MPE_HOST_DEVICE std::int64_t table_of(std::int64_t r) const {
+    std::int64_t lo = 0, hi = tables - 1;
     while (lo < hi) {
       const std::int64_t mid = lo + (hi - lo + 1) / 2;
       if (table_offsets[mid] <= r) {
@@ -115,11 +124,25 @@ struct RowStream {
         hi = mid - 1;
       }
     }
-    return static_cast<std::uint64_t>(row_keys[lo] + (r - table_offsets[lo]));
+    return lo;
   }
-  /// The stream of a write of row r at `step` by `site`.
+  /// The counter row of row r.
+  MPE_HOST_DEVICE std::uint64_t key(std::int64_t r) const {
+    if (row_keys == nullptr) return static_cast<std::uint64_t>(r);
+    const std::int64_t t = table_of(r);
+    return static_cast<std::uint64_t>(row_keys[t] + (r - table_offsets[t]));
+  }
+  /// The stream of a write of row r at `step` by `site` (its row key and, with column keys,
+  /// its table's group_base).
   MPE_HOST_DEVICE RowRng at(std::int64_t r, std::uint32_t step, RoundingSite site) const {
-    return RowRng{seed, key(r), step, site};
+    if (row_keys == nullptr && column_keys == nullptr)
+      return RowRng{seed, static_cast<std::uint64_t>(r), step, site};
+    const std::int64_t t = table_of(r);
+    const std::uint64_t row = row_keys == nullptr
+                                  ? static_cast<std::uint64_t>(r)
+                                  : static_cast<std::uint64_t>(row_keys[t] + (r - table_offsets[t]));
+    const std::uint32_t base = column_keys == nullptr ? 0u : static_cast<std::uint32_t>(column_keys[t] / 4);
+    return RowRng{seed, row, step, site, base};
   }
 };
 

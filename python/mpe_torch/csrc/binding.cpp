@@ -209,7 +209,8 @@ class Tbe {
       const std::string& cache, double cache_fraction, const std::string& rounding,
       const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
       double learning_rate, double eps, double beta1, double beta2, uint64_t seed,
-      const std::string& non_finite, bool slot_index, bool defer_admission)
+      const std::string& non_finite, bool slot_index, bool defer_admission,
+      const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys)
       : pooling_(parse_pooling(pooling)) {
     if (non_finite != "raise" && non_finite != "skip")
       throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +
@@ -250,6 +251,10 @@ class Tbe {
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
     cfg.slot_index = slot_index;
     cfg.defer_admission = defer_admission;
+    // One per table or none (checked by MixedDimEmbedding, naming config.row_keys[t] /
+    // config.column_keys[t] in spec order).
+    cfg.row_keys.assign(row_keys.begin(), row_keys.end());
+    cfg.column_keys.assign(column_keys.begin(), column_keys.end());
     emb_ = make_group(
         PolicyNames{storage, no_cache ? std::string(py_name<NoCache>()) : cache, rounding, state_precision},
         cfg);
@@ -448,6 +453,18 @@ class Tbe {
     emb_->init_uniform(lo, hi);
   }
 
+  /// A range per table: low and high of T values each (MixedDimEmbedding checks the sizes
+  /// and ranges, naming the table).
+  void init_uniform_tables(const std::vector<double>& low, const std::vector<double>& high) {
+    std::vector<float> lo, hi;
+    for (std::size_t t = 0; t < low.size(); ++t)
+      lo.push_back(float_arg(("low[" + std::to_string(t) + "]").c_str(), low[t]));
+    for (std::size_t t = 0; t < high.size(); ++t)
+      hi.push_back(float_arg(("high[" + std::to_string(t) + "]").c_str(), high[t]));
+    py::gil_scoped_release nogil;
+    emb_->init_uniform_tables(lo, hi);
+  }
+
   void flush() {
     py::gil_scoped_release nogil;
     emb_->flush();
@@ -510,11 +527,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Tbe>(m, "Tbe")
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,
-                    double, double, double, double, uint64_t, const std::string&, bool, bool>(),
+                    double, double, double, double, uint64_t, const std::string&, bool, bool,
+                    const std::vector<int64_t>&, const std::vector<int64_t>&>(),
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
            py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
-           py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"))
+           py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"), py::arg("row_keys"),
+           py::arg("column_keys"))
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
       .def_property_readonly("forward_id", &Tbe::forward_id)
@@ -536,6 +555,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("get_weights", &Tbe::get_weights, py::arg("table"))
       .def("set_weights", &Tbe::set_weights, py::arg("table"), py::arg("weights"))
       .def("init_uniform", &Tbe::init_uniform, py::arg("low"), py::arg("high"))
+      .def("init_uniform_tables", &Tbe::init_uniform_tables, py::arg("low"), py::arg("high"))
       .def("flush", &Tbe::flush)
       .def("stats", &Tbe::stats)
       .def("reset_stats", &Tbe::reset_stats)

@@ -75,6 +75,8 @@ class Group {
   virtual void get_weights(std::int64_t table, std::span<float> out) const = 0;
   virtual void set_weights(std::int64_t table, std::span<const float> w) = 0;
   virtual void init_uniform(float low, float high) = 0;
+  /// A range per table (MixedDimEmbedding::init_uniform(span, span)).
+  virtual void init_uniform_tables(std::span<const float> low, std::span<const float> high) = 0;
   virtual void flush() = 0;
   virtual mpe::CacheStats stats() const = 0;
   virtual void reset_stats() = 0;

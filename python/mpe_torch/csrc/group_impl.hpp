@@ -91,6 +91,9 @@ class GroupImpl final : public Group {
   void get_weights(std::int64_t table, std::span<float> out) const override { emb_.get_weights(table, out); }
   void set_weights(std::int64_t table, std::span<const float> w) override { emb_.set_weights(table, w); }
   void init_uniform(float low, float high) override { emb_.init_uniform(low, high); }
+  void init_uniform_tables(std::span<const float> low, std::span<const float> high) override {
+    emb_.init_uniform(low, high);
+  }
   void flush() override { emb_.flush(); }
   mpe::CacheStats stats() const override { return emb_.stats(); }
   void reset_stats() override { emb_.reset_stats(); }

@@ -114,6 +114,21 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
       }
     }
   }
+  if (!config.column_keys.empty()) {
+    if (config.column_keys.size() != config.table_rows.size()) {
+      detail::invalid(fn, "config.column_keys.size() = " + std::to_string(config.column_keys.size()) +
+                              "; must be 0 or T = " + std::to_string(config.table_rows.size()));
+    }
+    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
+      const std::int64_t c = config.column_keys[t];
+      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - config.dim) {
+        detail::invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
+                                "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - "
+                                "config.dim = " +
+                                std::to_string((std::int64_t{1} << 26) - config.dim));
+      }
+    }
+  }
   stride_ = row_bytes<Storage>(config.dim, a);
   // The slot index in the store rows: an int32 entry after each row's data, 4-byte aligned.
   if (config.cache_rows > 0 && config.slot_index && config.slot_index_in_rows) {
@@ -135,6 +150,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   }
   table_offsets_.set_backend(backend_);
   row_keys_.set_backend(backend_);
+  column_keys_.set_backend(backend_);
   store_.set_backend(backend_);
   cache_rows_.set_backend(backend_);
   tags_.set_backend(backend_);
@@ -153,6 +169,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   // host-mapped memory) and users' memory pools.
   table_offsets_.set_purpose(MemoryPurpose::Metadata);
   row_keys_.set_purpose(MemoryPurpose::Metadata);
+  column_keys_.set_purpose(MemoryPurpose::Metadata);
   counters_.set_purpose(MemoryPurpose::Metadata);
   store_.set_purpose(MemoryPurpose::Store);
   cache_rows_.set_purpose(MemoryPurpose::Cache);
@@ -169,6 +186,11 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   if (!config.row_keys.empty()) {
     row_keys_.reset(config.row_keys.size());
     backend_.copy_from_host(row_keys_.data(), config.row_keys.data(), row_keys_.bytes());
+  }
+  if (std::any_of(config.column_keys.begin(), config.column_keys.end(),
+                  [](std::int64_t c) { return c != 0; })) {
+    column_keys_.reset(config.column_keys.size());
+    backend_.copy_from_host(column_keys_.data(), config.column_keys.data(), column_keys_.bytes());
   }
   store_.reset(static_cast<std::size_t>(total_rows_) * stride_);
   // All-zero bytes decode to 0.0 in every format (Int8/Int4: scale 0, bias 0).
@@ -297,7 +319,7 @@ MemoryFootprint CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecisio
   m.cache_bytes = cache_rows_.bytes() + tags_.bytes() + slot_index_.bytes() + last_use_.bytes() +
                   dirty_.bytes() + meta_.bytes();
   m.optimizer_bytes = opt_state_.bytes() + cache_state_.bytes();
-  m.metadata_bytes = table_offsets_.bytes() + row_keys_.bytes() + counters_.bytes();
+  m.metadata_bytes = table_offsets_.bytes() + row_keys_.bytes() + column_keys_.bytes() + counters_.bytes();
   m.workspace_bytes = current_.bytes() + pending_.bytes() + staging_.bytes() + error_.bytes() +
                       flush_outcome_.bytes() + record_.bytes() + deferred_.bytes();
   return m;

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "mpe/detail/kernels/all.hpp"
 
@@ -81,10 +84,58 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_un
                             ") must be finite, non-empty and within +-" + format_float(Storage::limit));
   }
   admit_pending();
+  detail::Buffer<float, Backend> buf;
+  init_rows(0, num_tables(), low, high, buf);
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_uniform(
+    std::span<const float> low, std::span<const float> high) {
+  const char* fn = "init_uniform";
+  const std::int64_t T = num_tables();
+  for (const auto& [name, v] : {std::pair{"low", low}, std::pair{"high", high}}) {
+    if (static_cast<std::int64_t>(v.size()) != T) {
+      detail::invalid(fn, std::string(name) + ".size() = " + std::to_string(v.size()) +
+                              "; expected one value per table, T = " + std::to_string(T));
+    }
+  }
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float l = low[static_cast<std::size_t>(t)], h = high[static_cast<std::size_t>(t)];
+    if (!num::is_finite(l) || !num::is_finite(h) || !(l < h) || l < -Storage::limit || h > Storage::limit) {
+      detail::invalid(fn, "table " + std::to_string(t) + ": [low[" + std::to_string(t) + "], high[" +
+                              std::to_string(t) + "]) = [" + format_float(l) + ", " + format_float(h) +
+                              ") must be finite, non-empty and within +-" + format_float(Storage::limit));
+    }
+  }
+  admit_pending();
+  detail::Buffer<float, Backend> buf;
+  // Consecutive tables of one range in one pass (every table at one range: init_uniform(l, h)'s calls).
+  for (std::int64_t t0 = 0; t0 < T;) {
+    const float l = low[static_cast<std::size_t>(t0)], h = high[static_cast<std::size_t>(t0)];
+    std::int64_t t1 = t0 + 1;
+    while (
+        t1 < T &&
+        std::bit_cast<std::uint32_t>(low[static_cast<std::size_t>(t1)]) == std::bit_cast<std::uint32_t>(l) &&
+        std::bit_cast<std::uint32_t>(high[static_cast<std::size_t>(t1)]) == std::bit_cast<std::uint32_t>(h)) {
+      ++t1;
+    }
+    init_rows(t0, t1, l, h, buf);
+    t0 = t1;
+  }
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_rows(
+    std::int64_t t0, std::int64_t t1, float low, float high, detail::Buffer<float, Backend>& buf) {
+  const index_t begin = table_offsets_host_[static_cast<std::size_t>(t0)];
+  const index_t end = table_offsets_host_[static_cast<std::size_t>(t1)];
   const index_t chunk = std::min<index_t>(65536, total_rows_);
-  detail::Buffer<float, Backend> buf(backend_, static_cast<std::size_t>(chunk) * config_.dim);
-  for (index_t first = 0; first < total_rows_; first += chunk) {
-    const index_t count = std::min(chunk, total_rows_ - first);
+  if (buf.size() == 0)
+    buf = detail::Buffer<float, Backend>(backend_, static_cast<std::size_t>(chunk) * config_.dim);
+  for (index_t first = begin; first < end; first += chunk) {
+    const index_t count = std::min(chunk, end - first);
     backend_.for_each(count, detail::UniformRows{row_stream(), first, config_.dim, low, high, buf.data()});
     write_rows(buf.data(), first, count, num::RoundingSite::Init);
   }

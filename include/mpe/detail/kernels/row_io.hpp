@@ -82,8 +82,9 @@ struct IndexSlot {
   }
 };
 
-/// Fills rows with uniform values in [low, high) from Philox (counter: the row, step 0,
-/// site Init, one block per 4 elements), written to `out` (count, D) in FP32.
+/// Fills rows with uniform values in [low, high) from Philox (key seed ^ 0x9e3779b97f4a7c15;
+/// counter: the row's key, step 0, site Init, one block per 4 elements from its table's
+/// column key: stream.at), written to `out` (count, D) in FP32.
 struct UniformRows {
   num::RowStream stream;
   index_t first;
@@ -91,8 +92,8 @@ struct UniformRows {
   float low, high;
   float* out;
   MPE_HOST_DEVICE void operator()(index_t i) const {
-    const num::RowRng rng{stream.seed ^ 0x9e3779b97f4a7c15ull, stream.key(first + i), 0,
-                          num::RoundingSite::Init};
+    num::RowRng rng = stream.at(first + i, 0, num::RoundingSite::Init);
+    rng.seed ^= 0x9e3779b97f4a7c15ull;
     const float span = num::sub(high, low);
     for (std::int32_t g = 0; 4 * g < D; ++g) {
       const num::Uint4 w = rng.draw(static_cast<std::uint32_t>(g));

@@ -25,7 +25,7 @@ struct StateRef {
   float* cache = nullptr;         ///< (slots, S) FP32 state of cached rows, or null (no cache)
   std::int64_t S = 0;             ///< state values per row
   StateFormat format = StateFormat::Fp32;
-  num::RowStream stream{};  ///< the table's rounding streams (seed, row keys)
+  num::RowStream stream{};  ///< the table's rounding streams (seed, row keys; column keys unused)
 
   MPE_HOST_DEVICE bool active() const { return store != nullptr; }
   MPE_HOST_DEVICE std::size_t value_bytes() const { return format == StateFormat::Fp32 ? 4 : 2; }
@@ -42,7 +42,8 @@ struct StateRef {
   /// True when a value saturated to the format's largest finite value.
   template <class R>
   MPE_HOST_DEVICE bool encode(index_t r, const float* in, std::uint32_t t, num::RoundingSite site) const {
-    const num::RowRng rng = stream.at(r, t, site);
+    num::RowRng rng = stream.at(r, t, site);
+    rng.group_base = 0;  // the state's element groups count its S values: no column key
     return num::encode_state<R>(format, in, S, row(r), rng);
   }
   /// Row r's current state into out (S floats): from cache slot s (>= 0, holding r) or the store.

@@ -158,11 +158,14 @@ MPE_ENCODE256_ROW inline bool min_max(const float* src, std::int32_t dim, float 
 
 /// The random words of elements [32 k, 32 k + 32) of a row (element groups 8 k .. 8 k + 7,
 /// g0 = 8 k), in element order (num::for_each_element's mapping: element d word d mod 4 of
-/// rng.draw(d / 4)): words[j] lane l for element 32 k + 8 j + l.
+/// rng.draw(d / 4), from rng.group_base): words[j] lane l for element 32 k + 8 j + l.
 MPE_ENCODE256_ROW inline void row_words(const num::RowRng& rng, std::int32_t g0, __m256i words[4]) {
   const auto k0 = static_cast<std::uint32_t>(rng.seed), k1 = static_cast<std::uint32_t>(rng.seed >> 32);
   const auto site = static_cast<std::uint32_t>(rng.site) << 24;
-  const __m256i groups = _mm256_add_epi32(_mm256_set1_epi32(g0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  // Element groups counted from the row's group_base (RowRng::draw), wrapping mod 2^32 then 2^24.
+  const auto base = static_cast<std::uint32_t>(g0) + rng.group_base;
+  const __m256i groups =
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i w = _mm256_or_si256(_mm256_set1_epi32(static_cast<int>(site)),
                                     _mm256_and_si256(groups, _mm256_set1_epi32(0xffffff)));
   __m256i blocks[4];

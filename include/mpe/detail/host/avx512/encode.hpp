@@ -128,12 +128,14 @@ MPE_ENCODE512_ROW inline bool min_max(const float* src, std::int32_t dim, float 
 
 /// The random words of elements [64 k, 64 k + 64) of a row (element groups 16 k .. 16 k + 15,
 /// g0 = 16 k), in element order (num::for_each_element's mapping: element d word d mod 4
-/// of rng.draw(d / 4)): words[j] lane l for element 64 k + 16 j + l.
+/// of rng.draw(d / 4), from rng.group_base): words[j] lane l for element 64 k + 16 j + l.
 MPE_ENCODE512_ROW inline void row_words(const num::RowRng& rng, std::int32_t g0, __m512i words[4]) {
   const auto k0 = static_cast<std::uint32_t>(rng.seed), k1 = static_cast<std::uint32_t>(rng.seed >> 32);
   const auto site = static_cast<std::uint32_t>(rng.site) << 24;
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i groups = _mm512_maskz_add_epi32(kAll, _mm512_set1_epi32(g0), lane);
+  // Element groups counted from the row's group_base (RowRng::draw), wrapping mod 2^32 then 2^24.
+  const auto base = static_cast<std::uint32_t>(g0) + rng.group_base;
+  const __m512i groups = _mm512_maskz_add_epi32(kAll, _mm512_set1_epi32(static_cast<int>(base)), lane);
   const __m512i w = _mm512_maskz_or_epi32(kAll, _mm512_set1_epi32(static_cast<int>(site)),
                                           _mm512_maskz_and_epi32(kAll, groups, _mm512_set1_epi32(0xffffff)));
   __m512i blocks[4];
