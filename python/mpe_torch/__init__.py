@@ -300,8 +300,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         Returns:
             ``(B, sum D_t)`` torch.float32 on the CPU; sample b's table-t vector in columns
             ``[sum_{s<t} D_s, + D_t)``. Empty bags give zeros; mean pooling divides by the bag
-            length. With ``batch_size_per_feature_per_rank``: ``(1, sum_r sum_t B[t][r] * D_t)``,
-            rank-major (for r, for t, B[t][r] rows of D_t), FBGEMM's VBE output. mpe pools
+            length. With ``batch_size_per_feature_per_rank``: ``(sum_r sum_t B[t][r] * D_t,)``,
+            rank-major (for r, for t, B[t][r] rows of D_t), the VBE output TorchRec's
+            variable-batch all-to-all takes. mpe pools
             the tables over ``max_t sum_r B[t][r]`` bags each, the missing ones empty (the
             same trained bits as the bags alone: an empty bag adds to no row's gradient).
 

@@ -6,7 +6,8 @@ Two inputs need another layout:
 
 - **Variable batch per feature** (FBGEMM's VBE: ``batch_size_per_feature_per_rank`` B[f][r]):
   feature f has sum_r B[f][r] bags, rank 0's first, and the output is one dimension,
-  rank-major: for r, for f, B[f][r] rows of D_f (FBGEMM TBE's and TorchRec's layout).
+  rank-major: for r, for f, B[f][r] rows of D_f (the layout TorchRec's VBE all-to-all takes
+  from FBGEMM's TBE).
 - **Several features per table** (TorchRec's ``feature_names``): each feature is its own
   bag list over the same table.
 
@@ -71,7 +72,7 @@ class BagPlan:
                     b = batch_per_feature[f]
                     pieces.append(block(f, sum(b[:r]), b[r]).reshape(-1))
             self.gather = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
-            self.out_shape = (1, self.gather.numel())
+            self.out_shape = (self.gather.numel(),)
         else:
             B = bags_per_feature[0] if F else 0
             self.gather = torch.cat([block(f, 0, B) for f in range(F)], dim=1).reshape(-1)

@@ -38,7 +38,8 @@ kernel (its size a fraction of the kernel's rows), so cached training equals the
 bits only where the caches make the same decisions.
 
 **Checkpoints.** ``state_dict()`` holds, per rank, each kernel's exact mpe state
-(``<prefix>_mpe.rank<r>.<k>.mpe_state`` and ``._extra_state``), the plan
+(``<prefix>_mpe.rank<r>.<k>.mpe_state``: mpe's checkpoint bytes as ``bytes``, and ``.config``: its
+configuration and hyperparameters as JSON text), the plan
 (``<prefix>_mpe_plan``, the same on every rank) and, readable as TorchRec users read them,
 ``<prefix>embedding_bags.<table>.weight``: a ShardedTensor of the table's ``(rows, D)``
 float32 weights as the module reads them (cached rows in FP32, others dequantized). Loading
@@ -74,7 +75,7 @@ from . import TableBatchedEmbeddingBags
 from ._layout import BagPlanCache
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
-           "SHARDING_TYPES", "OPTION_NAMES", "table_wise", "column_wise", "sharding_plan"]
+           "SHARDING_TYPES", "OPTION_NAMES", "table_wise", "column_wise", "sharding_plan", "planner", "shard_bytes"]
 
 MPE_KERNEL = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
 SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
@@ -110,7 +111,7 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     ``forward(features)`` takes the KeyedJaggedTensor TorchRec's input distribution gives this
     rank (int64 values, CPU; weights when the EBC is weighted) and returns ``(B, sum_f D_f)``
     float32, or with a variable batch per feature (``features.variable_stride_per_key()``) the
-    rank-major ``(1, sum_r sum_f B[f][r] * D_f)`` of FBGEMM's VBE.
+    rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of TorchRec's VBE.
     """
 
     def __init__(self, config, table_keys, sharding_type=None):
@@ -303,8 +304,13 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         destination[prefix + "_mpe_plan"] = self._mpe_plan()
         kernels = self.kernels()
         for i, k in enumerate(kernels):
-            for key, value in k.tbe.state_dict().items():
-                destination[prefix + self._mpe_key(i) + key] = value
+            state = k.tbe.state_dict()
+            # bytes, not a tensor: its length changes as training allocates (optimizer state,
+            # a pending admission), and torch.distributed.checkpoint loads a tensor in place
+            # at its current length but a bytes leaf whole.
+            destination[prefix + self._mpe_key(i) + "mpe_state"] = state["mpe_state"].numpy().tobytes()
+            # The configuration and hyperparameters as JSON text (one leaf: DCP saves it whole).
+            destination[prefix + self._mpe_key(i) + "config"] = json.dumps(state["_extra_state"], sort_keys=True)
         local = {}
         for k in kernels:
             for t, w in zip(k._tables, k.weights()):
@@ -321,8 +327,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
 
     def _mpe_state_keys(self, prefix):
         keys = [prefix + "_mpe_plan"]
-        for i, k in enumerate(self.kernels()):
-            keys += [prefix + self._mpe_key(i) + key for key in k.tbe.state_dict()]
+        for i in range(len(self.kernels())):
+            keys += [prefix + self._mpe_key(i) + key for key in ("mpe_state", "config")]
         return keys
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -339,9 +345,9 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                              f"nothing was loaded.\n  state:  {_describe_plan(theirs)}\n  module: "
                              f"{_describe_plan(mine)}")
         kernels = self.kernels()
-        wanted = [[(key, prefix + self._mpe_key(i) + key) for key in k.tbe.state_dict()]
-                  for i, k in enumerate(kernels)]
-        absent = [full for pairs in wanted for _, full in pairs if full not in state_dict]
+        wanted = [(prefix + self._mpe_key(i) + "mpe_state", prefix + self._mpe_key(i) + "config")
+                  for i in range(len(kernels))]
+        absent = [key for pair in wanted for key in pair if key not in state_dict]
         error = None
         if absent:
             error = ValueError(f"mpe_torch.torchrec: rank {self._mpe_rank}'s state lacks {', '.join(absent)}; "
@@ -349,8 +355,18 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         backups, loaded = [k.tbe.state_dict() for k in kernels], 0
         if error is None:
             try:
-                for k, pairs in zip(kernels, wanted):
-                    k.tbe.load_state_dict({key: state_dict[full] for key, full in pairs})
+                for k, (state_key, config_key) in zip(kernels, wanted):
+                    try:
+                        extra = json.loads(state_dict[config_key])
+                    except (TypeError, ValueError):
+                        raise ValueError(f"mpe_torch.torchrec: {config_key} is not the JSON text mpe_torch writes") \
+                            from None
+                    raw = state_dict[state_key]
+                    if not isinstance(raw, (bytes, bytearray)):
+                        raise ValueError(f"mpe_torch.torchrec: {state_key} must be the bytes mpe_torch writes, got "
+                                         f"{type(raw).__name__}")
+                    k.tbe.load_state_dict({"mpe_state": torch.frombuffer(bytearray(raw), dtype=torch.uint8),
+                                           "_extra_state": extra})
                     loaded += 1
             except Exception as e:  # restore below, then raise on every rank
                 error = e
@@ -466,3 +482,89 @@ def sharding_plan(module, per_table, sharder, world_size, path=""):
     return ShardingPlan({path: construct_module_sharding_plan(module, per_table, sharder=sharder,
                                                               local_size=world_size, world_size=world_size,
                                                               device_type="cpu")})
+
+
+# Options that change no byte of the footprint (planned_memory takes the rest).
+_NOT_MEMORY = ("learning_rate", "eps", "beta1", "beta2", "seed", "non_finite", "defer_admission")
+
+
+def shard_bytes(rows, dim, options, column_key=0):
+    """mpe's bytes for one table shard of ``(rows, dim)`` held alone by a kernel with these
+    resolved options: store + cache + metadata + optimizer state, as the built module's
+    ``memory()`` reports them after its first step (``mpe_torch.planned_memory``; nothing is
+    allocated). Tables sharing a kernel share one cache, sized from their rows together."""
+    from . import planned_memory
+    kw = {k: v for k, v in options.items() if k not in _NOT_MEMORY}
+    m = planned_memory([(rows, dim)], column_keys=[column_key] if column_key else None, **kw)
+    return m["store_bytes"] + m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
+
+
+def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_bytes_per_rank=None):
+    """TorchRec's ``EmbeddingShardingPlanner`` for ``world_size`` CPU processes whose storage
+    estimate of a shard on mpe's kernel is mpe's own bytes (``shard_bytes``: a 4x smaller
+    INT8 row, the cache, the optimizer state) plus TorchRec's input/output buffers, so the
+    planner fits as many tables as mpe's memory allows. Its performance estimate is TorchRec's
+    for its fused kernel on the same shard. ``ddr_bytes_per_rank`` sets each rank's memory
+    capacity (TorchRec's default otherwise); ``constraints`` are TorchRec's
+    ``ParameterConstraints`` by table name."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    kw = dict(world_size=world_size, compute_device="cpu")
+    if ddr_bytes_per_rank is not None:
+        kw["ddr_cap"] = int(ddr_bytes_per_rank)
+    topology = Topology(**kw)
+    sharder = sharder if sharder is not None else EmbeddingBagCollectionSharder()
+    estimators = [_PerfEstimator(topology, constraints), _StorageEstimator(topology, constraints, sharder)]
+    enumerator = EmbeddingEnumerator(topology=topology, batch_size=batch_size, constraints=constraints,
+                                     estimator=estimators)
+    return EmbeddingShardingPlanner(topology=topology, batch_size=batch_size, enumerator=enumerator,
+                                    constraints=constraints)
+
+
+class _AsFused:
+    """Presents mpe's sharding options as TorchRec's fused kernel to TorchRec's estimators."""
+
+    def __init__(self, options):
+        self.options = [o for o in options if o.compute_kernel == MPE_KERNEL]
+
+    def __enter__(self):
+        for o in self.options:
+            o.compute_kernel = EmbeddingComputeKernel.FUSED.value
+        return self
+
+    def __exit__(self, *exc):
+        for o in self.options:
+            o.compute_kernel = MPE_KERNEL
+
+
+class _PerfEstimator:
+    def __init__(self, topology, constraints):
+        from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+        self._inner = EmbeddingPerfEstimator(topology=topology, constraints=constraints)
+
+    def estimate(self, sharding_options, sharder_map=None):
+        with _AsFused(sharding_options):
+            self._inner.estimate(sharding_options, sharder_map)
+
+
+class _StorageEstimator:
+    def __init__(self, topology, constraints, sharder):
+        from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
+        self._inner = EmbeddingStorageEstimator(topology=topology, constraints=constraints)
+        self._sharder = sharder
+
+    def estimate(self, sharding_options, sharder_map=None):
+        from torchrec.distributed.planner.types import Storage
+        with _AsFused(sharding_options) as mine:
+            self._inner.estimate(sharding_options, sharder_map)
+        for o in mine.options:
+            opts = self._sharder.options(o.name)
+            rows, dim = o.tensor.shape
+            fp32 = 4 * rows * dim
+            for shard in o.shards:
+                srows, scols = shard.size
+                # TorchRec's estimate is its FP32 tensor slice + its input/output buffers;
+                # mpe's bytes replace the tensor slice.
+                tensor_part = -(-fp32 * srows * scols // (rows * dim))
+                io = shard.storage.ddr - tensor_part
+                shard.storage = Storage(hbm=0, ddr=io + shard_bytes(srows, scols, opts, shard.offset[1]))

@@ -11,8 +11,6 @@ import torch
 import torch.distributed as dist
 
 import mpe_torch
-if os.environ.get('MPE_SHIM'):  # TEMP
-    import sys; sys.path.insert(0, '/tmp/exp'); import shim  # noqa
 
 
 def free_port():

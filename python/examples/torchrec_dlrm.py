@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""TorchRec's DLRM with its EmbeddingBagCollection sharded by mpe's sharder (or TorchRec's
+default fused FBGEMM kernel), trained with DistributedModelParallel on the CPU (gloo).
+
+  torchrun --nproc_per_node 2 python/examples/torchrec_dlrm.py --kernel mpe --storage int8 --cache lru --cache-fraction 0.05
+  torchrun --nproc_per_node 2 python/examples/torchrec_dlrm.py --kernel fused        # TorchRec's default kernel, FP32
+  python python/examples/torchrec_dlrm.py --data ../shared/data/criteo-terabyte-day0-head1k.tsv --test-fraction 0.2
+
+Model: ``torchrec.models.dlrm.DLRM`` (dense arch 13 -> 64 -> D, 26 tables of D, dot
+interaction, over arch -> 64 -> 1), BCE loss, SGD at --lr for the dense layers and the
+embeddings (the embeddings' update fused into backward by either kernel). Data: the C++
+trainer's generator and Criteo reader (torch_dlrm.py's data helper): the synthetic
+Criteo-Kaggle-shaped stream (scale 0.01: 26 tables, 337,640 rows) or a Criteo-format file
+(--data). Every process reads the same stream and takes its share of each global batch
+(--batch-size samples in all). The plan comes from TorchRec's planner with mpe's byte
+estimates (mpe_torch.torchrec.planner) unless --plan table-wise|column-wise fixes one.
+
+Rank 0 prints one line: log loss and AUC on the test set (every rank's predictions), the step
+time, and the embedding memory summed over ranks (store + cache + metadata; the optimizer
+state is 0 for SGD). Without torchrun it runs as one process.
+Needs torchrec (python/README.md) and Eigen's headers for the data helper.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see torch_dlrm.py
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from torch_dlrm import NUM_CAT, NUM_DENSE, load_data_module, log_loss, roc_auc  # noqa: E402
+
+
+def init_process_group():
+    if "RANK" not in os.environ:  # a plain `python` run: one process
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def build_model(args, table_rows, world):
+    import torchrec
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.models.dlrm import DLRM
+    tables = [torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=args.dim, num_embeddings=rows,
+                                          feature_names=[f"cat_{i}"], weight_init_min=-args.emb_init,
+                                          weight_init_max=args.emb_init)
+              for i, rows in enumerate(table_rows)]
+    ebc = torchrec.EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    model = DLRM(embedding_bag_collection=ebc, dense_in_features=NUM_DENSE, dense_arch_layer_sizes=[64, args.dim],
+                 over_arch_layer_sizes=[64, 1])
+    if args.kernel == "mpe":
+        import mpe_torch.torchrec as mt
+        options = dict(storage=args.storage, cache=args.cache, rounding=args.rounding, optimizer="sgd",
+                       learning_rate=args.emb_lr, seed=args.seed)
+        if args.cache != "none":
+            options["cache_fraction"] = args.cache_fraction
+        sharder = mt.EmbeddingBagCollectionSharder(fused_params=options)
+        if args.plan == "planner":
+            plan = mt.planner(world_size=world).collective_plan(model, [sharder], dist.group.WORLD)
+        else:
+            per = {t.name: (mt.table_wise(i % world) if args.plan == "table-wise" else
+                            mt.column_wise(list(range(world))))
+                   for i, t in enumerate(tables)}
+            plan = mt.sharding_plan(ebc, per, sharder, world, path="sparse_arch.embedding_bag_collection")
+    else:
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+        apply_optimizer_in_backward(torch.optim.SGD, model.sparse_arch.parameters(), {"lr": args.emb_lr})
+        sharder = EmbeddingBagCollectionSharder()
+        plan = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device="cpu")).collective_plan(
+            model, [sharder], dist.group.WORLD)
+    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                   device=torch.device("cpu"), plan=plan, sharders=[sharder])
+    return dmp, plan
+
+
+def embedding_bytes(dmp, args, table_rows):
+    if args.kernel == "mpe":
+        import mpe_torch.torchrec as mt
+        mine = sum(m.memory()["embedding_bytes"] for m in dmp.modules()
+                   if isinstance(m, mt.ShardedEmbeddingBagCollection))
+    else:  # TorchRec's fused FP32 tables: this rank's shards
+        mine = sum(p.numel() * p.element_size() for n, p in dmp.named_parameters() if "embedding_bags" in n)
+        mine = 4 * args.dim * sum(table_rows) // dist.get_world_size() if mine == 0 else mine
+    total = torch.tensor([mine], dtype=torch.int64)
+    dist.all_reduce(total)
+    return int(total.item())
+
+
+def to_kjt(idx, off, B, lo, hi):
+    """Samples [lo, hi) of a batch in the data helper's table-major CSR (26*B + 1 offsets, one
+    bag per table and sample) as a KeyedJaggedTensor keyed cat_0 .. cat_25."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    lengths = (off[1:] - off[:-1]).view(NUM_CAT, B)[:, lo:hi]
+    starts = off[:-1].view(NUM_CAT, B)[:, lo:hi]
+    pieces = [idx[int(s):int(s) + int(n)] for s, n in zip(starts.reshape(-1), lengths.reshape(-1))]
+    values = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
+    return KeyedJaggedTensor.from_lengths_sync(keys=[f"cat_{i}" for i in range(NUM_CAT)], values=values,
+                                               lengths=lengths.reshape(-1))
+
+
+def run(args):
+    rank, world = init_process_group()
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dm = load_data_module()
+    if args.data:
+        data = dm.criteo_file(args.data, args.test_fraction, args.max_rows_per_table, False)
+    else:
+        data = dm.synthetic(args.scale, 1.05, 1.0, args.data_seed, args.train_samples, args.test_samples)
+    table_rows = list(data.table_rows)
+    dmp, plan = build_model(args, table_rows, world)
+    dense_params = [p for n, p in dmp.named_parameters() if "embedding_bags" not in n]
+    opt = torch.optim.SGD(dense_params, lr=args.lr)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    src = data.train()
+    steps, step_time, t_start = 0, 0.0, time.perf_counter()
+    while True:
+        batch = src.next(args.batch_size)
+        if batch is None:
+            break
+        dense, idx, off, labels, _ = batch
+        B = labels.numel()
+        if B < world:
+            break
+        lo, hi = rank * B // world, (rank + 1) * B // world
+        kjt = to_kjt(idx, off, B, lo, hi)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        # Each rank's loss is the mean over its samples; DMP's DDP averages the dense
+        # gradients over the ranks and TorchRec divides the embeddings' by the world size
+        # (gradient division), so both train on the global batch's mean loss.
+        logits = dmp(dense[lo:hi], kjt).squeeze(-1)
+        loss_fn(logits, labels[lo:hi]).backward()
+        opt.step()
+        step_time += time.perf_counter() - t0
+        steps += 1
+    train_seconds = time.perf_counter() - t_start
+    dmp.eval()
+    ps, ys = [], []
+    src = data.test()
+    with torch.no_grad():
+        while True:
+            batch = src.next(4096)
+            if batch is None:
+                break
+            dense, idx, off, labels, _ = batch
+            B = labels.numel()
+            lo, hi = rank * B // world, (rank + 1) * B // world
+            ps.append(torch.sigmoid(dmp(dense[lo:hi], to_kjt(idx, off, B, lo, hi)).squeeze(-1)))
+            ys.append(labels[lo:hi])
+    p, y = torch.cat(ps), torch.cat(ys)
+    sizes = [None] * world
+    dist.all_gather_object(sizes, int(p.numel()))
+    gathered_p = [torch.empty(n) for n in sizes]
+    gathered_y = [torch.empty(n) for n in sizes]
+    dist.all_gather(gathered_p, p)
+    dist.all_gather(gathered_y, y)
+    mem = embedding_bytes(dmp, args, table_rows)
+    if rank == 0:
+        p, y = torch.cat(gathered_p), torch.cat(gathered_y)
+        res = dict(kernel=args.kernel, storage=args.storage if args.kernel == "mpe" else "fp32",
+                   cache=args.cache if args.kernel == "mpe" else "none",
+                   cache_fraction=args.cache_fraction if args.kernel == "mpe" and args.cache != "none" else 0.0,
+                   world_size=world, dim=args.dim, seed=args.seed, logloss=log_loss(p, y), auc=roc_auc(p, y),
+                   test_samples=int(y.numel()), step_ms=1000 * step_time / max(steps, 1),
+                   train_seconds=train_seconds, embedding_bytes=mem,
+                   plan={n: s.sharding_type for m in plan.plan.values() for n, s in m.items()})
+        kinds = sorted(set(res["plan"].values()))
+        print(f"{args.kernel} {res['storage']} cache={res['cache']}:{res['cache_fraction']} on {world} process(es) "
+              f"({'/'.join(kinds)}): log loss {res['logloss']:.5f}  AUC {res['auc']:.4f}  "
+              f"step {res['step_ms']:.2f} ms  embedding memory {mem / 2**20:.2f} MiB")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", choices=["mpe", "fused"], default="mpe",
+                    help="mpe's sharder, or TorchRec's default (fbgemm-gpu-cpu's fused FP32 TBE)")
+    ap.add_argument("--storage", default="int8", help="mpe_torch.STORAGES")
+    ap.add_argument("--cache", default="lru", help="mpe_torch.CACHES")
+    ap.add_argument("--cache-fraction", type=float, default=0.05)
+    ap.add_argument("--rounding", default="stochastic")
+    ap.add_argument("--plan", choices=["planner", "table-wise", "column-wise"], default="planner")
+    ap.add_argument("--dim", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=256, help="global batch (all processes together)")
+    ap.add_argument("--lr", type=float, default=0.3)
+    ap.add_argument("--emb-lr", type=float, default=None, help="default: --lr")
+    ap.add_argument("--emb-init", type=float, default=0.05, help="tables start U(-x, x)")
+    ap.add_argument("--data", help="Criteo-format file; the last --test-fraction of its lines is the test set")
+    ap.add_argument("--test-fraction", type=float, default=0.1)
+    ap.add_argument("--max-rows-per-table", type=int, default=1000000)
+    ap.add_argument("--scale", type=float, default=0.01)
+    ap.add_argument("--train-samples", type=int, default=500000)
+    ap.add_argument("--test-samples", type=int, default=50000)
+    ap.add_argument("--data-seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (0 = torch's default)")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if args.emb_lr is None:
+        args.emb_lr = args.lr
+    return run(args)
+
+
+if __name__ == "__main__":
+    main()
