@@ -12,8 +12,8 @@ embeddings (the embeddings' update fused into backward by either kernel). Data: 
 trainer's generator and Criteo reader (torch_dlrm.py's data helper): the synthetic
 Criteo-Kaggle-shaped stream (scale 0.01: 26 tables, 337,640 rows) or a Criteo-format file
 (--data). Every process reads the same stream and takes its share of each global batch
-(--batch-size samples in all). The plan comes from TorchRec's planner with mpe's byte
-estimates (mpe_torch.torchrec.planner) unless --plan table-wise|column-wise fixes one.
+(--batch-size samples in all). --plan: table-wise (default), column-wise, or TorchRec's
+planner (with mpe's byte estimates for mpe's kernel: mpe_torch.torchrec.planner).
 
 Rank 0 prints one line: log loss and AUC on the test set (every rank's predictions), the step
 time, and the embedding memory summed over ranks (store + cache + metadata; the optimizer
@@ -66,21 +66,37 @@ def build_model(args, table_rows, world):
         if args.cache != "none":
             options["cache_fraction"] = args.cache_fraction
         sharder = mt.EmbeddingBagCollectionSharder(fused_params=options)
-        if args.plan == "planner":
-            plan = mt.planner(world_size=world).collective_plan(model, [sharder], dist.group.WORLD)
-        else:
-            per = {t.name: (mt.table_wise(i % world) if args.plan == "table-wise" else
-                            mt.column_wise(list(range(world))))
-                   for i, t in enumerate(tables)}
-            plan = mt.sharding_plan(ebc, per, sharder, world, path="sparse_arch.embedding_bag_collection")
+        kernel, table_wise, column_wise = mt.MPE_KERNEL, mt.table_wise, mt.column_wise
     else:
+        from torchrec.distributed import sharding_plan as sp
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-        from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
         from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
         apply_optimizer_in_backward(torch.optim.SGD, model.sparse_arch.parameters(), {"lr": args.emb_lr})
         sharder = EmbeddingBagCollectionSharder()
-        plan = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device="cpu")).collective_plan(
-            model, [sharder], dist.group.WORLD)
+        kernel = "fused"
+        table_wise = lambda r: sp.table_wise(rank=r, compute_kernel=kernel)  # noqa: E731
+        column_wise = lambda ranks: sp.column_wise(ranks=ranks, compute_kernel=kernel)  # noqa: E731
+    if args.plan == "planner":
+        from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+        constraints = {t.name: ParameterConstraints(sharding_types=["table_wise", "column_wise"],
+                                                    compute_kernels=[kernel]) for t in tables}
+        if args.kernel == "mpe":
+            planner = mt.planner(world_size=world, sharder=sharder, constraints=constraints)
+        else:
+            planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device="cpu"),
+                                               constraints=constraints)
+        plan = planner.collective_plan(model, [sharder], dist.group.WORLD)
+    else:
+        from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+        from torchrec.distributed.types import ShardingPlan
+        # Table-wise: tables dealt to the ranks largest first, each to the least loaded.
+        load, per = [0] * world, {}
+        for t in sorted(tables, key=lambda t: -t.num_embeddings):
+            r = load.index(min(load))
+            load[r] += t.num_embeddings
+            per[t.name] = table_wise(r) if args.plan == "table-wise" else column_wise(list(range(world)))
+        plan = ShardingPlan({"sparse_arch.embedding_bag_collection": construct_module_sharding_plan(
+            ebc, per, sharder=sharder, local_size=world, world_size=world, device_type="cpu")})
     dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
                                    device=torch.device("cpu"), plan=plan, sharders=[sharder])
     return dmp, plan
@@ -198,7 +214,10 @@ def main(argv=None):
     ap.add_argument("--cache", default="lru", help="mpe_torch.CACHES")
     ap.add_argument("--cache-fraction", type=float, default=0.05)
     ap.add_argument("--rounding", default="stochastic")
-    ap.add_argument("--plan", choices=["planner", "table-wise", "column-wise"], default="planner")
+    ap.add_argument("--plan", choices=["table-wise", "column-wise", "planner"], default="table-wise",
+                    help="table-wise: tables dealt largest first to the least loaded rank (the same for both "
+                         "kernels); planner: TorchRec's planner (mpe's: mpe_torch.torchrec.planner) over "
+                         "table- and column-wise")
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256, help="global batch (all processes together)")

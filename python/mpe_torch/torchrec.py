@@ -124,6 +124,10 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
         for i, t in enumerate(tables):
             md = t.local_metadata
             row0, col0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
+            if col0 % 4:
+                raise ValueError(f"mpe_torch.torchrec: table {t.name!r} has a column-wise shard starting at column "
+                                 f"{col0}; mpe's shards start at multiples of 4 columns (their rounding streams "
+                                 "line up with the whole table's): choose shard widths that are multiples of 4")
             specs.append((t.local_rows, t.local_cols))
             row_keys.append(table_keys[t.name] + row0)
             column_keys.append(col0)

@@ -247,3 +247,80 @@ def test_sharder_refuses_bad_options_and_plans():
     s = mt.EmbeddingBagCollectionSharder()
     assert s.sharding_types("cpu") == ["table_wise", "column_wise"]
     assert s.compute_kernels("table_wise", "cpu") == [mt.MPE_KERNEL] and s.compute_kernels("row_wise", "cpu") == []
+
+
+def _memory_body(rank, world, case):
+    model = tc.build_dmp(case, world)
+    tc.train_steps(model, case, rank, world, 1)  # the optimizer state exists after a step
+    return dict(kernels={tuple(t.name for t in k._tables): k.tbe.memory() for k in tc.sharded_module(model).kernels()})
+
+
+def test_planner_sees_mpe_bytes(tmp_path):
+    # Each table its own kernel (different options), so a shard's estimate is its kernel.
+    table_options = {"t0": dict(storage="int8", cache="lru", cache_fraction=0.05),
+                     "t1": dict(storage="fp16", optimizer="adam", learning_rate=0.01),
+                     "t2": dict(storage="int4", cache="lru", cache_fraction=0.3, optimizer="rowwise_adagrad",
+                                state_precision="bf16")}
+    case = dict(tables=FOUR[:3], batch=4, plan={"t0": ("tw", 0), "t1": ("tw", 0), "t2": ("tw", 0)},
+                options=dict(SGD, storage="fp32"), table_options=table_options)
+    built = tc.spawn(_memory_body, case, 1, tmp_path)[0]["kernels"]
+    sharder = mt.EmbeddingBagCollectionSharder(fused_params=case["options"], table_options=table_options)
+    for (name, rows, dim, _) in case["tables"]:
+        m = built[(name,)]
+        assert mt.shard_bytes(rows, dim, sharder.options(name)) == (
+            m["store_bytes"] + m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]), name
+    # The planner's estimate of each table-wise shard: mpe's bytes + TorchRec's I/O buffers.
+    ebc = torchrec.EmbeddingBagCollection(tables=tc.table_configs(case), device=torch.device("meta"))
+    options = mt.planner(1, sharder)._enumerator.enumerate(module=ebc, sharders=[sharder])
+    fused = torchrec.distributed.planner.enumerators.EmbeddingEnumerator(
+        topology=torchrec.distributed.planner.Topology(world_size=1, compute_device="cpu"))
+    for o in options:
+        if o.sharding_type == "table_wise":
+            rows, dim = o.tensor.shape
+            io = o.shards[0].storage.ddr - mt.shard_bytes(rows, dim, sharder.options(o.name))
+            assert 0 < io < 4 * rows * dim, (o.name, io)  # I/O buffers, less than the FP32 table
+
+
+def test_planner_fits_more_int8_tables_than_fp32():
+    # 12 tables of 100,000 x 64 on 2 ranks whose memory holds 4 FP32 tables each: FP32 cannot be
+    # placed, INT8 (72 B a row instead of 256, plus I/O buffers) can.
+    from torchrec.distributed.planner.types import PlannerError
+    configs = [torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=64, num_embeddings=100_000,
+                                           feature_names=[f"f{i}"]) for i in range(12)]
+    ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+    cap = 4 * (4 * 100_000 * 64) + (16 << 20)
+    for storage, fits in (("fp32", False), ("int8", True)):
+        sharder = mt.EmbeddingBagCollectionSharder(fused_params=dict(storage=storage))
+        planner = mt.planner(2, sharder, ddr_bytes_per_rank=cap)
+        if fits:
+            plan = planner.plan(ebc, [sharder])
+            assert all(p.compute_kernel == mt.MPE_KERNEL for p in plan.plan[""].values())
+        else:
+            with pytest.raises(PlannerError):
+                planner.plan(ebc, [sharder])
+
+
+def _lr_body(rank, world, case):
+    model = tc.build_dmp(case, world)
+    opt = model.fused_optimizer
+    groups = len(opt.param_groups)
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    opt.step()
+    before = tc.local_weights(model)
+    tc.train_steps(model, case, rank, world, 2)
+    frozen = all(torch.equal(a[2], b[2]) for n in before for a, b in zip(before[n], tc.local_weights(model)[n]))
+    for g in opt.param_groups:
+        g["lr"] = 0.5
+    opt.step()
+    tc.train_steps(model, case, rank, world, 1, first=2)
+    moved = any(not torch.equal(a[2], b[2]) for n in before for a, b in zip(before[n], tc.local_weights(model)[n]))
+    lrs = sorted({k.tbe.get_learning_rate() for k in tc.sharded_module(model).kernels()})
+    return dict(groups=groups, frozen=frozen, moved=moved, lrs=lrs)
+
+
+def test_learning_rate_through_fused_optimizer(tmp_path):
+    case = dict(tables=FOUR, batch=3, plan=TW, options=dict(SGD, storage="fp16"),
+                table_options={"t1": dict(storage="int8")})
+    for res in tc.spawn(_lr_body, case, WORLD, tmp_path):
+        assert res["groups"] >= 1 and res["frozen"] and res["moved"] and res["lrs"] == [0.5]
