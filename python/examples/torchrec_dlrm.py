@@ -120,9 +120,9 @@ def to_kjt(idx, off, B, lo, hi):
     bag per table and sample) as a KeyedJaggedTensor keyed cat_0 .. cat_25."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
     lengths = (off[1:] - off[:-1]).view(NUM_CAT, B)[:, lo:hi]
-    starts = off[:-1].view(NUM_CAT, B)[:, lo:hi]
-    pieces = [idx[int(s):int(s) + int(n)] for s, n in zip(starts.reshape(-1), lengths.reshape(-1))]
-    values = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
+    # Table t's bags of samples [lo, hi) are one run of idx: off[t*B + lo] .. off[t*B + hi].
+    ends = off.tolist()
+    values = torch.cat([idx[ends[t * B + lo]:ends[t * B + hi]] for t in range(NUM_CAT)])
     return KeyedJaggedTensor.from_lengths_sync(keys=[f"cat_{i}" for i in range(NUM_CAT)], values=values,
                                                lengths=lengths.reshape(-1))
 
