@@ -23,7 +23,7 @@ from torch import nn
 from . import _C
 from ._layout import BagPlanCache
 
-__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "STORAGES", "CACHES",
+__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "planned_memory", "STORAGES", "CACHES",
            "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
 
 CheckpointError = _C.CheckpointError
@@ -81,6 +81,78 @@ def _name(x, what):
     if isinstance(name, str):
         return name.lower()
     raise TypeError(f"mpe_torch: {what} must be a string, got {type(x).__name__}")
+
+
+def _specs(specs):
+    """The (rows, D) pairs of ``specs`` as ints (TypeError for anything else)."""
+    pairs = []
+    try:
+        spec_list = list(specs)
+    except TypeError:
+        raise TypeError("mpe_torch: specs must be a list of (rows, D) pairs") from None
+    for t, s in enumerate(spec_list):
+        try:
+            rows, dim = s
+        except (TypeError, ValueError):
+            raise TypeError(f"mpe_torch: specs[{t}] = {s!r} is not a (rows, D) pair") from None
+        if isinstance(rows, bool) or isinstance(dim, bool) or not all(
+                isinstance(v, int) or (torch.is_tensor(v) and v.dim() == 0 and not v.is_floating_point())
+                for v in (rows, dim)):
+            raise TypeError(f"mpe_torch: specs[{t}] = {s!r}: rows and D must be integers")
+        pairs.append((int(rows), int(dim)))
+    return pairs
+
+
+def _keys(name, value, T):
+    """row_keys / column_keys: None, or T integers in [0, 2**63) (TypeError / ValueError naming them)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or (torch.is_tensor(value) and value.dim() != 1):
+        raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {T} integers")
+    try:
+        seq = list(value)
+    except TypeError:
+        raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {T} integers") from None
+    if len(seq) != T:
+        raise ValueError(f"mpe_torch: {name} = {value!r} has {len(seq)} entries; it needs one per table, T = {T}")
+    seq = [_integer(k, f"{name}[{t}]", "an integer") for t, k in enumerate(seq)]
+    for t, k in enumerate(seq):
+        if not 0 <= k < 2**63:
+            raise ValueError(f"mpe_torch: {name}[{t}] = {k} is outside [0, 2**63)")
+    return seq
+
+
+def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
+                   optimizer="sgd", state_precision="fp32", slot_index=False, row_keys=None, column_keys=None):
+    """Bytes that ``TableBatchedEmbeddingBags(specs, ...)`` with these arguments will hold, computed
+    without building it (nothing proportional to the rows is allocated: a 10**9-row table is
+    planned at once), e.g. for TorchRec's planner to size a shard before anything is allocated.
+
+    Returns the dict ``TableBatchedEmbeddingBags.memory()`` returns once the module has taken
+    one training step (the optimizer state exists from the first step): store_bytes,
+    cache_bytes, optimizer_bytes, metadata_bytes, workspace_bytes (0: per-call buffers, sized by
+    the batches, are not planned), embedding_bytes (store + cache + metadata) and total_bytes;
+    every value in bytes and equal to that module's, field by field (workspace aside). mpe's
+    ``MixedDimEmbedding::planned_memory``: the sum over the D-groups of each group's store
+    (rows x padded row bytes, slot-index entries included), FP32 cache (slots x (4D + 17) plus
+    the policy's metadata), optimizer state (rows x S x the state precision's bytes, plus
+    slots x S x 4 for a ``"bf16"`` / ``"fp16"`` state with a cache; S = 0 for sgd, 1 for
+    rowwise_adagrad, D for adagrad, 2D for adam) and metadata.
+
+    The arguments are the constructor's (the others, such as ``learning_rate``, ``seed`` or
+    ``pooling_mode``, do not change the footprint) and are checked as it checks them: the same
+    TypeError and ValueError for bad specs, names and keys, and for a
+    storage/cache/rounding/state_precision combination that is not built.
+    """
+    pairs = _specs(specs)
+    storage, cache, rounding = _name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding")
+    state_precision, optimizer = _name(state_precision, "state_precision"), _name(optimizer, "optimizer")
+    if not isinstance(slot_index, bool):
+        raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
+    row_keys, column_keys = _keys("row_keys", row_keys, len(pairs)), _keys("column_keys", column_keys, len(pairs))
+    cache_fraction = _real(cache_fraction, "cache_fraction")
+    return dict(_C.planned_memory(pairs, storage, cache, cache_fraction, rounding, optimizer, state_precision,
+                                  slot_index, row_keys or [], column_keys or []))
 
 
 class _TbeFunction(torch.autograd.Function):
@@ -197,21 +269,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                  seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
                  row_keys=None, column_keys=None):
         super().__init__()
-        pairs = []
-        try:
-            spec_list = list(specs)
-        except TypeError:
-            raise TypeError("mpe_torch: specs must be a list of (rows, D) pairs") from None
-        for t, s in enumerate(spec_list):
-            try:
-                rows, dim = s
-            except (TypeError, ValueError):
-                raise TypeError(f"mpe_torch: specs[{t}] = {s!r} is not a (rows, D) pair") from None
-            if isinstance(rows, bool) or isinstance(dim, bool) or not all(
-                    isinstance(v, int) or (torch.is_tensor(v) and v.dim() == 0 and not v.is_floating_point())
-                    for v in (rows, dim)):
-                raise TypeError(f"mpe_torch: specs[{t}] = {s!r}: rows and D must be integers")
-            pairs.append((int(rows), int(dim)))
+        pairs = _specs(specs)
         optimizer = _name(optimizer, "optimizer")
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
@@ -224,25 +282,8 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
         if not isinstance(defer_admission, bool):
             raise TypeError(f"mpe_torch: defer_admission = {defer_admission!r} must be a bool")
-        keys = {}
-        for name, value in (("row_keys", row_keys), ("column_keys", column_keys)):
-            if value is None:
-                keys[name] = None
-                continue
-            if isinstance(value, (str, bytes)) or (torch.is_tensor(value) and value.dim() != 1):
-                raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {len(pairs)} integers")
-            try:
-                seq = list(value)
-            except TypeError:
-                raise TypeError(f"mpe_torch: {name} = {value!r} must be a sequence of {len(pairs)} integers") from None
-            if len(seq) != len(pairs):
-                raise ValueError(f"mpe_torch: {name} = {value!r} has {len(seq)} entries; it needs one per table, "
-                                 f"T = {len(pairs)}")
-            seq = [_integer(k, f"{name}[{t}]", "an integer") for t, k in enumerate(seq)]
-            for t, k in enumerate(seq):
-                if not 0 <= k < 2**63:
-                    raise ValueError(f"mpe_torch: {name}[{t}] = {k} is outside [0, 2**63)")
-            keys[name] = seq
+        keys = {"row_keys": _keys("row_keys", row_keys, len(pairs)),
+                "column_keys": _keys("column_keys", column_keys, len(pairs))}
         if eps is None:
             eps = _C.default_eps(optimizer)  # ValueError listing OPTIMIZERS for an unknown name
         cache_fraction, learning_rate = _real(cache_fraction, "cache_fraction"), _real(learning_rate, "learning_rate")

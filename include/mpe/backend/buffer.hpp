@@ -16,6 +16,7 @@ namespace mpe::detail {
 template <class T, class Backend>
 class Buffer {
  public:
+  using value_type = T;  ///< the element type
   Buffer() = default;
   Buffer(const Backend& b, std::size_t n) : backend_(b) { reset(n); }
   Buffer(Buffer&& o) noexcept { swap(o); }

@@ -145,7 +145,8 @@ struct CacheStats {
   }
 };
 
-/// Bytes as allocated.
+/// Bytes as allocated (memory()), or as a configuration will allocate them (the static
+/// planned_memory() of CachedEmbedding and MixedDimEmbedding: workspace 0).
 struct MemoryFootprint {
   std::size_t store_bytes = 0;      ///< low-precision store: rows x padded row bytes
   std::size_t cache_bytes = 0;      ///< FP32 rows + tags + last-use scores + dirty bits + LFU sketch

@@ -21,6 +21,7 @@
 #include "mpe/cache/all.hpp"
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
+#include "mpe/detail/embedding/layout.hpp"
 #include "mpe/detail/kernels/admission.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/embedding/embedding_ref.hpp"
@@ -245,6 +246,37 @@ class CachedEmbedding {
   /// of cached rows), S = state_floats(D); 0 before the first applied step.
   MemoryFootprint memory() const;
 
+  /// The bytes memory() reports, but workspace, for an object built with `config` once it
+  /// has applied one backward() step, computed from the configuration alone (nothing is
+  /// allocated; a planner can size a table before building it). All values are bytes:
+  /// - store_bytes: total rows x store_row_bytes() (row padding and, with
+  ///   slot_index_in_rows, the slot-index entries included);
+  /// - cache_bytes: slots x (4D FP32 row + 8 B tag + 8 B last use + 1 B dirty), the cache
+  ///   policy's metadata words (4 B each), and the separate slot-index array (4 B a row,
+  ///   slot_index with slot_index_in_rows false); 0 without a cache;
+  /// - optimizer_bytes: rows x S x StatePrecision::value_bytes, plus slots x S x 4 (the FP32
+  ///   state of cached rows) with a compact precision (StateBf16, StateFp16) and a cache;
+  /// - metadata_bytes: table offsets ((T + 1) x 8), row keys and column keys (T x 8 each
+  ///   when given; column keys all 0 take nothing) and the counters;
+  /// - workspace_bytes: 0 (per-call buffers, sized by the batches, are not planned).
+  ///
+  /// `state_values_per_row` is S, the optimizer's state values per row
+  /// (OptimizerRule<Opt>::state_floats(config.dim): 0 for Sgd, 1 for RowwiseAdagrad, 2D for
+  /// Adam); before the first step memory().optimizer_bytes is 0. Equal field by field to
+  /// memory() of `CachedEmbedding(config)` after its first applied backward() with such an
+  /// optimizer. Throws what the constructor throws for `config` (the same
+  /// std::invalid_argument, naming planned_memory), and std::invalid_argument for a negative
+  /// state_values_per_row or an optimizer state of more than PTRDIFF_MAX bytes.
+  static MemoryFootprint planned_memory(const EmbeddingConfig& config, std::int64_t state_values_per_row);
+  /// planned_memory(config, OptimizerRule<Opt>::state_floats(config.dim)): the footprint
+  /// with optimizer type Opt (its hyperparameters do not matter).
+  template <Optimizer Opt>
+  static MemoryFootprint planned_memory(const EmbeddingConfig& config, const Opt& optimizer) {
+    (void)optimizer;
+    if (config.dim < 1) return planned_memory(config, 0);  // throws, naming config.dim
+    return planned_memory(config, OptimizerRule<Opt>::state_floats(config.dim));
+  }
+
   // ---- introspection ----
   /// The configuration given to the constructor (host memory, no wait). cache_rows is the
   /// requested capacity (cache_slots() is the one built); load() replaces seed with the
@@ -293,6 +325,9 @@ class CachedEmbedding {
   template <StoragePolicy, CachePolicy, RoundingPolicy, StatePrecisionPolicy>
   friend class MixedDimEmbedding;
   using IBuf = detail::Buffer<index_t, Backend>;
+  // Validates `config` as the constructor does (std::invalid_argument prefixed with
+  // mpe::CachedEmbedding::`fn`) and gives every size the constructor allocates.
+  static detail::EmbeddingLayout layout_of(const EmbeddingConfig& config, const char* fn);
   static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
 
   struct Batch {

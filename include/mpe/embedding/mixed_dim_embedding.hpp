@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -115,58 +116,42 @@ class MixedDimEmbedding {
   /// one per table or with a value CachedEmbedding refuses (named config.row_keys[t] /
   /// config.column_keys[t], t in spec order), and what CachedEmbedding's constructor throws
   /// for the other fields.
-  explicit MixedDimEmbedding(const MixedDimConfig& config) : config_(config) {
-    const char* fn = "MixedDimEmbedding";
-    if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
-    if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
-      invalid(fn, "config.cache_fraction = " + std::to_string(config.cache_fraction) + "; must be in [0, 1]");
+  explicit MixedDimEmbedding(const MixedDimConfig& config)
+      : config_(config), layout_(make_layout(config, "MixedDimEmbedding")) {
+    groups_.reserve(layout_.G());
+    for (std::size_t g = 0; g < layout_.G(); ++g) groups_.emplace_back(group_config(g));
+    batches_.resize(layout_.G());
+  }
+
+  /// The bytes memory() reports, but workspace, for an object built with `config` once it
+  /// has applied one backward() step, computed from the configuration alone (nothing is
+  /// allocated): the sum over the D-groups of group_type::planned_memory(group's
+  /// EmbeddingConfig, S_g), each group's configuration as the constructor builds it (so
+  /// cache_rows_g = max(Ways, round(cache_fraction * rows_g)) with cache_fraction > 0), plus
+  /// this object's table layout in metadata_bytes. Bytes; workspace_bytes is 0 (per-call
+  /// split buffers are not planned). `state_values_per_row(D)` gives S for a group of
+  /// dimension D (a std::int32_t), the optimizer's state values per row
+  /// (OptimizerRule<Opt>::state_floats(D)). Throws what the constructor throws for `config`
+  /// (std::invalid_argument, naming planned_memory), and what group_type::planned_memory
+  /// throws for S.
+  template <class StateValues>
+  requires std::is_invocable_r_v<std::int64_t, StateValues&, std::int32_t>
+  static MemoryFootprint planned_memory(const MixedDimConfig& config, StateValues&& state_values_per_row) {
+    const detail::MixedLayout L = make_layout(config, "planned_memory");
+    MemoryFootprint m;
+    for (std::size_t g = 0; g < L.G(); ++g) {
+      m += group_type::planned_memory(group_config(config, L, g),
+                                      static_cast<std::int64_t>(state_values_per_row(L.group_dim[g])));
     }
-    for (const auto& [name, keys] :
-         {std::pair{"row_keys", &config.row_keys}, std::pair{"column_keys", &config.column_keys}}) {
-      if (!keys->empty() && keys->size() != config.tables.size()) {
-        invalid(fn, std::string("config.") + name + ".size() = " + std::to_string(keys->size()) +
-                        "; must be 0 or T = " + std::to_string(config.tables.size()));
-      }
-    }
-    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
-      const std::int64_t k = config.row_keys[t], rows = t < config.tables.size() ? config.tables[t].rows : 0;
-      if (k < 0 || (rows > 0 && k > INT64_MAX - rows)) {
-        invalid(fn, "config.row_keys[" + std::to_string(t) + "] = " + std::to_string(k) +
-                        "; must be >= 0 and leave room for the table's " + std::to_string(rows) + " rows");
-      }
-    }
-    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
-      const std::int64_t c = config.column_keys[t], dim = config.tables[t].dim;
-      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - dim) {
-        invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
-                        "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - D = " +
-                        std::to_string((std::int64_t{1} << 26) - dim));
-      }
-    }
-    detail::MixedLayout& L = layout_;
-    for (std::size_t t = 0; t < config.tables.size(); ++t) {
-      const TableSpec& s = config.tables[t];
-      if (s.rows < 1 || s.dim < 1 || s.dim > (1 << 20)) {
-        invalid(fn, "config.tables[" + std::to_string(t) + "] = {rows " + std::to_string(s.rows) + ", dim " +
-                        std::to_string(s.dim) + "}; rows must be >= 1 and dim in [1, 2^20]");
-      }
-      L.rows.push_back(s.rows);
-      L.dims.push_back(s.dim);
-      L.column.push_back(L.total_dim);
-      L.total_dim += s.dim;
-      std::size_t g = 0;
-      while (g < L.G() && L.group_dim[g] != s.dim) ++g;
-      if (g == L.G()) {
-        L.group_dim.push_back(s.dim);
-        L.group_tables.emplace_back();
-      }
-      L.group_of.push_back(static_cast<std::int64_t>(g));
-      L.local.push_back(static_cast<std::int64_t>(L.group_tables[g].size()));
-      L.group_tables[g].push_back(static_cast<std::int64_t>(t));
-    }
-    groups_.reserve(L.G());
-    for (std::size_t g = 0; g < L.G(); ++g) groups_.emplace_back(group_config(g));
-    batches_.resize(L.G());
+    m.metadata_bytes += L.bytes();
+    return m;
+  }
+  /// planned_memory(config, D -> OptimizerRule<Opt>::state_floats(D)): the footprint with
+  /// optimizer type Opt (its hyperparameters do not matter).
+  template <Optimizer Opt>
+  static MemoryFootprint planned_memory(const MixedDimConfig& config, const Opt& optimizer) {
+    (void)optimizer;
+    return planned_memory(config, [](std::int32_t D) { return OptimizerRule<Opt>::state_floats(D); });
   }
 
   /// Takes over the other object's groups and state (no copy of a table). The moved-from
@@ -575,32 +560,88 @@ class MixedDimEmbedding {
     throw std::invalid_argument(detail::md_prefix(fn) + what);
   }
 
-  EmbeddingConfig group_config(std::size_t g) const {
+  // Validates `config` (std::invalid_argument prefixed with mpe::MixedDimEmbedding::`fn`) and
+  // groups its tables by D (see the class comment).
+  static detail::MixedLayout make_layout(const MixedDimConfig& config, const char* fn) {
+    if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
+    if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
+      invalid(fn, "config.cache_fraction = " + std::to_string(config.cache_fraction) + "; must be in [0, 1]");
+    }
+    for (const auto& [name, keys] :
+         {std::pair{"row_keys", &config.row_keys}, std::pair{"column_keys", &config.column_keys}}) {
+      if (!keys->empty() && keys->size() != config.tables.size()) {
+        invalid(fn, std::string("config.") + name + ".size() = " + std::to_string(keys->size()) +
+                        "; must be 0 or T = " + std::to_string(config.tables.size()));
+      }
+    }
+    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
+      const std::int64_t k = config.row_keys[t], rows = t < config.tables.size() ? config.tables[t].rows : 0;
+      if (k < 0 || (rows > 0 && k > INT64_MAX - rows)) {
+        invalid(fn, "config.row_keys[" + std::to_string(t) + "] = " + std::to_string(k) +
+                        "; must be >= 0 and leave room for the table's " + std::to_string(rows) + " rows");
+      }
+    }
+    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
+      const std::int64_t c = config.column_keys[t], dim = config.tables[t].dim;
+      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - dim) {
+        invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
+                        "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - D = " +
+                        std::to_string((std::int64_t{1} << 26) - dim));
+      }
+    }
+    detail::MixedLayout L;
+    for (std::size_t t = 0; t < config.tables.size(); ++t) {
+      const TableSpec& s = config.tables[t];
+      if (s.rows < 1 || s.dim < 1 || s.dim > (1 << 20)) {
+        invalid(fn, "config.tables[" + std::to_string(t) + "] = {rows " + std::to_string(s.rows) + ", dim " +
+                        std::to_string(s.dim) + "}; rows must be >= 1 and dim in [1, 2^20]");
+      }
+      L.rows.push_back(s.rows);
+      L.dims.push_back(s.dim);
+      L.column.push_back(L.total_dim);
+      L.total_dim += s.dim;
+      std::size_t g = 0;
+      while (g < L.G() && L.group_dim[g] != s.dim) ++g;
+      if (g == L.G()) {
+        L.group_dim.push_back(s.dim);
+        L.group_tables.emplace_back();
+      }
+      L.group_of.push_back(static_cast<std::int64_t>(g));
+      L.local.push_back(static_cast<std::int64_t>(L.group_tables[g].size()));
+      L.group_tables[g].push_back(static_cast<std::int64_t>(t));
+    }
+    return L;
+  }
+
+  EmbeddingConfig group_config(std::size_t g) const { return group_config(config_, layout_, g); }
+  // Group g's EmbeddingConfig as the constructor builds it (also planned_memory's).
+  static EmbeddingConfig group_config(const MixedDimConfig& config, const detail::MixedLayout& layout,
+                                      std::size_t g) {
     EmbeddingConfig c;
     std::int64_t rows = 0;
-    for (std::int64_t t : layout_.group_tables[g]) {
-      c.table_rows.push_back(layout_.rows[static_cast<std::size_t>(t)]);
-      rows += layout_.rows[static_cast<std::size_t>(t)];
+    for (std::int64_t t : layout.group_tables[g]) {
+      c.table_rows.push_back(layout.rows[static_cast<std::size_t>(t)]);
+      rows += layout.rows[static_cast<std::size_t>(t)];
     }
-    c.dim = layout_.group_dim[g];
-    c.cache_rows = config_.cache_fraction > 0
+    c.dim = layout.group_dim[g];
+    c.cache_rows = config.cache_fraction > 0
                        ? std::max<std::int64_t>(
-                             Cache::ways, std::llround(config_.cache_fraction * static_cast<double>(rows)))
+                             Cache::ways, std::llround(config.cache_fraction * static_cast<double>(rows)))
                        : 0;
     // Row keys: the caller keys every row, so one seed for every group (class comment).
-    c.seed = g == 0 || !config_.row_keys.empty()
-                 ? config_.seed
-                 : config_.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
-    for (std::int64_t t : layout_.group_tables[g]) {
-      if (!config_.row_keys.empty()) c.row_keys.push_back(config_.row_keys[static_cast<std::size_t>(t)]);
-      if (!config_.column_keys.empty())
-        c.column_keys.push_back(config_.column_keys[static_cast<std::size_t>(t)]);
+    c.seed = g == 0 || !config.row_keys.empty()
+                 ? config.seed
+                 : config.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
+    for (std::int64_t t : layout.group_tables[g]) {
+      if (!config.row_keys.empty()) c.row_keys.push_back(config.row_keys[static_cast<std::size_t>(t)]);
+      if (!config.column_keys.empty())
+        c.column_keys.push_back(config.column_keys[static_cast<std::size_t>(t)]);
     }
-    c.row_alignment = config_.row_alignment;
-    c.non_finite = config_.non_finite;
-    c.slot_index = config_.slot_index;
-    c.slot_index_in_rows = config_.slot_index_in_rows;
-    c.defer_admission = config_.defer_admission;
+    c.row_alignment = config.row_alignment;
+    c.non_finite = config.non_finite;
+    c.slot_index = config.slot_index;
+    c.slot_index_in_rows = config.slot_index_in_rows;
+    c.defer_admission = config.defer_admission;
     c.validation = Validation::Synchronous;
     return c;
   }

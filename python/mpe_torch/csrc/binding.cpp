@@ -201,6 +201,64 @@ float float_arg(const char* name, double v) {
   }
   return f;
 }
+/// A module's tables and policies, checked: what TableBatchedEmbeddingBags and planned_memory
+/// share. Throws std::invalid_argument for an empty spec list, a cache_fraction outside
+/// [0, 1], an unknown cache name, cache "none" with cache_fraction > 0 and a spec with rows < 1
+/// or D outside [1, 2^20] (the other names are checked by make_group / planned_memory, the
+/// keys by MixedDimEmbedding).
+struct ModuleSpec {
+  mpe::MixedDimConfig cfg;  // tables, cache_fraction, slot_index, row_keys, column_keys
+  PolicyNames names;
+};
+ModuleSpec module_spec(const std::vector<std::pair<int64_t, int64_t>>& specs, const std::string& storage,
+                       const std::string& cache, double cache_fraction, const std::string& rounding,
+                       const std::string& state_precision, bool slot_index,
+                       const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys) {
+  if (specs.empty())
+    throw std::invalid_argument("mpe_torch: specs is empty; give at least one (rows, D) table");
+  if (!(cache_fraction >= 0.0 && cache_fraction <= 1.0))
+    throw std::invalid_argument("mpe_torch: cache_fraction = " + std::to_string(cache_fraction) +
+                                " must be in [0, 1]");
+  const bool no_cache = cache == kNoCacheName;
+  if (!no_cache && index_of(Caches{}, cache) < 0)
+    throw std::invalid_argument("mpe_torch: cache = '" + cache + "' is not one of " +
+                                quoted_names(cache_names()));
+  if (no_cache && cache_fraction > 0)
+    throw std::invalid_argument(
+        "mpe_torch: cache = 'none' with cache_fraction = " + std::to_string(cache_fraction) +
+        " > 0; name a cache policy (" + quoted_names(names(Caches{})) + ")");
+  ModuleSpec m;
+  for (std::size_t t = 0; t < specs.size(); ++t) {
+    const auto [rows, dim] = specs[t];
+    if (rows < 1 || dim < 1 || dim > (int64_t{1} << 20))
+      throw std::invalid_argument("mpe_torch: specs[" + std::to_string(t) + "] = (" + std::to_string(rows) +
+                                  ", " + std::to_string(dim) + "): rows must be >= 1 and D in [1, 2^20]");
+    m.cfg.tables.push_back(mpe::TableSpec{rows, static_cast<std::int32_t>(dim)});
+  }
+  m.cfg.cache_fraction = no_cache ? 0.0 : cache_fraction;
+  m.cfg.slot_index = slot_index;
+  // One per table or none (checked by MixedDimEmbedding, naming config.row_keys[t] /
+  // config.column_keys[t] in spec order).
+  m.cfg.row_keys.assign(row_keys.begin(), row_keys.end());
+  m.cfg.column_keys.assign(column_keys.begin(), column_keys.end());
+  m.names =
+      PolicyNames{storage, no_cache ? std::string(py_name<NoCache>()) : cache, rounding, state_precision};
+  return m;
+}
+
+/// mpe_torch.planned_memory: memory() of the module these arguments build, after one training
+/// step (workspace 0), from the configuration alone (MixedDimEmbedding::planned_memory through
+/// the registry): nothing is built or allocated.
+py::dict planned_memory_dict(const std::vector<std::pair<int64_t, int64_t>>& specs,
+                             const std::string& storage, const std::string& cache, double cache_fraction,
+                             const std::string& rounding, const std::string& optimizer,
+                             const std::string& state_precision, bool slot_index,
+                             const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys) {
+  const ModuleSpec m = module_spec(specs, storage, cache, cache_fraction, rounding, state_precision,
+                                   slot_index, row_keys, column_keys);
+  return memory_dict(planned_memory(m.names, m.cfg, parse_optimizer(optimizer)));
+}
+
 }  // namespace
 
 class Tbe {
@@ -215,19 +273,8 @@ class Tbe {
     if (non_finite != "raise" && non_finite != "skip")
       throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +
                                   "' is not one of 'raise', 'skip'");
-    if (specs.empty())
-      throw std::invalid_argument("mpe_torch: specs is empty; give at least one (rows, D) table");
-    if (!(cache_fraction >= 0.0 && cache_fraction <= 1.0))
-      throw std::invalid_argument("mpe_torch: cache_fraction = " + std::to_string(cache_fraction) +
-                                  " must be in [0, 1]");
-    const bool no_cache = cache == kNoCacheName;
-    if (!no_cache && index_of(Caches{}, cache) < 0)
-      throw std::invalid_argument("mpe_torch: cache = '" + cache + "' is not one of " +
-                                  quoted_names(cache_names()));
-    if (no_cache && cache_fraction > 0)
-      throw std::invalid_argument(
-          "mpe_torch: cache = 'none' with cache_fraction = " + std::to_string(cache_fraction) +
-          " > 0; name a cache policy (" + quoted_names(names(Caches{})) + ")");
+    ModuleSpec m = module_spec(specs, storage, cache, cache_fraction, rounding, state_precision, slot_index,
+                               row_keys, column_keys);
     opt_.optimizer = parse_optimizer(optimizer);
     opt_.learning_rate = float_arg("learning_rate", learning_rate);
     opt_.eps = float_arg("eps", eps);
@@ -235,29 +282,15 @@ class Tbe {
     opt_.beta2 = float_arg("beta2", beta2);
     if (const std::string why = check_optimizer(opt_); !why.empty())
       throw std::invalid_argument("mpe_torch: " + why);
-
-    mpe::MixedDimConfig cfg;
-    for (std::size_t t = 0; t < specs.size(); ++t) {
-      const auto [rows, dim] = specs[t];
-      if (rows < 1 || dim < 1 || dim > (int64_t{1} << 20))
-        throw std::invalid_argument("mpe_torch: specs[" + std::to_string(t) + "] = (" + std::to_string(rows) +
-                                    ", " + std::to_string(dim) + "): rows must be >= 1 and D in [1, 2^20]");
-      cfg.tables.push_back(mpe::TableSpec{rows, static_cast<std::int32_t>(dim)});
+    for (const auto& [rows, dim] : specs) {
       rows_.push_back(rows);
       dims_.push_back(dim);
     }
-    cfg.cache_fraction = no_cache ? 0.0 : cache_fraction;
+    mpe::MixedDimConfig& cfg = m.cfg;
     cfg.seed = seed;
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
-    cfg.slot_index = slot_index;
     cfg.defer_admission = defer_admission;
-    // One per table or none (checked by MixedDimEmbedding, naming config.row_keys[t] /
-    // config.column_keys[t] in spec order).
-    cfg.row_keys.assign(row_keys.begin(), row_keys.end());
-    cfg.column_keys.assign(column_keys.begin(), column_keys.end());
-    emb_ = make_group(
-        PolicyNames{storage, no_cache ? std::string(py_name<NoCache>()) : cache, rounding, state_precision},
-        cfg);
+    emb_ = make_group(m.names, cfg);
   }
 
   int64_t num_tables() const { return static_cast<int64_t>(rows_.size()); }
@@ -524,6 +557,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("optimizers", [] { return mpe_torch::names(mpe_torch::Optimizers{}); });
   m.def("export_formats", [] { return mpe_torch::names(mpe_torch::ExportFormats{}); });
   m.def("default_eps", &mpe_torch::default_eps, py::arg("optimizer"));
+  m.def("planned_memory", &mpe_torch::planned_memory_dict, py::arg("specs"), py::arg("storage"),
+        py::arg("cache"), py::arg("cache_fraction"), py::arg("rounding"), py::arg("optimizer"),
+        py::arg("state_precision"), py::arg("slot_index"), py::arg("row_keys"), py::arg("column_keys"),
+        "memory() of the module these arguments build, after one training step (workspace 0), "
+        "computed without building it (use mpe_torch.planned_memory).");
   py::class_<Tbe>(m, "Tbe")
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,

@@ -109,6 +109,13 @@ std::vector<std::string> built_combinations();
 /// name) or listing the built combinations (a combination not built).
 std::unique_ptr<Group> make_group(const PolicyNames& names, const mpe::MixedDimConfig& cfg);
 
+/// The bytes MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::planned_memory gives
+/// for `cfg` with the optimizer at index `optimizer` of `Optimizers` (its state values per row,
+/// OptimizerRule::state_floats(D) per D-group): what memory() of make_group(names, cfg) reports
+/// after one training step, workspace 0. Nothing is built or allocated. Throws what make_group
+/// throws for the names (unknown, not built) and for `cfg` (mpe's messages, naming planned_memory).
+mpe::MemoryFootprint planned_memory(const PolicyNames& names, const mpe::MixedDimConfig& cfg, int optimizer);
+
 /// The factory of storage S with cache C (the roundings and state precisions `is_built` allows;
 /// nullptr for another). Defined in group_impl.hpp and instantiated explicitly by the
 /// group_<storage>*.cpp translation units, one per storage format (the other cache policies

@@ -57,10 +57,9 @@ std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedding(
-    const EmbeddingConfig& config, Backend backend)
-    : config_(config), backend_(std::move(backend)) {
-  const char* fn = "CachedEmbedding";
+detail::EmbeddingLayout CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::layout_of(
+    const EmbeddingConfig& config, const char* fn) {
+  detail::EmbeddingLayout L;
   if (config.table_rows.empty()) detail::invalid(fn, "config.table_rows is empty; need T >= 1 tables");
   if (config.dim < 1) detail::invalid(fn, "config.dim = " + std::to_string(config.dim) + "; must be >= 1");
   if (config.cache_rows < 0) {
@@ -84,22 +83,22 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
     detail::invalid(fn, "config.validation = " + std::to_string(static_cast<int>(config.validation)) +
                             " is not a Validation value");
   }
-  table_offsets_host_.assign(1, 0);
+  L.table_offsets.assign(1, 0);
   for (std::size_t t = 0; t < config.table_rows.size(); ++t) {
     const auto r = config.table_rows[t];
     if (r < 1) {
       detail::invalid(
           fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) + "; must be >= 1");
     }
-    if (r > INT64_MAX / 2 - table_offsets_host_.back()) {
-      detail::invalid(
-          fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) +
-                  " brings the total rows over INT64_MAX / 2 = " + std::to_string(INT64_MAX / 2) +
-                  " (rows of the tables before it: " + std::to_string(table_offsets_host_.back()) + ")");
+    if (r > INT64_MAX / 2 - L.table_offsets.back()) {
+      detail::invalid(fn, "config.table_rows[" + std::to_string(t) + "] = " + std::to_string(r) +
+                              " brings the total rows over INT64_MAX / 2 = " + std::to_string(INT64_MAX / 2) +
+                              " (rows of the tables before it: " + std::to_string(L.table_offsets.back()) +
+                              ")");
     }
-    table_offsets_host_.push_back(table_offsets_host_.back() + r);
+    L.table_offsets.push_back(L.table_offsets.back() + r);
   }
-  total_rows_ = table_offsets_host_.back();
+  L.total_rows = L.table_offsets.back();
   if (!config.row_keys.empty()) {
     if (config.row_keys.size() != config.table_rows.size()) {
       detail::invalid(fn, "config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
@@ -113,6 +112,7 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
                                 std::to_string(config.table_rows[t]) + " rows");
       }
     }
+    L.row_keys = config.row_keys.size();
   }
   if (!config.column_keys.empty()) {
     if (config.column_keys.size() != config.table_rows.size()) {
@@ -128,21 +128,56 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
                                 std::to_string((std::int64_t{1} << 26) - config.dim));
       }
     }
+    // Column keys all 0 are the default: no array (the same bits without the table search).
+    if (std::any_of(config.column_keys.begin(), config.column_keys.end(),
+                    [](std::int64_t c) { return c != 0; }))
+      L.column_keys = config.column_keys.size();
   }
-  stride_ = row_bytes<Storage>(config.dim, a);
+  L.stride = row_bytes<Storage>(config.dim, a);
   // The slot index in the store rows: an int32 entry after each row's data, 4-byte aligned.
   if (config.cache_rows > 0 && config.slot_index && config.slot_index_in_rows) {
     const std::size_t a4 = a < 4 ? 4 : static_cast<std::size_t>(a);
-    slot_offset_ = (Storage::data_bytes(config.dim) + 3) / 4 * 4;
-    stride_ = (slot_offset_ + 4 + a4 - 1) / a4 * a4;
+    L.slot_offset = (Storage::data_bytes(config.dim) + 3) / 4 * 4;
+    L.stride = (L.slot_offset + 4 + a4 - 1) / a4 * a4;
   }
   // At most PTRDIFF_MAX bytes: a size near SIZE_MAX would wrap to a small allocation when
   // an allocator rounds it up (to huge pages, to its alignment).
-  if (static_cast<unsigned long long>(total_rows_) > static_cast<unsigned long long>(PTRDIFF_MAX) / stride_) {
-    detail::invalid(fn, "the store of " + std::to_string(total_rows_) + " rows x " + std::to_string(stride_) +
+  if (static_cast<unsigned long long>(L.total_rows) >
+      static_cast<unsigned long long>(PTRDIFF_MAX) / L.stride) {
+    detail::invalid(fn, "the store of " + std::to_string(L.total_rows) + " rows x " +
+                            std::to_string(L.stride) +
                             " bytes a row (config.dim = " + std::to_string(config.dim) +
                             ") exceeds PTRDIFF_MAX = " + std::to_string(PTRDIFF_MAX) + " bytes");
   }
+  if (config.cache_rows > 0) {
+    const index_t W = Cache::ways;
+    const index_t rounded_rows = (L.total_rows + W - 1) / W * W;
+    const index_t C = std::min<index_t>(config.cache_rows, rounded_rows);
+    L.num_sets = C / W;
+    if (L.num_sets >= (index_t{1} << 32)) detail::invalid(fn, "config.cache_rows gives 2^32 or more sets");
+    L.slots = static_cast<std::size_t>(L.num_sets * W);
+    if (config.slot_index) {
+      if (L.slots > static_cast<std::size_t>(INT32_MAX))
+        detail::invalid(fn, "config.slot_index needs fewer than 2^31 cache slots; config.cache_rows gives " +
+                                std::to_string(L.slots));
+      if (L.slot_offset == 0) L.slot_index_entries = static_cast<std::size_t>(L.total_rows);
+    }
+    L.meta_words = static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(L.slots)));
+  }
+  return L;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedding(
+    const EmbeddingConfig& config, Backend backend)
+    : config_(config), backend_(std::move(backend)) {
+  detail::EmbeddingLayout L = layout_of(config, "CachedEmbedding");
+  total_rows_ = L.total_rows;
+  stride_ = L.stride;
+  slot_offset_ = L.slot_offset;
+  num_sets_ = L.num_sets;
+  table_offsets_host_ = std::move(L.table_offsets);
 
   for (auto* b : {&current_, &pending_, &staging_}) {
     b->set_backend(backend_);
@@ -183,16 +218,15 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
 
   table_offsets_.reset(table_offsets_host_.size());
   backend_.copy_from_host(table_offsets_.data(), table_offsets_host_.data(), table_offsets_.bytes());
-  if (!config.row_keys.empty()) {
-    row_keys_.reset(config.row_keys.size());
+  if (L.row_keys > 0) {
+    row_keys_.reset(L.row_keys);
     backend_.copy_from_host(row_keys_.data(), config.row_keys.data(), row_keys_.bytes());
   }
-  if (std::any_of(config.column_keys.begin(), config.column_keys.end(),
-                  [](std::int64_t c) { return c != 0; })) {
-    column_keys_.reset(config.column_keys.size());
+  if (L.column_keys > 0) {
+    column_keys_.reset(L.column_keys);
     backend_.copy_from_host(column_keys_.data(), config.column_keys.data(), column_keys_.bytes());
   }
-  store_.reset(static_cast<std::size_t>(total_rows_) * stride_);
+  store_.reset(L.store_bytes());
   // All-zero bytes decode to 0.0 in every format (Int8/Int4: scale 0, bias 0).
   backend_.fill_bytes(store_.data(), 0, store_.bytes());
   error_.reset(1);
@@ -203,32 +237,62 @@ CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::CachedEmbedd
   backend_.fill_bytes(deferred_.data(), 0xff, deferred_.bytes());  // check = -1: none
   backend_.for_each(1, detail::SetIndex{&deferred_.data()->later, 0});
 
-  if (config.cache_rows > 0) {
-    const index_t W = Cache::ways;
-    const index_t rounded_rows = (total_rows_ + W - 1) / W * W;
-    const index_t C = std::min<index_t>(config.cache_rows, rounded_rows);
-    num_sets_ = C / W;
-    if (num_sets_ >= (index_t{1} << 32)) detail::invalid(fn, "config.cache_rows gives 2^32 or more sets");
-    const std::size_t slots = static_cast<std::size_t>(num_sets_ * W);
-    cache_rows_.reset(slots * static_cast<std::size_t>(config.dim));
+  if (L.slots > 0) {
+    cache_rows_.reset(L.slots * static_cast<std::size_t>(config.dim));
     backend_.fill_bytes(cache_rows_.data(), 0, cache_rows_.bytes());
-    tags_.reset(slots);
+    tags_.reset(L.slots);
     backend_.fill_bytes(tags_.data(), 0xff, tags_.bytes());  // -1: empty
     if (config.slot_index) {
-      if (slots > static_cast<std::size_t>(INT32_MAX))
-        detail::invalid(fn, "config.slot_index needs fewer than 2^31 cache slots; config.cache_rows gives " +
-                                std::to_string(slots));
-      if (slot_offset_ == 0) slot_index_.reset(static_cast<std::size_t>(total_rows_));
+      if (L.slot_index_entries > 0) slot_index_.reset(L.slot_index_entries);
       reindex_slots();  // every row -1: nothing is cached yet
     }
-    last_use_.reset(slots);
+    last_use_.reset(L.slots);
     backend_.fill_bytes(last_use_.data(), 0, last_use_.bytes());
-    dirty_.reset(slots);
+    dirty_.reset(L.slots);
     backend_.fill_bytes(dirty_.data(), 0, dirty_.bytes());
-    flush_outcome_.reset(slots);
-    meta_.reset(static_cast<std::size_t>(Cache::meta_words(static_cast<index_t>(slots))));
+    flush_outcome_.reset(L.slots);
+    meta_.reset(L.meta_words);
     backend_.fill_bytes(meta_.data(), 0, meta_.bytes());
   }
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+MemoryFootprint CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::planned_memory(
+    const EmbeddingConfig& config, std::int64_t state_values_per_row) {
+  const char* fn = "planned_memory";
+  const detail::EmbeddingLayout L = layout_of(config, fn);
+  const std::int64_t S = state_values_per_row;
+  if (S < 0) detail::invalid(fn, "state_values_per_row = " + std::to_string(S) + "; must be >= 0");
+  // The state store as the first applied backward() allocates it, at most PTRDIFF_MAX bytes.
+  const auto limit = static_cast<unsigned long long>(PTRDIFF_MAX);
+  if (S > 0 && static_cast<unsigned long long>(S) >
+                   limit / StatePrecision::value_bytes / static_cast<unsigned long long>(L.total_rows)) {
+    detail::invalid(fn, "state_values_per_row = " + std::to_string(S) + " over " +
+                            std::to_string(L.total_rows) +
+                            " rows exceeds PTRDIFF_MAX = " + std::to_string(PTRDIFF_MAX) + " bytes of state");
+  }
+  // Each buffer memory() sums: the layout's element count x the buffer's element size.
+  auto of = [](std::size_t n, std::size_t element_bytes) { return n * element_bytes; };
+  MemoryFootprint m;
+  m.store_bytes = of(L.store_bytes(), sizeof(typename decltype(store_)::value_type));
+  m.cache_bytes =
+      of(L.slots * static_cast<std::size_t>(config.dim), sizeof(typename decltype(cache_rows_)::value_type)) +
+      of(L.slots, sizeof(typename decltype(tags_)::value_type)) +
+      of(L.slot_index_entries, sizeof(typename decltype(slot_index_)::value_type)) +
+      of(L.slots, sizeof(typename decltype(last_use_)::value_type)) +
+      of(L.slots, sizeof(typename decltype(dirty_)::value_type)) +
+      of(L.meta_words, sizeof(typename decltype(meta_)::value_type));
+  if (S > 0) {  // allocated by the first applied backward() (apply_backward)
+    m.optimizer_bytes = L.state_bytes(L.total_rows, S, StatePrecision::value_bytes) +
+                        of(L.cached_state_floats(L.slots, S, StatePrecision::cached),
+                           sizeof(typename decltype(cache_state_)::value_type));
+  }
+  m.metadata_bytes = of(L.table_offsets.size(), sizeof(typename decltype(table_offsets_)::value_type)) +
+                     of(L.row_keys, sizeof(typename decltype(row_keys_)::value_type)) +
+                     of(L.column_keys, sizeof(typename decltype(column_keys_)::value_type)) +
+                     sizeof(typename decltype(counters_)::value_type);
+  return m;
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

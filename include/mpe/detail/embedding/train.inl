@@ -144,10 +144,13 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
   const std::int64_t S = Rule::state_floats(config_.dim);
   if (opt_name_.empty()) {  // the first applied step allocates the state (zeros)
     if (S > 0) {            // all-zero bytes are 0.0 in every state precision
-      opt_state_.reset(static_cast<std::size_t>(total_rows_ * S) * StatePrecision::value_bytes);
+      // The sizes planned_memory() counts (detail::EmbeddingLayout).
+      opt_state_.reset(detail::EmbeddingLayout::state_bytes(total_rows_, S, StatePrecision::value_bytes));
       backend_.fill_bytes(opt_state_.data(), 0, opt_state_.bytes());
-      if (StatePrecision::cached && num_sets_ > 0) {
-        cache_state_.reset(static_cast<std::size_t>(cache_slots() * S));
+      if (const std::size_t n = detail::EmbeddingLayout::cached_state_floats(
+              static_cast<std::size_t>(cache_slots()), S, StatePrecision::cached);
+          n > 0) {
+        cache_state_.reset(n);
         backend_.fill_bytes(cache_state_.data(), 0, cache_state_.bytes());
       }
     }
