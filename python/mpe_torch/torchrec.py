@@ -499,7 +499,8 @@ def shard_bytes(rows, dim, options, column_key=0):
     allocated). Tables sharing a kernel share one cache, sized from their rows together."""
     from . import planned_memory
     kw = {k: v for k, v in options.items() if k not in _NOT_MEMORY}
-    m = planned_memory([(rows, dim)], column_keys=[column_key] if column_key else None, **kw)
+    # A kernel always keys its rows (row_keys: 8 bytes of metadata a table).
+    m = planned_memory([(rows, dim)], row_keys=[0], column_keys=[column_key] if column_key else None, **kw)
     return m["store_bytes"] + m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
 
 
@@ -512,7 +513,9 @@ def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_byt
     capacity (TorchRec's default otherwise); ``constraints`` are TorchRec's
     ``ParameterConstraints`` by table name."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.constants import BATCH_SIZE
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    batch_size = BATCH_SIZE if batch_size is None else batch_size
     kw = dict(world_size=world_size, compute_device="cpu")
     if ddr_bytes_per_rank is not None:
         kw["ddr_cap"] = int(ddr_bytes_per_rank)
@@ -546,9 +549,9 @@ class _PerfEstimator:
         from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
         self._inner = EmbeddingPerfEstimator(topology=topology, constraints=constraints)
 
-    def estimate(self, sharding_options, sharder_map=None):
+    def estimate(self, sharding_options, sharder_data_map=None):
         with _AsFused(sharding_options):
-            self._inner.estimate(sharding_options, sharder_map)
+            self._inner.estimate(sharding_options, sharder_data_map)
 
 
 class _StorageEstimator:
@@ -557,10 +560,10 @@ class _StorageEstimator:
         self._inner = EmbeddingStorageEstimator(topology=topology, constraints=constraints)
         self._sharder = sharder
 
-    def estimate(self, sharding_options, sharder_map=None):
+    def estimate(self, sharding_options, sharder_data_map=None):
         from torchrec.distributed.planner.types import Storage
         with _AsFused(sharding_options) as mine:
-            self._inner.estimate(sharding_options, sharder_map)
+            self._inner.estimate(sharding_options, sharder_data_map)
         for o in mine.options:
             opts = self._sharder.options(o.name)
             rows, dim = o.tensor.shape

@@ -259,7 +259,7 @@ def test_planner_sees_mpe_bytes(tmp_path):
     # Each table its own kernel (different options), so a shard's estimate is its kernel.
     table_options = {"t0": dict(storage="int8", cache="lru", cache_fraction=0.05),
                      "t1": dict(storage="fp16", optimizer="adam", learning_rate=0.01),
-                     "t2": dict(storage="int4", cache="lru", cache_fraction=0.3, optimizer="rowwise_adagrad",
+                     "t2": dict(storage="int8", cache="lru", cache_fraction=0.3, optimizer="rowwise_adagrad",
                                 state_precision="bf16")}
     case = dict(tables=FOUR[:3], batch=4, plan={"t0": ("tw", 0), "t1": ("tw", 0), "t2": ("tw", 0)},
                 options=dict(SGD, storage="fp32"), table_options=table_options)
@@ -272,13 +272,22 @@ def test_planner_sees_mpe_bytes(tmp_path):
     # The planner's estimate of each table-wise shard: mpe's bytes + TorchRec's I/O buffers.
     ebc = torchrec.EmbeddingBagCollection(tables=tc.table_configs(case), device=torch.device("meta"))
     options = mt.planner(1, sharder)._enumerator.enumerate(module=ebc, sharders=[sharder])
-    fused = torchrec.distributed.planner.enumerators.EmbeddingEnumerator(
-        topology=torchrec.distributed.planner.Topology(world_size=1, compute_device="cpu"))
+    # TorchRec's own estimate of the same shards on its fused FP32 kernel: its FP32 table + the I/O.
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as FusedSharder
+    from torchrec.distributed.planner import Topology
+    from torchrec.distributed.planner.constants import BATCH_SIZE
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    fused = EmbeddingEnumerator(topology=Topology(world_size=1, compute_device="cpu"), batch_size=BATCH_SIZE)
+    theirs = {(o.name, o.sharding_type): o for o in fused.enumerate(module=ebc, sharders=[FusedSharder()])
+              if o.compute_kernel == "fused"}
+    checked = 0
     for o in options:
         if o.sharding_type == "table_wise":
             rows, dim = o.tensor.shape
-            io = o.shards[0].storage.ddr - mt.shard_bytes(rows, dim, sharder.options(o.name))
-            assert 0 < io < 4 * rows * dim, (o.name, io)  # I/O buffers, less than the FP32 table
+            io = theirs[(o.name, "table_wise")].shards[0].storage.ddr - 4 * rows * dim
+            assert o.shards[0].storage.ddr == io + mt.shard_bytes(rows, dim, sharder.options(o.name)), o.name
+            checked += 1
+    assert checked == 3
 
 
 def test_planner_fits_more_int8_tables_than_fp32():
