@@ -8,7 +8,9 @@ second-touch LRU, LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
 The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
 
-Everything runs on the CPU (mpe's host backend, OpenMP). Tensors of the wrong dtype raise
+Everything runs on the CPU (mpe's host backend, OpenMP); ``.to()``, ``.cuda()``, ``.half()`` and
+the like raise RuntimeError rather than return the module unchanged (``.cpu()`` and
+``.float()`` are no-ops). Tensors of the wrong dtype raise
 ``TypeError``; of the wrong device, shape, number of dimensions or contiguity ``ValueError``;
 they are never converted. mpe's own errors arrive as ``ValueError`` (``std::invalid_argument``:
 bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic_error``:
@@ -614,6 +616,20 @@ class TableBatchedEmbeddingBags(nn.Module):
         except BaseException:
             self._tbe.set_hyperparameters(old["learning_rate"], old["eps"], old["beta1"], old["beta2"])
             raise
+
+    def _apply(self, fn, recurse=True):
+        # The tables are mpe's (CPU, their own formats), not torch tensors: .to() / .cuda() /
+        # .half() and friends cannot move or convert them. A conversion that leaves a CPU
+        # float32 tensor as it is (.cpu(), .float(), .to("cpu")) is allowed; any other raises
+        # instead of returning the module unchanged.
+        probe = torch.zeros(1)
+        out = fn(probe)
+        if not torch.is_tensor(out) or out.device != probe.device or out.dtype != probe.dtype:
+            what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
+            raise RuntimeError(f"mpe_torch: TableBatchedEmbeddingBags cannot be moved or converted (asked for {what}); "
+                               "its tables live in mpe's CPU store in their own formats (storage=...); build the "
+                               "module with the options you want instead")
+        return super()._apply(fn, recurse)
 
     def extra_repr(self):
         c = self._config

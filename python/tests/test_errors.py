@@ -313,3 +313,13 @@ def test_non_finite_names():
     over = torch.tensor([1, 1, 3, 0], dtype=torch.int64)  # table 0, bag 0: row 1 twice
     with pytest.raises(ValueError, match='overflows in this step.*non_finite="skip"'):
         m(over, off).backward(torch.full((2, 8), 3e38))
+
+
+def test_moving_or_converting_the_module_raises():
+    emb = mpe_torch.TableBatchedEmbeddingBags([(10, 4)])
+    for convert in (lambda m: m.half(), lambda m: m.double(), lambda m: m.bfloat16(),
+                    lambda m: m.to(torch.float16), lambda m: m.to("meta")):
+        with pytest.raises(RuntimeError, match="cannot be moved or converted"):
+            convert(emb)
+    assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb
+    torch.testing.assert_close(emb(torch.tensor([1]), torch.tensor([0, 1])), emb.get_weights(0)[1:2])
