@@ -71,6 +71,29 @@ def load_data_module(verbose=False):
                 verbose=verbose)
 
 
+def add_data_arguments(ap, train_samples=1000000, test_samples=100000):
+    """The data options (shared with torchrec_dlrm.py): a Criteo-format file or the synthetic stream."""
+    ap.add_argument("--data", help="Criteo-format file; the last --test-fraction of its lines is the test set")
+    ap.add_argument("--test-fraction", type=float, default=0.1)
+    ap.add_argument("--max-rows-per-table", type=int, default=1000000)
+    ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--scale", type=float, default=0.01)
+    ap.add_argument("--zipf", type=float, default=1.05)
+    ap.add_argument("--effect-scale", type=float, default=1.0)
+    ap.add_argument("--train-samples", type=int, default=train_samples)
+    ap.add_argument("--test-samples", type=int, default=test_samples)
+    ap.add_argument("--data-seed", type=int, default=1)
+
+
+def load_data(args):
+    """The data helper's Data for add_data_arguments' options."""
+    dm = load_data_module(getattr(args, "verbose", False))
+    if args.data:
+        return dm.criteo_file(args.data, args.test_fraction, args.max_rows_per_table, args.strict)
+    return dm.synthetic(args.scale, args.zipf, args.effect_scale, args.data_seed, args.train_samples,
+                        args.test_samples)
+
+
 class Dlrm(nn.Module):
     def __init__(self, dim, tables, bottom=(64,), top=(64,), seed=1):
         super().__init__()
@@ -207,12 +230,7 @@ def run(args):
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
-    dm = load_data_module(args.verbose)
-    if args.data:
-        data = dm.criteo_file(args.data, args.test_fraction, args.max_rows_per_table, args.strict)
-    else:
-        data = dm.synthetic(args.scale, args.zipf, args.effect_scale, args.data_seed, args.train_samples,
-                            args.test_samples)
+    data = load_data(args)
     table_rows = list(data.table_rows)
     print(f"data: {data.description}; {len(table_rows)} tables, {sum(table_rows)} rows", file=sys.stderr)
     emb, emb_opt = build_embedding(args, table_rows)
@@ -359,16 +377,7 @@ def main(argv=None):
     ap.add_argument("--emb-lr", type=float, default=None, help="default: --lr")
     ap.add_argument("--emb-optimizer", choices=["sgd", "rowwise_adagrad"], default="sgd")
     ap.add_argument("--emb-init", type=float, default=0.05)
-    ap.add_argument("--data", help="Criteo-format file; the last --test-fraction of its lines is the test set")
-    ap.add_argument("--test-fraction", type=float, default=0.1)
-    ap.add_argument("--max-rows-per-table", type=int, default=1000000)
-    ap.add_argument("--strict", action="store_true")
-    ap.add_argument("--scale", type=float, default=0.01)
-    ap.add_argument("--zipf", type=float, default=1.05)
-    ap.add_argument("--effect-scale", type=float, default=1.0)
-    ap.add_argument("--train-samples", type=int, default=1000000)
-    ap.add_argument("--test-samples", type=int, default=100000)
-    ap.add_argument("--data-seed", type=int, default=1)
+    add_data_arguments(ap)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--bench", type=int, default=0, help="time N embedding-only steps instead of training")
     ap.add_argument("--json")

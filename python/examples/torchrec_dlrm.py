@@ -34,7 +34,7 @@ import torch.distributed as dist  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from torch_dlrm import NUM_CAT, NUM_DENSE, load_data_module, log_loss, roc_auc  # noqa: E402
+from torch_dlrm import NUM_CAT, NUM_DENSE, add_data_arguments, load_data, log_loss, roc_auc  # noqa: E402
 
 
 def init_process_group():
@@ -132,11 +132,7 @@ def run(args):
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
-    dm = load_data_module()
-    if args.data:
-        data = dm.criteo_file(args.data, args.test_fraction, args.max_rows_per_table, False)
-    else:
-        data = dm.synthetic(args.scale, 1.05, 1.0, args.data_seed, args.train_samples, args.test_samples)
+    data = load_data(args)
     table_rows = list(data.table_rows)
     dmp, plan = build_model(args, table_rows, world)
     dense_params = [p for n, p in dmp.named_parameters() if "embedding_bags" not in n]
@@ -224,13 +220,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=0.3)
     ap.add_argument("--emb-lr", type=float, default=None, help="default: --lr")
     ap.add_argument("--emb-init", type=float, default=0.05, help="tables start U(-x, x)")
-    ap.add_argument("--data", help="Criteo-format file; the last --test-fraction of its lines is the test set")
-    ap.add_argument("--test-fraction", type=float, default=0.1)
-    ap.add_argument("--max-rows-per-table", type=int, default=1000000)
-    ap.add_argument("--scale", type=float, default=0.01)
-    ap.add_argument("--train-samples", type=int, default=500000)
-    ap.add_argument("--test-samples", type=int, default=50000)
-    ap.add_argument("--data-seed", type=int, default=1)
+    add_data_arguments(ap, train_samples=500000, test_samples=50000)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (0 = torch's default)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
