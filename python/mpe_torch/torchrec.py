@@ -31,11 +31,18 @@ slice, of its columns (``column_keys``); every table initialises from that strea
 (U(weight_init_min, weight_init_max) of its EmbeddingBagConfig). So with the same seed a
 sharded model trains the bits of one ``TableBatchedEmbeddingBags`` over the whole collection
 (built with ``row_keys`` of the tables' offsets) fed the global batch: table-wise for every
-storage format and column-wise for the element-wise ones (fp32, fp16, bf16; with FP32
-optimizer state). A row-wise quantized format sharded by columns quantizes each column slice
-on its own (a scale and bias per slice): another format, with its own bits. A cache is per
-kernel (its size a fraction of the kernel's rows), so cached training equals the unsharded
-bits only where the caches make the same decisions.
+storage format and optimizer, column-wise for the element-wise formats (fp32, fp16, bf16)
+with an optimizer whose state is per element or absent (sgd, adagrad, adam; FP32 state). A
+row-wise quantized format sharded by columns quantizes each column slice on its own (a scale
+and bias per slice), and row-wise Adagrad keeps one state value per row of each slice (as
+TorchRec's fused kernel does): each their own bits. A cache is per kernel (its size a
+fraction of the kernel's rows), so cached training equals the unsharded bits only where the
+caches make the same decisions.
+
+**Errors.** Option names and values are checked when the sharder is made, plans when DMP
+shards (every rank alike); a batch a kernel refuses (an index outside its table, a
+non-finite gradient) is refused by that kernel, after kernels before it in the lookup have
+run: all-or-nothing holds per kernel, not across the model.
 
 **Checkpoints.** ``state_dict()`` holds, per rank, each kernel's exact mpe state
 (``<prefix>_mpe.rank<r>.<k>.mpe_state``: mpe's checkpoint bytes as ``bytes``, and ``.config``: its
@@ -96,7 +103,27 @@ def _check_options(options, where):
     if bad:
         raise ValueError(f"mpe_torch.torchrec: {where} has unknown option(s) {', '.join(map(repr, bad))}; valid: "
                          f"{', '.join(OPTION_NAMES)}")
-    return dict(options)
+    options = dict(options)
+    opt = options.get("optimizer")
+    name = getattr(opt, "name", None)  # fbgemm_gpu's EmbOptimType, as TorchRec users pass it
+    if isinstance(name, str) and name.upper() in _EMB_OPTIM_TYPES:
+        options["optimizer"] = _EMB_OPTIM_TYPES[name.upper()]
+    return options
+
+
+# fbgemm_gpu's EmbOptimType names -> mpe's optimizers (the same updates).
+_EMB_OPTIM_TYPES = {"EXACT_SGD": "sgd", "SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
+                    "EXACT_ADAGRAD": "adagrad", "ADAM": "adam"}
+
+
+def _validate(options, where):
+    """Builds a tiny module with ``options``, so a bad value or a combination that is not built
+    is refused when the sharder is made, on every rank alike (not later by the rank that owns
+    the table)."""
+    try:
+        TableBatchedEmbeddingBags([(64, 4)], **options)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"mpe_torch.torchrec: {where}: {e}") from None
 
 
 class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
@@ -124,10 +151,6 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
         for i, t in enumerate(tables):
             md = t.local_metadata
             row0, col0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
-            if col0 % 4:
-                raise ValueError(f"mpe_torch.torchrec: table {t.name!r} has a column-wise shard starting at column "
-                                 f"{col0}; mpe's shards start at multiples of 4 columns (their rounding streams "
-                                 "line up with the whole table's): choose shard widths that are multiples of 4")
             specs.append((t.local_rows, t.local_cols))
             row_keys.append(table_keys[t.name] + row0)
             column_keys.append(col0)
@@ -371,6 +394,7 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                                          f"{type(raw).__name__}")
                     k.tbe.load_state_dict({"mpe_state": torch.frombuffer(bytearray(raw), dtype=torch.uint8),
                                            "_extra_state": extra})
+                    k.fused_optimizer.param_groups[0]["lr"] = k.tbe.get_learning_rate()
                     loaded += 1
             except Exception as e:  # restore below, then raise on every rank
                 error = e
@@ -381,6 +405,7 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         if int(failed.item()) != 0:
             for k, backup in list(zip(kernels, backups))[:loaded]:
                 k.tbe.load_state_dict(backup)
+                k.fused_optimizer.param_groups[0]["lr"] = k.tbe.get_learning_rate()
             if error is None:
                 raise RuntimeError("mpe_torch.torchrec: another rank could not load its state; nothing was loaded "
                                    "on any rank")
@@ -429,10 +454,19 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         per_table = {str(n): _check_options(o, f"table_options[{n!r}]") for n, o in (table_options or {}).items()}
         super().__init__(fused_params=None, qcomm_codecs_registry=qcomm_codecs_registry)
         self._mpe_defaults, self._mpe_table_options = defaults, per_table
+        _validate(self.options(None), "fused_params")
+        for name in per_table:
+            _validate(self.options(name), f"table_options[{name!r}] (with fused_params)")
 
     def options(self, table_name):
-        """The resolved TableBatchedEmbeddingBags options of table ``table_name``."""
-        return {**self._mpe_defaults, **self._mpe_table_options.get(table_name, {})}
+        """The resolved TableBatchedEmbeddingBags options of table ``table_name``: fused_params,
+        then its table_options (a table that sets ``cache="none"`` drops an inherited
+        ``cache_fraction``)."""
+        own = self._mpe_table_options.get(table_name, {})
+        resolved = {**self._mpe_defaults, **own}
+        if own.get("cache") == "none" and "cache_fraction" not in own:
+            resolved.pop("cache_fraction", None)
+        return resolved
 
     def sharding_types(self, compute_device_type):
         return list(SHARDING_TYPES)
@@ -456,8 +490,19 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
                 raise ValueError(f"mpe_torch.torchrec: table {name!r} is planned as {p.sharding_type}/"
                                  f"{p.compute_kernel}; mpe's sharder runs {'/'.join(SHARDING_TYPES)} with "
                                  f"compute kernel '{MPE_KERNEL}'")
-        if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in module.embedding_bag_configs()):
+            for s in (p.sharding_spec.shards if p.sharding_spec is not None else []):
+                if s.shard_offsets[1] % 4:
+                    raise ValueError(f"mpe_torch.torchrec: table {name!r} has a column-wise shard starting at column "
+                                     f"{s.shard_offsets[1]}; mpe's shards start at multiples of 4 columns (their "
+                                     "rounding streams line up with the whole table's): choose shard widths that are "
+                                     "multiples of 4")
+        configs = module.embedding_bag_configs()
+        if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in configs):
             raise ValueError("mpe_torch.torchrec: only SUM and MEAN pooling are supported")
+        mean = [c.name for c in configs if c.pooling == PoolingType.MEAN]
+        if module.is_weighted() and mean:
+            raise ValueError(f"mpe_torch.torchrec: the EmbeddingBagCollection is weighted and table(s) {mean} pool by "
+                             "MEAN; mpe takes per-sample weights with SUM pooling only")
         return ShardedEmbeddingBagCollection(module, params, env, self.options, fused_params=self.fused_params,
                                              device=device, qcomm_codecs_registry=self.qcomm_codecs_registry,
                                              module_fqn=module_fqn)
@@ -474,6 +519,8 @@ def column_wise(ranks=None, size_per_rank=None):
     kernel; each shard's width must be a multiple of 4 (its columns' rounding streams line up
     with the unsharded table's)."""
     from torchrec.distributed import sharding_plan as sp
+    if (ranks is not None and len(ranks) == 0) or (size_per_rank is not None and len(size_per_rank) == 0):
+        raise ValueError("mpe_torch.torchrec: column_wise needs at least one rank (ranks or size_per_rank)")
     return sp.column_wise(ranks=ranks, size_per_rank=size_per_rank, compute_kernel=MPE_KERNEL)
 
 
@@ -483,9 +530,17 @@ def sharding_plan(module, per_table, sharder, world_size, path=""):
     ``column_wise([...])`` of this module), for ``world_size`` CPU processes."""
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingPlan
-    return ShardingPlan({path: construct_module_sharding_plan(module, per_table, sharder=sharder,
-                                                              local_size=world_size, world_size=world_size,
-                                                              device_type="cpu")})
+    names = [c.name for c in module.embedding_bag_configs()]
+    missing = [n for n in names if n not in per_table]
+    if missing:
+        raise ValueError(f"mpe_torch.torchrec: sharding_plan has no entry for table(s) {missing}")
+    plan = construct_module_sharding_plan(module, per_table, sharder=sharder, local_size=world_size,
+                                          world_size=world_size, device_type="cpu")
+    for name, p in plan.items():
+        bad = [r for r in (p.ranks or []) if not 0 <= r < world_size]
+        if bad:
+            raise ValueError(f"mpe_torch.torchrec: table {name!r} is placed on rank(s) {bad}; world_size = {world_size}")
+    return ShardingPlan({path: plan})
 
 
 # Options that change no byte of the footprint (planned_memory takes the rest).

@@ -333,3 +333,38 @@ def test_learning_rate_through_fused_optimizer(tmp_path):
                 table_options={"t1": dict(storage="int8")})
     for res in tc.spawn(_lr_body, case, WORLD, tmp_path):
         assert res["groups"] >= 1 and res["frozen"] and res["moved"] and res["lrs"] == [0.5]
+
+
+def test_sharder_checks_option_values_at_construction():
+    with pytest.raises(ValueError, match=r"table_options\['t1'\].*int3"):
+        mt.EmbeddingBagCollectionSharder(table_options={"t1": dict(storage="int3")})
+    with pytest.raises(ValueError, match="fused_params.*learning_rate"):
+        mt.EmbeddingBagCollectionSharder(fused_params=dict(learning_rate=-1.0))
+    with pytest.raises(ValueError, match="not built"):
+        mt.EmbeddingBagCollectionSharder(fused_params=dict(storage="int4", cache="lfu", cache_fraction=0.1))
+    # A table that turns its cache off drops the inherited fraction; EmbOptimType names map.
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    s = mt.EmbeddingBagCollectionSharder(fused_params=dict(cache="lru", cache_fraction=0.2,
+                                                           optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD),
+                                         table_options={"t1": dict(storage="fp16", cache="none")})
+    assert s.options("t1") == dict(cache="none", storage="fp16", optimizer="rowwise_adagrad")
+    assert s.options("t0")["cache_fraction"] == 0.2
+
+
+def test_plans_refused_on_every_rank_before_building():
+    sharder = mt.EmbeddingBagCollectionSharder()
+    configs = [torchrec.EmbeddingBagConfig(name="t0", embedding_dim=12, num_embeddings=10, feature_names=["f0"])]
+    ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+    with pytest.raises(ValueError, match=r"rank\(s\) \[5\]; world_size = 1"):
+        mt.sharding_plan(ebc, {"t0": mt.table_wise(5)}, sharder, 1)
+    with pytest.raises(ValueError, match="at least one rank"):
+        mt.column_wise([])
+    plan = mt.sharding_plan(ebc, {"t0": mt.column_wise(size_per_rank=[6, 6])}, sharder, 2)
+    with pytest.raises(ValueError, match="starting at column 6"):
+        sharder.shard(ebc, plan.plan[""], env=None)
+    weighted = torchrec.EmbeddingBagCollection(tables=[torchrec.EmbeddingBagConfig(
+        name="t0", embedding_dim=8, num_embeddings=10, feature_names=["f0"],
+        pooling=torchrec.modules.embedding_configs.PoolingType.MEAN)], is_weighted=True, device=torch.device("meta"))
+    plan = mt.sharding_plan(weighted, {"t0": mt.table_wise(0)}, sharder, 1)
+    with pytest.raises(ValueError, match=r"weighted and table\(s\) \['t0'\] pool by MEAN"):
+        sharder.shard(weighted, plan.plan[""], env=None)
