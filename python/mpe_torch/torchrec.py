@@ -413,11 +413,12 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
 
     @staticmethod
     def _mpe_load_post_hook(self, incompatible_keys):
-        # The weight entries are a read-only view and the mpe entries were consumed above.
+        # This module's weight entries are a read-only view and its mpe entries were consumed
+        # by _load_from_state_dict.
+        weights = tuple(f"embedding_bags.{name}.weight" for name in self._table_names)
         incompatible_keys.unexpected_keys[:] = [
             k for k in incompatible_keys.unexpected_keys
-            if not (k.endswith(".weight") and ".embedding_bags." in "." + k) and "_mpe." not in k
-            and not k.endswith("_mpe_plan")]
+            if not (k.endswith(weights) or "_mpe.rank" in k or k.endswith("_mpe_plan"))]
 
 
 def _describe_plan(text):
