@@ -85,6 +85,15 @@ def add_data_arguments(ap, train_samples=1000000, test_samples=100000):
     ap.add_argument("--data-seed", type=int, default=1)
 
 
+def batches(src, size):
+    """The batches of a data helper Source, `size` samples each (the last one may be smaller)."""
+    while True:
+        batch = src.next(size)
+        if batch is None:
+            return
+        yield batch
+
+
 def load_data(args):
     """The data helper's Data for add_data_arguments' options."""
     dm = load_data_module(getattr(args, "verbose", False))
@@ -246,11 +255,7 @@ def run(args):
     for epoch in range(args.epochs):
         if epoch:
             src.reset()
-        while True:
-            batch = src.next(args.batch_size)
-            if batch is None:
-                break
-            dense, idx, off, labels, _ = batch
+        for dense, idx, off, labels, _ in batches(src, args.batch_size):
             t0 = time.perf_counter()
             dense_opt.zero_grad(set_to_none=True)
             if emb_opt is not None:
@@ -278,11 +283,7 @@ def run(args):
     ps, ys, pt = [], [], []
     src = data.test()
     with torch.no_grad():
-        while True:
-            batch = src.next(4096)
-            if batch is None:
-                break
-            dense, idx, off, labels, p_true = batch
+        for dense, idx, off, labels, p_true in batches(src, 4096):
             ps.append(torch.sigmoid(model(dense, emb(idx, off).float())))
             ys.append(labels)
             pt.append(p_true)

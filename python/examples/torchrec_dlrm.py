@@ -34,7 +34,7 @@ import torch.distributed as dist  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from torch_dlrm import NUM_CAT, NUM_DENSE, add_data_arguments, load_data, log_loss, roc_auc  # noqa: E402
+from torch_dlrm import NUM_CAT, NUM_DENSE, add_data_arguments, batches, load_data, log_loss, roc_auc  # noqa: E402
 
 
 def init_process_group():
@@ -140,11 +140,7 @@ def run(args):
     loss_fn = torch.nn.BCEWithLogitsLoss()
     src = data.train()
     steps, step_time, t_start = 0, 0.0, time.perf_counter()
-    while True:
-        batch = src.next(args.batch_size)
-        if batch is None:
-            break
-        dense, idx, off, labels, _ = batch
+    for dense, idx, off, labels, _ in batches(src, args.batch_size):
         B = labels.numel()
         if B < world:
             break
@@ -165,11 +161,7 @@ def run(args):
     ps, ys = [], []
     src = data.test()
     with torch.no_grad():
-        while True:
-            batch = src.next(4096)
-            if batch is None:
-                break
-            dense, idx, off, labels, _ = batch
+        for dense, idx, off, labels, _ in batches(src, 4096):
             B = labels.numel()
             lo, hi = rank * B // world, (rank + 1) * B // world
             ps.append(torch.sigmoid(dmp(dense[lo:hi], to_kjt(idx, off, B, lo, hi)).squeeze(-1)))
