@@ -51,21 +51,6 @@ mpe::EmbeddingConfig config(std::vector<std::int64_t> rows, std::int32_t dim,
   return c;
 }
 
-/// Table t's share of a table-major batch, as a one-table batch.
-ref::Batch table_batch(const ref::Batch& b, std::int64_t t) {
-  ref::Batch o;
-  o.B = b.B;
-  const auto first = b.offsets[static_cast<std::size_t>(t * b.B)];
-  o.offsets.push_back(0);
-  for (std::int64_t i = 0; i < b.B; ++i) {
-    const auto lo = b.offsets[static_cast<std::size_t>(t * b.B + i)],
-               hi = b.offsets[static_cast<std::size_t>(t * b.B + i + 1)];
-    for (auto p = lo; p < hi; ++p) o.indices.push_back(b.indices[static_cast<std::size_t>(p)]);
-    o.offsets.push_back(hi - first);
-  }
-  return o;
-}
-
 /// Columns [c0, c0 + w) of a (rows, W) row-major array.
 std::vector<float> columns(const std::vector<float>& a, std::size_t W, std::size_t c0, std::size_t w) {
   std::vector<float> o;
@@ -129,7 +114,7 @@ void column_split() {
   std::mt19937_64 rng(11);
   for (int step = 0; step < 6; ++step) {
     const ref::Batch b = ref::random_batch(rng, {R0, R}, B, 5, false);
-    const ref::Batch b1 = table_batch(b, 1);
+    const ref::Batch b1 = ref::table_batch(b, 1);
     std::vector<float> out(B * 128), out_lo(B * 32), out_hi(B * 32), out_u(B * 32);
     full.forward(b.indices, b.offsets, out);
     lo.forward(b1.indices, b1.offsets, out_lo);
@@ -169,7 +154,7 @@ void row_split() {
   std::mt19937_64 rng(5);
   for (int step = 0; step < 6; ++step) {
     const ref::Batch x = ref::random_batch(rng, {R0, R1}, B, 6, false);
-    const ref::Batch x0 = table_batch(x, 0), x1 = table_batch(x, 1);
+    const ref::Batch x0 = ref::table_batch(x, 0), x1 = ref::table_batch(x, 1);
     std::vector<float> out(B * 128), out_a(B * 64), out_b(B * 64);
     set.forward(x.indices, x.offsets, out);
     a.forward(x0.indices, x0.offsets, out_a);
@@ -274,7 +259,7 @@ TEST_CASE("MixedDimEmbedding with row keys: one seed, each table as a keyed one-
     m.forward(x.indices, x.offsets, out);
     const std::vector<float> g = ref::random_floats(rng, B * W, -1.0f, 1.0f);
     for (std::size_t t = 0; t < 3; ++t) {
-      const ref::Batch xt = table_batch(x, static_cast<std::int64_t>(t));
+      const ref::Batch xt = ref::table_batch(x, static_cast<std::int64_t>(t));
       const auto D = static_cast<std::size_t>(c.tables[t].dim);
       std::vector<float> o(B * D);
       one[t].forward(xt.indices, xt.offsets, o);

@@ -41,24 +41,6 @@ std::vector<std::int64_t> rows_of(const std::vector<mpe::TableSpec>& specs) {
   return r;
 }
 
-/// Table t's share of a table-major batch, as a one-table batch.
-ref::Batch table_batch(const ref::Batch& b, std::int64_t t) {
-  ref::Batch o;
-  o.B = b.B;
-  const auto first = b.offsets[static_cast<std::size_t>(t * b.B)];
-  o.offsets.push_back(0);
-  for (std::int64_t i = 0; i < b.B; ++i) {
-    const auto lo = b.offsets[static_cast<std::size_t>(t * b.B + i)],
-               hi = b.offsets[static_cast<std::size_t>(t * b.B + i + 1)];
-    for (auto p = lo; p < hi; ++p) {
-      o.indices.push_back(b.indices[static_cast<std::size_t>(p)]);
-      if (!b.weights.empty()) o.weights.push_back(b.weights[static_cast<std::size_t>(p)]);
-    }
-    o.offsets.push_back(hi - first);
-  }
-  return o;
-}
-
 /// Plain FP32 reference: one ref::EmbeddingBag (T = 1) per table; columns by a prefix sum
 /// of D written here, not taken from mpe.
 struct MixedRef {
@@ -76,7 +58,7 @@ struct MixedRef {
   std::vector<float> forward(const ref::Batch& b, mpe::Pooling p) const {
     std::vector<float> out(static_cast<std::size_t>(b.B * W));
     for (std::size_t t = 0; t < tables.size(); ++t) {
-      const auto o = tables[t].forward(table_batch(b, static_cast<std::int64_t>(t)), p);
+      const auto o = tables[t].forward(ref::table_batch(b, static_cast<std::int64_t>(t)), p);
       const auto D = static_cast<std::size_t>(specs[t].dim);
       for (std::size_t s = 0; s < static_cast<std::size_t>(b.B); ++s)
         for (std::size_t d = 0; d < D; ++d)
@@ -94,11 +76,11 @@ struct MixedRef {
   }
   void sgd(const ref::Batch& b, mpe::Pooling p, const std::vector<float>& g, float lr) {
     for (std::size_t t = 0; t < tables.size(); ++t)
-      tables[t].sgd(table_batch(b, static_cast<std::int64_t>(t)), p, columns(g, t, b.B), lr);
+      tables[t].sgd(ref::table_batch(b, static_cast<std::int64_t>(t)), p, columns(g, t, b.B), lr);
   }
   void adagrad(const ref::Batch& b, mpe::Pooling p, const std::vector<float>& g, float lr, float eps) {
     for (std::size_t t = 0; t < tables.size(); ++t)
-      tables[t].adagrad(table_batch(b, static_cast<std::int64_t>(t)), p, columns(g, t, b.B), lr, eps);
+      tables[t].adagrad(ref::table_batch(b, static_cast<std::int64_t>(t)), p, columns(g, t, b.B), lr, eps);
   }
 };
 
@@ -246,7 +228,7 @@ TEST_CASE_TEMPLATE("mixed D: each group equals a single-D CachedEmbedding fed it
       gb.B = b.B;
       gb.offsets.push_back(0);
       for (auto t : groups[g]) {
-        const ref::Batch tb = table_batch(b, static_cast<std::int64_t>(t));
+        const ref::Batch tb = ref::table_batch(b, static_cast<std::int64_t>(t));
         const auto base = static_cast<std::int64_t>(gb.indices.size());
         gb.indices.insert(gb.indices.end(), tb.indices.begin(), tb.indices.end());
         gb.weights.insert(gb.weights.end(), tb.weights.begin(), tb.weights.end());

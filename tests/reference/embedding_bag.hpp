@@ -263,4 +263,22 @@ inline std::int64_t first_diff(const std::vector<float>& a, const std::vector<fl
   return -1;
 }
 
+/// Table t's share of a table-major batch (its bags, indices and weights), as a one-table batch.
+inline Batch table_batch(const Batch& b, std::int64_t t) {
+  Batch o;
+  o.B = b.B;
+  const auto first = b.offsets[static_cast<std::size_t>(t * b.B)];
+  o.offsets.push_back(0);
+  for (std::int64_t i = 0; i < b.B; ++i) {
+    const auto lo = b.offsets[static_cast<std::size_t>(t * b.B + i)],
+               hi = b.offsets[static_cast<std::size_t>(t * b.B + i + 1)];
+    for (auto p = lo; p < hi; ++p) {
+      o.indices.push_back(b.indices[static_cast<std::size_t>(p)]);
+      if (!b.weights.empty()) o.weights.push_back(b.weights[static_cast<std::size_t>(p)]);
+    }
+    o.offsets.push_back(hi - first);
+  }
+  return o;
+}
+
 }  // namespace ref
