@@ -1,14 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 # Shared by cmake/quickstart.cmake and cmake/test.cmake (run with `cmake -P`): installs the
-# Debian packages mpe's build needs (when root), or stops with the exact command to run;
-# then configures the build tree `build/` (Release, Ninja when present).
+# Debian packages a command needs (when root), or stops with the exact command to run; then
+# configures the build tree `build/` (Release, Ninja when present).
 cmake_minimum_required(VERSION 3.25)
 get_filename_component(MPE_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 set(MPE_BUILD_DIR "${MPE_SOURCE_DIR}/build")
 
-set(MPE_DEBIAN_PACKAGES g++ ninja-build doctest-dev libbenchmark-dev libeigen3-dev libcli11-dev
-                        nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin doxygen)
+# The main job (train_dlrm; OpenMP comes with g++): cmake/quickstart.cmake installs only these.
+# train_dlrm --plot also needs gnuplot (gnuplot-nox) at run time.
+set(MPE_MAIN_PACKAGES g++ ninja-build libeigen3-dev libcli11-dev nlohmann-json3-dev)
+# Everything cmake/test.cmake builds and runs besides: doctest and Google Benchmark, OpenMPI
+# (the sharded tests), doxygen (the docs test), Python's venv and headers (the PyTorch
+# extension's environment and build).
+set(MPE_TEST_PACKAGES ${MPE_MAIN_PACKAGES} doctest-dev libbenchmark-dev libopenmpi-dev openmpi-bin doxygen
+                      python3-venv python3-dev)
+set(MPE_DEBIAN_PACKAGES ${MPE_TEST_PACKAGES})
 
+# Installs the packages of MPE_DEBIAN_PACKAGES that are missing (set it to
+# MPE_MAIN_PACKAGES before calling mpe_configure for the main job's set).
 function(mpe_install_missing)
   find_program(DPKG dpkg-query)
   if(NOT DPKG)
