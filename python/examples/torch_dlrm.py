@@ -210,12 +210,12 @@ def build_embedding(args, table_rows):
         cache_fraction = args.cache_fraction if args.cache != "none" else 0.0
         emb = mpe_torch.TableBatchedEmbeddingBags(
             specs, storage=args.storage, cache=args.cache, cache_fraction=cache_fraction, rounding=args.rounding,
-            optimizer=args.emb_optimizer, learning_rate=args.emb_lr, pooling_mode="sum", seed=seed)
-        emb.init_uniform(-args.emb_init, args.emb_init)
+            optimizer=args.emb_optimizer, learning_rate=args.emb_lr, pooling_mode="sum", seed=seed,
+            weights_init=(-args.emb_init, args.emb_init))  # init_uniform(-e, e): the C++ trainer's start
         return emb, None
     # the same FP32 start as an mpe FP32 module with the C++ trainer's seed
-    ref = mpe_torch.TableBatchedEmbeddingBags(specs, storage="fp32", seed=seed)
-    ref.init_uniform(-args.emb_init, args.emb_init)
+    ref = mpe_torch.TableBatchedEmbeddingBags(specs, storage="fp32", seed=seed,
+                                              weights_init=(-args.emb_init, args.emb_init))
     init = ref.split_embedding_weights()
     del ref
     if args.emb == "nn":

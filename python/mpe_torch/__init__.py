@@ -17,6 +17,8 @@ bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import math
+import numbers
 import operator
 
 import torch
@@ -26,7 +28,7 @@ from . import _C
 from ._layout import BagPlanCache
 
 __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "planned_memory", "STORAGES", "CACHES",
-           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
+           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS", "WEIGHTS_INITS"]
 
 CheckpointError = _C.CheckpointError
 
@@ -67,6 +69,7 @@ STATE_PRECISIONS = tuple(_C.state_precisions())
 OPTIMIZERS = tuple(_C.optimizers())  # mpe::KnownOptimizers
 EXPORT_FORMATS = tuple(_C.export_formats())  # row formats with an FBGEMM layout (export_table's format=)
 _STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
+WEIGHTS_INITS = ("uniform", "zeros")  # weights_init's names (it also takes (low, high) pairs)
 
 
 def built_combinations():
@@ -122,6 +125,57 @@ def _keys(name, value, T):
         if not 0 <= k < 2**63:
             raise ValueError(f"mpe_torch: {name}[{t}] = {k} is outside [0, 2**63)")
     return seq
+
+
+def _shown(value, limit=160):
+    """repr(value), cut to ``limit`` characters (a list of many tables' ranges stays readable)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _weights_init(value, T):
+    """The constructor's ``weights_init``: ``"uniform"``, ``"zeros"``, one ``(low, high)`` pair
+    (floats) or a list of T pairs. A ValueError naming ``weights_init`` and its value for anything
+    else; the ranges themselves are mpe's to check, when the tables are drawn."""
+    def bad(why):
+        return ValueError(f"mpe_torch: weights_init = {_shown(value)} {why}; it takes 'uniform' (the default), 'zeros', "
+                          f"a (low, high) pair or a list of T = {T} such pairs, one per table")
+
+    def number(x):
+        if isinstance(x, (bool, str, bytes)):
+            return False
+        if torch.is_tensor(x):
+            return x.dim() == 0 and x.dtype != torch.bool and not x.is_complex()
+        return isinstance(x, numbers.Real)
+
+    def pair(x):
+        if isinstance(x, (str, bytes)) or (torch.is_tensor(x) and x.dim() == 0):
+            return None
+        try:
+            items = list(x)
+        except TypeError:
+            return None
+        if len(items) == 2 and all(number(v) for v in items):
+            return float(items[0]), float(items[1])
+        return None
+
+    if isinstance(value, str):
+        if value.lower() in WEIGHTS_INITS:
+            return value.lower()
+        raise bad(f"is not one of {', '.join(map(repr, WEIGHTS_INITS))}")
+    one = pair(value)
+    if one is not None:
+        return one
+    try:
+        items = [] if isinstance(value, bytes) or (torch.is_tensor(value) and value.dim() == 0) else list(value)
+    except TypeError:
+        items = []
+    pairs = [pair(v) for v in items]
+    if not pairs or any(p is None for p in pairs):
+        raise bad("is neither a name nor (low, high) pairs of numbers")
+    if len(pairs) != T:
+        raise bad(f"has {len(pairs)} (low, high) pair(s)")
+    return pairs
 
 
 def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
@@ -246,8 +300,19 @@ class TableBatchedEmbeddingBags(nn.Module):
             (TorchRec column-wise sharding): c0. The optimizer state of a ``"bf16"`` or ``"fp16"``
             ``state_precision`` ignores it. Row and column keys are configuration, recorded in
             the state's ``_extra_state`` but not compared by ``load_state_dict``.
+        weights_init: how the tables start (``WEIGHTS_INITS`` or ranges), drawn at construction
+            by ``init_uniform`` (mpe's Philox stream from ``seed``, keyed by ``row_keys`` /
+            ``column_keys``: the same seed gives the same bits whatever the thread count),
+            stored with ``rounding``:
 
-    The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
+            - ``"uniform"`` (default): each table U(-sqrt(1/rows), sqrt(1/rows)), rows being that
+              table's row count, as TorchRec's ``EmbeddingBagConfig`` initialises by default;
+            - ``"zeros"``: every weight 0 (nothing is drawn);
+            - ``(low, high)``: every table U(low, high), i.e. ``init_uniform(low, high)``;
+            - ``[(low_0, high_0), ..., (low_{T-1}, high_{T-1})]``: table t U(low_t, high_t).
+
+            ``init_uniform`` and ``set_weights`` replace the weights later; ``load_state_dict``
+            replaces them with the state's.
 
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
@@ -264,14 +329,18 @@ class TableBatchedEmbeddingBags(nn.Module):
             number (a bool or a string is not one).
         ValueError: also a hyperparameter whose value float32 cannot hold (beyond its largest
             finite value, or a nonzero value that would round to zero), named with its value.
+        ValueError: a ``weights_init`` that is not ``"uniform"``, ``"zeros"``, a (low, high) pair of
+            numbers or a list of T of them, or a range that ``init_uniform`` refuses (not finite,
+            low >= high, beyond the storage's range), naming ``weights_init`` and its value.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
                  seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
-                 row_keys=None, column_keys=None):
+                 row_keys=None, column_keys=None, weights_init="uniform"):
         super().__init__()
         pairs = _specs(specs)
+        init = _weights_init(weights_init, len(pairs))
         optimizer = _name(optimizer, "optimizer")
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
@@ -300,6 +369,22 @@ class TableBatchedEmbeddingBags(nn.Module):
                            slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
+        self._init_weights(init, weights_init)
+
+    def _init_weights(self, init, given):
+        """Draws the tables as ``weights_init`` says (parsed: ``init``; as given: ``given``)."""
+        if init == "zeros":  # the tables start at zero
+            return
+        try:
+            if init == "uniform":  # TorchRec's default: U(-sqrt(1/rows), sqrt(1/rows)) per table
+                bounds = [math.sqrt(1.0 / rows) for rows, _ in self._config["specs"]]
+                self.init_uniform([-b for b in bounds], bounds)
+            elif isinstance(init, tuple):
+                self.init_uniform(*init)
+            else:
+                self.init_uniform([lo for lo, _ in init], [hi for _, hi in init])
+        except ValueError as e:  # mpe's range check (finite, low < high, within the storage's range)
+            raise ValueError(f"mpe_torch: weights_init = {_shown(given)}: {e}") from None
 
     # ---- shape ----
     @property
