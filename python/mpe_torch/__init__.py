@@ -78,6 +78,35 @@ def built_combinations():
     return list(_C.built_combinations())
 
 
+# There is no build option for it: the compiled set is variants.hpp's is_built() (each
+# instantiation costs ~13 s of CPU to compile), and a (storage, cache) pair it newly allows needs
+# its line in a csrc/group_<storage>*.cpp (python/README.md, "Compiled combinations").
+_BUILD_HINT = (
+    "to build it, allow it in is_built() in python/mpe_torch/csrc/variants.hpp and rebuild (python/README.md, "
+    "compiled combinations)")
+
+
+def _short_not_built(error, asked):
+    """The extension refuses a combination that is not compiled with a message listing all
+    built ones (~1,400 characters). This returns a ValueError saying what was asked, the
+    nearest built combinations (fewest fields changed; the storage, then the cache, kept
+    first) and how to build it; None when ``error`` is another error (names, specs, ...: the
+    extension's checks and their order are kept)."""
+    if " is not built; built: " not in str(error):
+        return None
+    asked = tuple(asked)
+    built = [tuple(c.split("/")) for c in _C.built_combinations()]
+
+    def distance(c):
+        differs = [a != b for a, b in zip(asked, c)]
+        return (sum(differs), *differs)
+
+    nearest = sorted(built, key=distance)[:3]  # stable: ties in built_combinations() order
+    return ValueError(f"mpe_torch: storage/cache/rounding/state_precision = {'/'.join(asked)} is not built; "
+                      f"nearest built: {', '.join('/'.join(c) for c in nearest)} (all: built_combinations()); "
+                      f"{_BUILD_HINT}")
+
+
 def _name(x, what):
     """Accepts a string or an enum (e.g. fbgemm_gpu's PoolingMode.SUM) by its name."""
     if isinstance(x, str):
@@ -207,8 +236,14 @@ def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, roun
         raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
     row_keys, column_keys = _keys("row_keys", row_keys, len(pairs)), _keys("column_keys", column_keys, len(pairs))
     cache_fraction = _real(cache_fraction, "cache_fraction")
-    return dict(_C.planned_memory(pairs, storage, cache, cache_fraction, rounding, optimizer, state_precision,
-                                  slot_index, row_keys or [], column_keys or []))
+    try:
+        return dict(_C.planned_memory(pairs, storage, cache, cache_fraction, rounding, optimizer, state_precision,
+                                      slot_index, row_keys or [], column_keys or []))
+    except ValueError as e:
+        short = _short_not_built(e, (storage, cache, rounding, state_precision))
+        if short is None:
+            raise
+        raise short from None
 
 
 class _TbeFunction(torch.autograd.Function):
@@ -317,8 +352,8 @@ class TableBatchedEmbeddingBags(nn.Module):
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
             message lists the valid ones), or a storage/cache/rounding/state_precision
-            combination that is not built (the message lists the built ones, see
-            ``built_combinations()``), a ``seed`` outside [0, 2**64).
+            combination that is not built (the message names it, the nearest built ones, see
+            ``built_combinations()``, and where to build it), a ``seed`` outside [0, 2**64).
         ValueError: ``row_keys`` or ``column_keys`` not of length T, or a key outside [0, 2**63),
             negative, not leaving room for its table's rows (row keys) or not a multiple of 4
             (column keys), named with its value.
@@ -364,9 +399,15 @@ class TableBatchedEmbeddingBags(nn.Module):
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
                             defer_admission=defer_admission, row_keys=keys["row_keys"],
                             column_keys=keys["column_keys"])
-        self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
-                           optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
-                           slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
+        try:
+            self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
+                               optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
+                               slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
+        except ValueError as e:
+            short = _short_not_built(e, (storage, cache, rounding, state_precision))
+            if short is None:
+                raise
+            raise short from None
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
         self._init_weights(init, weights_init)
