@@ -9,8 +9,9 @@ The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddin
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
 
 Everything runs on the CPU (mpe's host backend, OpenMP); ``.to()``, ``.cuda()``, ``.half()`` and
-the like raise RuntimeError rather than return the module unchanged (``.cpu()`` and
-``.float()`` are no-ops). Tensors of the wrong dtype raise
+the like raise RuntimeError naming the reason rather than return the module unchanged
+(``.cpu()``, ``.float()`` and ``.to("cpu")`` return the module as it is: it is already CPU and
+its outputs float32). Tensors of the wrong dtype raise
 ``TypeError``; of the wrong device, shape, number of dimensions or contiguity ``ValueError``;
 they are never converted. mpe's own errors arrive as ``ValueError`` (``std::invalid_argument``:
 bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic_error``:
@@ -244,6 +245,30 @@ def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, roun
         if short is None:
             raise
         raise short from None
+
+
+def _refuse_device(module, device):
+    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved to {device}: its tables live in mpe's CPU "
+                       "store (mpe's host backend, OpenMP); it runs on the CPU only")
+
+
+def _refuse_conversion(module, fn, instead="build the module with the options you want instead"):
+    """nn.Module._apply's check for modules holding mpe tables (mpe's, CPU, their own formats;
+    not torch tensors): .to() / .half() / .double() and friends cannot move or convert them. A
+    conversion that leaves a CPU float32 tensor as it is (.cpu(), .float(), .to("cpu")) passes
+    (the module is unchanged and returned); any other raises RuntimeError naming the module and
+    what was asked, instead of returning the module unchanged."""
+    probe = torch.zeros(1)
+    try:
+        out = fn(probe)
+    except Exception as e:  # e.g. .to("cuda") on a machine without a GPU: torch's own error
+        what = f"a conversion that fails on a CPU tensor ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+    else:
+        if torch.is_tensor(out) and out.device == probe.device and out.dtype == probe.dtype:
+            return
+        what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
+    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved or converted (asked for {what}); its "
+                       f"tables live in mpe's CPU store in their own formats (storage=...), on the CPU only; {instead}")
 
 
 class _TbeFunction(torch.autograd.Function):
@@ -744,18 +769,22 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise
 
     def _apply(self, fn, recurse=True):
-        # The tables are mpe's (CPU, their own formats), not torch tensors: .to() / .cuda() /
-        # .half() and friends cannot move or convert them. A conversion that leaves a CPU
-        # float32 tensor as it is (.cpu(), .float(), .to("cpu")) is allowed; any other raises
-        # instead of returning the module unchanged.
-        probe = torch.zeros(1)
-        out = fn(probe)
-        if not torch.is_tensor(out) or out.device != probe.device or out.dtype != probe.dtype:
-            what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
-            raise RuntimeError(f"mpe_torch: TableBatchedEmbeddingBags cannot be moved or converted (asked for {what}); "
-                               "its tables live in mpe's CPU store in their own formats (storage=...); build the "
-                               "module with the options you want instead")
+        _refuse_conversion(self, fn)
         return super()._apply(fn, recurse)
+
+    # Device moves that never reach _apply's probe: torch's own "no driver" error on a machine
+    # without the device would hide the reason.
+    def cuda(self, device=None):
+        _refuse_device(self, "cuda")
+
+    def xpu(self, device=None):
+        _refuse_device(self, "xpu")
+
+    def ipu(self, device=None):
+        _refuse_device(self, "ipu")
+
+    def mtia(self, device=None):
+        _refuse_device(self, "mtia")
 
     def extra_repr(self):
         c = self._config

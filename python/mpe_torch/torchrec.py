@@ -78,7 +78,7 @@ from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import PoolingType, pooling_type_to_pooling_mode
 from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 
-from . import TableBatchedEmbeddingBags
+from . import TableBatchedEmbeddingBags, _refuse_conversion, _refuse_device
 from ._layout import BagPlanCache
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
@@ -141,7 +141,9 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of TorchRec's VBE.
 
     Its tables start U(weight_init_min, weight_init_max) of their configs (``reset_parameters``'
-    draw, made once at construction).
+    draw, made once at construction). CPU only: ``.to()``, ``.cuda()``, ``.half()`` and the like
+    raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s do);
+    ``.cpu()``, ``.float()`` and ``.to("cpu")`` return it as it is.
     """
 
     def __init__(self, config, table_keys, sharding_type=None):
@@ -169,6 +171,22 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     @property
     def config(self):
         return self._config
+
+    def _apply(self, fn, recurse=True):
+        _refuse_conversion(self, fn, "choose the format in the sharder's fused_params or table_options instead")
+        return super()._apply(fn, recurse)
+
+    def cuda(self, device=None):
+        _refuse_device(self, "cuda")
+
+    def xpu(self, device=None):
+        _refuse_device(self, "xpu")
+
+    def ipu(self, device=None):
+        _refuse_device(self, "ipu")
+
+    def mtia(self, device=None):
+        _refuse_device(self, "mtia")
 
     def _init_ranges(self):
         return [(t.get_weight_init_min(), t.get_weight_init_max()) for t in self._tables]

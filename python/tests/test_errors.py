@@ -366,8 +366,18 @@ def test_not_built_message_is_short():
 def test_moving_or_converting_the_module_raises():
     emb = mpe_torch.TableBatchedEmbeddingBags([(10, 4)])
     for convert in (lambda m: m.half(), lambda m: m.double(), lambda m: m.bfloat16(),
-                    lambda m: m.to(torch.float16), lambda m: m.to("meta")):
-        with pytest.raises(RuntimeError, match="cannot be moved or converted"):
+                    lambda m: m.to(torch.float16), lambda m: m.to("meta"), lambda m: m.type(torch.float64),
+                    lambda m: m.to_empty(device="meta")):
+        with pytest.raises(RuntimeError, match="TableBatchedEmbeddingBags cannot be moved or converted "
+                                               r"\(asked for .*\); its tables live in mpe's CPU store"):
             convert(emb)
-    assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb
+    # A device move names the device whether or not this machine has one (torch's own error,
+    # e.g. "Found no NVIDIA driver", would not say why).
+    for device in ("cuda", "xpu", "ipu", "mtia"):
+        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {device}: .*CPU only"):
+            getattr(emb, device)()
+    with pytest.raises(RuntimeError, match=r"TableBatchedEmbeddingBags cannot be moved or converted \(asked for "):
+        emb.to("cuda" if not torch.cuda.is_available() else "cuda:0")
+    # Conversions that leave a CPU float32 module as it is return it.
+    assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb and emb.to(torch.float32) is emb
     torch.testing.assert_close(emb(torch.tensor([1]), torch.tensor([0, 1])), emb.get_weights(0)[1:2])
