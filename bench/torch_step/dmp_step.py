@@ -16,8 +16,9 @@ the slowest rank's. Rank 0 prints per variant the median ms per step, the median
 batches of its ratio to the fused kernel's step on the same batch, and the embedding memory
 summed over ranks (mpe: store + cache + metadata + optimizer state; fused: its FP32 weights).
 
-Needs torch, fbgemm-gpu-cpu, torchrec and mpe_torch (python/README.md), Eigen's headers for
-the data helper (python/examples/torch_dlrm.py).
+Needs: torch, fbgemm_gpu (fbgemm-gpu-cpu: the fused kernel), torchrec, mpe_torch and Eigen's
+headers (the data helper of python/examples/torch_dlrm.py); a missing one is named with its
+install command at start (exit status 2; python/README.md, Install).
 """
 import argparse
 import json
@@ -29,6 +30,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python", "examples"))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see torch_dlrm.py
+from _needs import require  # noqa: E402
+
+require("torch", "fbgemm_gpu", "torchrec", "mpe_torch", "eigen")
 
 import torch_dlrm  # noqa: E402  (sets OMP_WAIT_POLICY=PASSIVE before torch loads)
 import torch  # noqa: E402

@@ -18,9 +18,12 @@ step time to FBGEMM's on the same batch (and the ratio of the medians); --json w
       bench/torch_step/step_side_by_side.py --steps 200
 
 Defaults are the issue's step: 26 tables (synthetic data at scale 0.09: 3.0M rows), D = 64,
-B = 2048, one index per table per sample, Zipf 1.05, SGD, one thread. Needs torch,
-fbgemm-gpu-cpu (see DEVELOPERS.md) and mpe_torch (cmake -P cmake/test_python.cmake builds it
-into build/python-site).
+B = 2048, one index per table per sample, Zipf 1.05, SGD, one thread.
+
+Needs: torch, fbgemm_gpu (fbgemm-gpu-cpu: the reference TBE), mpe_torch (cmake -P
+cmake/test_python.cmake builds it into build/python-site) and Eigen's headers (the data helper
+of python/examples/torch_dlrm.py); a missing one is named with its install command at start
+(exit status 2; python/README.md, Install).
 """
 import argparse
 import json
@@ -32,6 +35,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python", "examples"))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see torch_dlrm.py
+from _needs import require  # noqa: E402
+
+require("torch", "fbgemm_gpu", "mpe_torch", "eigen")
 
 import torch_dlrm  # noqa: E402  (sets OMP_WAIT_POLICY=PASSIVE before torch loads)
 import torch  # noqa: E402

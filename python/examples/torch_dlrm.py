@@ -20,10 +20,12 @@ Same model, data and defaults as the C++ trainer (examples/train_dlrm/README.md)
   python python/examples/torch_dlrm.py --data /work/shared/data/criteo-terabyte-day0-head1k.tsv --test-fraction 0.2
   python python/examples/torch_dlrm.py --bench 200 --emb fbgemm --emb-optimizer rowwise_adagrad
 
-Needs mpe_torch (pip install --no-build-isolation ./python, or PYTHONPATH=build/python-site after
-cmake -P cmake/test_python.cmake), Eigen's headers (/usr/include/eigen3, libeigen3-dev: the C++
-data code includes them) and, for --emb fbgemm, fbgemm-gpu-cpu. The data helper is compiled
-once into torch's extension cache (~1 minute).
+Needs: torch, mpe_torch, Eigen's headers (libeigen3-dev), and fbgemm_gpu (fbgemm-gpu-cpu) for
+--emb fbgemm; a missing one is named with its install command at start (exit status 2;
+python/README.md, Install). mpe_torch: pip install --no-build-isolation ./python, or
+PYTHONPATH=build/python-site after cmake -P cmake/test_python.cmake. Eigen: the C++ data code
+(dlrm_data.cpp) includes it from /usr/include/eigen3; the data helper is compiled once into
+torch's extension cache (~1 minute).
 
 Prints one result line (log loss, AUC, accuracy, step time, embedding memory) and, with
 --json, writes it as a JSON record. The dense model's init differs in bits from the C++
@@ -42,11 +44,16 @@ import time
 # (measured on the 2 shared cores here: 350 ms vs 6 ms per embedding step).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from _needs import EIGEN, require  # noqa: E402
+
+require("torch", "eigen")  # what importing this file (or its data helper, for torchrec_dlrm.py) needs
+
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 NUM_DENSE, NUM_CAT = 13, 26
 MASK = (1 << 64) - 1
 
@@ -64,9 +71,8 @@ def hash_combine(a, b):
 
 def load_data_module(verbose=False):
     from torch.utils.cpp_extension import load
-    eigen = "/usr/include/eigen3"
     return load(name="mpe_dlrm_data", sources=[os.path.join(HERE, "dlrm_data.cpp")],
-                extra_include_paths=[os.path.join(REPO, "examples", "train_dlrm"), eigen],
+                extra_include_paths=[os.path.join(REPO, "examples", "train_dlrm"), EIGEN],
                 extra_cflags=["-std=c++20", "-O2", "-fopenmp", "-g0"], extra_ldflags=["-fopenmp"],
                 verbose=verbose)
 
@@ -210,12 +216,12 @@ def build_embedding(args, table_rows):
         cache_fraction = args.cache_fraction if args.cache != "none" else 0.0
         emb = mpe_torch.TableBatchedEmbeddingBags(
             specs, storage=args.storage, cache=args.cache, cache_fraction=cache_fraction, rounding=args.rounding,
-            optimizer=args.emb_optimizer, learning_rate=args.emb_lr, pooling_mode="sum", seed=seed)
-        emb.init_uniform(-args.emb_init, args.emb_init)
+            optimizer=args.emb_optimizer, learning_rate=args.emb_lr, pooling_mode="sum", seed=seed,
+            weights_init=(-args.emb_init, args.emb_init))  # init_uniform(-e, e): the C++ trainer's start
         return emb, None
     # the same FP32 start as an mpe FP32 module with the C++ trainer's seed
-    ref = mpe_torch.TableBatchedEmbeddingBags(specs, storage="fp32", seed=seed)
-    ref.init_uniform(-args.emb_init, args.emb_init)
+    ref = mpe_torch.TableBatchedEmbeddingBags(specs, storage="fp32", seed=seed,
+                                              weights_init=(-args.emb_init, args.emb_init))
     init = ref.split_embedding_weights()
     del ref
     if args.emb == "nn":
@@ -385,6 +391,9 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="show the data helper's compilation")
     args = ap.parse_args(argv)
+    require("mpe_torch")  # every --emb: the FP32 start is mpe's init
+    if args.emb == "fbgemm":
+        require("fbgemm_gpu", why="--emb fbgemm")
     if args.emb_lr is None:
         args.emb_lr = args.lr
     if args.emb == "mpe" and args.cache == "none":

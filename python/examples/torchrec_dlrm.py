@@ -18,7 +18,10 @@ planner (with mpe's byte estimates for mpe's kernel: mpe_torch.torchrec.planner)
 Rank 0 prints one line: log loss and AUC on the test set (every rank's predictions), the step
 time, and the embedding memory summed over ranks (store + cache + metadata; the optimizer
 state is 0 for SGD). Without torchrun it runs as one process.
-Needs torchrec (python/README.md) and Eigen's headers for the data helper.
+
+Needs: torch, fbgemm_gpu (fbgemm-gpu-cpu: TorchRec imports it), torchrec, Eigen's headers (the
+data helper) and, for --kernel mpe, mpe_torch; a missing one is named with its install command
+at start (exit status 2; python/README.md, Install).
 """
 import argparse
 import json
@@ -29,11 +32,15 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see torch_dlrm.py
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _needs import require  # noqa: E402
+
+require("torch", "fbgemm_gpu", "torchrec", "eigen")
+
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 from torch_dlrm import NUM_CAT, NUM_DENSE, add_data_arguments, batches, load_data, log_loss, roc_auc  # noqa: E402
 
 
@@ -216,6 +223,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (0 = torch's default)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    if args.kernel == "mpe":
+        require("mpe_torch", why="--kernel mpe")
     if args.emb_lr is None:
         args.emb_lr = args.lr
     return run(args)

@@ -9,14 +9,17 @@ The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddin
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
 
 Everything runs on the CPU (mpe's host backend, OpenMP); ``.to()``, ``.cuda()``, ``.half()`` and
-the like raise RuntimeError rather than return the module unchanged (``.cpu()`` and
-``.float()`` are no-ops). Tensors of the wrong dtype raise
+the like raise RuntimeError naming the reason rather than return the module unchanged
+(``.cpu()``, ``.float()`` and ``.to("cpu")`` return the module as it is: it is already CPU and
+its outputs float32). Tensors of the wrong dtype raise
 ``TypeError``; of the wrong device, shape, number of dimensions or contiguity ``ValueError``;
 they are never converted. mpe's own errors arrive as ``ValueError`` (``std::invalid_argument``:
 bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic_error``:
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import math
+import numbers
 import operator
 
 import torch
@@ -26,7 +29,7 @@ from . import _C
 from ._layout import BagPlanCache
 
 __all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "planned_memory", "STORAGES", "CACHES",
-           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS"]
+           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS", "WEIGHTS_INITS"]
 
 CheckpointError = _C.CheckpointError
 
@@ -67,12 +70,42 @@ STATE_PRECISIONS = tuple(_C.state_precisions())
 OPTIMIZERS = tuple(_C.optimizers())  # mpe::KnownOptimizers
 EXPORT_FORMATS = tuple(_C.export_formats())  # row formats with an FBGEMM layout (export_table's format=)
 _STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
+WEIGHTS_INITS = ("uniform", "zeros")  # weights_init's names (it also takes (low, high) pairs)
 
 
 def built_combinations():
     """The storage/cache/rounding/state_precision combinations compiled into this build, as
     strings ``"int8/lru/stochastic/fp32"``. Cache ``none`` is ``Lru<32>`` with no cache rows."""
     return list(_C.built_combinations())
+
+
+# There is no build option for it: the compiled set is variants.hpp's is_built() (each
+# instantiation costs ~13 s of CPU to compile), and a (storage, cache) pair it newly allows needs
+# its line in a csrc/group_<storage>*.cpp (python/README.md, "Compiled combinations").
+_BUILD_HINT = (
+    "to build it, allow it in is_built() in python/mpe_torch/csrc/variants.hpp and rebuild (python/README.md, "
+    "compiled combinations)")
+
+
+def _short_not_built(error, asked):
+    """The extension refuses a combination that is not compiled with a message listing all
+    built ones (~1,400 characters). This returns a ValueError saying what was asked, the
+    nearest built combinations (fewest fields changed; the storage, then the cache, kept
+    first) and how to build it; None when ``error`` is another error (names, specs, ...: the
+    extension's checks and their order are kept)."""
+    if " is not built; built: " not in str(error):
+        return None
+    asked = tuple(asked)
+    built = [tuple(c.split("/")) for c in _C.built_combinations()]
+
+    def distance(c):
+        differs = [a != b for a, b in zip(asked, c)]
+        return (sum(differs), *differs)
+
+    nearest = sorted(built, key=distance)[:3]  # stable: ties in built_combinations() order
+    return ValueError(f"mpe_torch: storage/cache/rounding/state_precision = {'/'.join(asked)} is not built; "
+                      f"nearest built: {', '.join('/'.join(c) for c in nearest)} (all: built_combinations()); "
+                      f"{_BUILD_HINT}")
 
 
 def _name(x, what):
@@ -124,6 +157,57 @@ def _keys(name, value, T):
     return seq
 
 
+def _shown(value, limit=160):
+    """repr(value), cut to ``limit`` characters (a list of many tables' ranges stays readable)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _weights_init(value, T):
+    """The constructor's ``weights_init``: ``"uniform"``, ``"zeros"``, one ``(low, high)`` pair
+    (floats) or a list of T pairs. A ValueError naming ``weights_init`` and its value for anything
+    else; the ranges themselves are mpe's to check, when the tables are drawn."""
+    def bad(why):
+        return ValueError(f"mpe_torch: weights_init = {_shown(value)} {why}; it takes 'uniform' (the default), 'zeros', "
+                          f"a (low, high) pair or a list of T = {T} such pairs, one per table")
+
+    def number(x):
+        if isinstance(x, (bool, str, bytes)):
+            return False
+        if torch.is_tensor(x):
+            return x.dim() == 0 and x.dtype != torch.bool and not x.is_complex()
+        return isinstance(x, numbers.Real)
+
+    def pair(x):
+        if isinstance(x, (str, bytes)) or (torch.is_tensor(x) and x.dim() == 0):
+            return None
+        try:
+            items = list(x)
+        except TypeError:
+            return None
+        if len(items) == 2 and all(number(v) for v in items):
+            return float(items[0]), float(items[1])
+        return None
+
+    if isinstance(value, str):
+        if value.lower() in WEIGHTS_INITS:
+            return value.lower()
+        raise bad(f"is not one of {', '.join(map(repr, WEIGHTS_INITS))}")
+    one = pair(value)
+    if one is not None:
+        return one
+    try:
+        items = [] if isinstance(value, bytes) or (torch.is_tensor(value) and value.dim() == 0) else list(value)
+    except TypeError:
+        items = []
+    pairs = [pair(v) for v in items]
+    if not pairs or any(p is None for p in pairs):
+        raise bad("is neither a name nor (low, high) pairs of numbers")
+    if len(pairs) != T:
+        raise bad(f"has {len(pairs)} (low, high) pair(s)")
+    return pairs
+
+
 def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                    optimizer="sgd", state_precision="fp32", slot_index=False, row_keys=None, column_keys=None):
     """Bytes that ``TableBatchedEmbeddingBags(specs, ...)`` with these arguments will hold, computed
@@ -153,8 +237,38 @@ def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, roun
         raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
     row_keys, column_keys = _keys("row_keys", row_keys, len(pairs)), _keys("column_keys", column_keys, len(pairs))
     cache_fraction = _real(cache_fraction, "cache_fraction")
-    return dict(_C.planned_memory(pairs, storage, cache, cache_fraction, rounding, optimizer, state_precision,
-                                  slot_index, row_keys or [], column_keys or []))
+    try:
+        return dict(_C.planned_memory(pairs, storage, cache, cache_fraction, rounding, optimizer, state_precision,
+                                      slot_index, row_keys or [], column_keys or []))
+    except ValueError as e:
+        short = _short_not_built(e, (storage, cache, rounding, state_precision))
+        if short is None:
+            raise
+        raise short from None
+
+
+def _refuse_device(module, device):
+    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved to {device}: its tables live in mpe's CPU "
+                       "store (mpe's host backend, OpenMP); it runs on the CPU only")
+
+
+def _refuse_conversion(module, fn, instead="build the module with the options you want instead"):
+    """nn.Module._apply's check for modules holding mpe tables (mpe's, CPU, their own formats;
+    not torch tensors): .to() / .half() / .double() and friends cannot move or convert them. A
+    conversion that leaves a CPU float32 tensor as it is (.cpu(), .float(), .to("cpu")) passes
+    (the module is unchanged and returned); any other raises RuntimeError naming the module and
+    what was asked, instead of returning the module unchanged."""
+    probe = torch.zeros(1)
+    try:
+        out = fn(probe)
+    except Exception as e:  # e.g. .to("cuda") on a machine without a GPU: torch's own error
+        what = f"a conversion that fails on a CPU tensor ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+    else:
+        if torch.is_tensor(out) and out.device == probe.device and out.dtype == probe.dtype:
+            return
+        what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
+    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved or converted (asked for {what}); its "
+                       f"tables live in mpe's CPU store in their own formats (storage=...), on the CPU only; {instead}")
 
 
 class _TbeFunction(torch.autograd.Function):
@@ -246,14 +360,25 @@ class TableBatchedEmbeddingBags(nn.Module):
             (TorchRec column-wise sharding): c0. The optimizer state of a ``"bf16"`` or ``"fp16"``
             ``state_precision`` ignores it. Row and column keys are configuration, recorded in
             the state's ``_extra_state`` but not compared by ``load_state_dict``.
+        weights_init: how the tables start (``WEIGHTS_INITS`` or ranges), drawn at construction
+            by ``init_uniform`` (mpe's Philox stream from ``seed``, keyed by ``row_keys`` /
+            ``column_keys``: the same seed gives the same bits whatever the thread count),
+            stored with ``rounding``:
 
-    The tables start at zero: call ``init_uniform(low, high)`` or ``set_weights``.
+            - ``"uniform"`` (default): each table U(-sqrt(1/rows), sqrt(1/rows)), rows being that
+              table's row count, as TorchRec's ``EmbeddingBagConfig`` initialises by default;
+            - ``"zeros"``: every weight 0 (nothing is drawn);
+            - ``(low, high)``: every table U(low, high), i.e. ``init_uniform(low, high)``;
+            - ``[(low_0, high_0), ..., (low_{T-1}, high_{T-1})]``: table t U(low_t, high_t).
+
+            ``init_uniform`` and ``set_weights`` replace the weights later; ``load_state_dict``
+            replaces them with the state's.
 
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
             message lists the valid ones), or a storage/cache/rounding/state_precision
-            combination that is not built (the message lists the built ones, see
-            ``built_combinations()``), a ``seed`` outside [0, 2**64).
+            combination that is not built (the message names it, the nearest built ones, see
+            ``built_combinations()``, and where to build it), a ``seed`` outside [0, 2**64).
         ValueError: ``row_keys`` or ``column_keys`` not of length T, or a key outside [0, 2**63),
             negative, not leaving room for its table's rows (row keys) or not a multiple of 4
             (column keys), named with its value.
@@ -264,14 +389,18 @@ class TableBatchedEmbeddingBags(nn.Module):
             number (a bool or a string is not one).
         ValueError: also a hyperparameter whose value float32 cannot hold (beyond its largest
             finite value, or a nonzero value that would round to zero), named with its value.
+        ValueError: a ``weights_init`` that is not ``"uniform"``, ``"zeros"``, a (low, high) pair of
+            numbers or a list of T of them, or a range that ``init_uniform`` refuses (not finite,
+            low >= high, beyond the storage's range), naming ``weights_init`` and its value.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
                  seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
-                 row_keys=None, column_keys=None):
+                 row_keys=None, column_keys=None, weights_init="uniform"):
         super().__init__()
         pairs = _specs(specs)
+        init = _weights_init(weights_init, len(pairs))
         optimizer = _name(optimizer, "optimizer")
         pooling_mode = _name(pooling_mode, "pooling_mode")
         storage, cache, rounding = (_name(storage, "storage"), _name(cache, "cache"), _name(rounding, "rounding"))
@@ -295,11 +424,33 @@ class TableBatchedEmbeddingBags(nn.Module):
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
                             defer_admission=defer_admission, row_keys=keys["row_keys"],
                             column_keys=keys["column_keys"])
-        self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
-                           optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
-                           slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
+        try:
+            self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
+                               optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
+                               slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
+        except ValueError as e:
+            short = _short_not_built(e, (storage, cache, rounding, state_precision))
+            if short is None:
+                raise
+            raise short from None
         # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
         self._anchor = torch.empty(0, requires_grad=True)
+        self._init_weights(init, weights_init)
+
+    def _init_weights(self, init, given):
+        """Draws the tables as ``weights_init`` says (parsed: ``init``; as given: ``given``)."""
+        if init == "zeros":  # the tables start at zero
+            return
+        try:
+            if init == "uniform":  # TorchRec's default: U(-sqrt(1/rows), sqrt(1/rows)) per table
+                bounds = [math.sqrt(1.0 / rows) for rows, _ in self._config["specs"]]
+                self.init_uniform([-b for b in bounds], bounds)
+            elif isinstance(init, tuple):
+                self.init_uniform(*init)
+            else:
+                self.init_uniform([lo for lo, _ in init], [hi for _, hi in init])
+        except ValueError as e:  # mpe's range check (finite, low < high, within the storage's range)
+            raise ValueError(f"mpe_torch: weights_init = {_shown(given)}: {e}") from None
 
     # ---- shape ----
     @property
@@ -618,18 +769,22 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise
 
     def _apply(self, fn, recurse=True):
-        # The tables are mpe's (CPU, their own formats), not torch tensors: .to() / .cuda() /
-        # .half() and friends cannot move or convert them. A conversion that leaves a CPU
-        # float32 tensor as it is (.cpu(), .float(), .to("cpu")) is allowed; any other raises
-        # instead of returning the module unchanged.
-        probe = torch.zeros(1)
-        out = fn(probe)
-        if not torch.is_tensor(out) or out.device != probe.device or out.dtype != probe.dtype:
-            what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
-            raise RuntimeError(f"mpe_torch: TableBatchedEmbeddingBags cannot be moved or converted (asked for {what}); "
-                               "its tables live in mpe's CPU store in their own formats (storage=...); build the "
-                               "module with the options you want instead")
+        _refuse_conversion(self, fn)
         return super()._apply(fn, recurse)
+
+    # Device moves that never reach _apply's probe: torch's own "no driver" error on a machine
+    # without the device would hide the reason.
+    def cuda(self, device=None):
+        _refuse_device(self, "cuda")
+
+    def xpu(self, device=None):
+        _refuse_device(self, "xpu")
+
+    def ipu(self, device=None):
+        _refuse_device(self, "ipu")
+
+    def mtia(self, device=None):
+        _refuse_device(self, "mtia")
 
     def extra_repr(self):
         c = self._config

@@ -78,7 +78,7 @@ from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import PoolingType, pooling_type_to_pooling_mode
 from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 
-from . import TableBatchedEmbeddingBags
+from . import TableBatchedEmbeddingBags, _refuse_conversion, _refuse_device
 from ._layout import BagPlanCache
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
@@ -121,7 +121,7 @@ def _validate(options, where):
     is refused when the sharder is made, on every rank alike (not later by the rank that owns
     the table)."""
     try:
-        TableBatchedEmbeddingBags([(64, 4)], **options)
+        TableBatchedEmbeddingBags([(64, 4)], weights_init="zeros", **options)
     except (ValueError, TypeError) as e:
         raise type(e)(f"mpe_torch.torchrec: {where}: {e}") from None
 
@@ -139,6 +139,11 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     rank (int64 values, CPU; weights when the EBC is weighted) and returns ``(B, sum_f D_f)``
     float32, or with a variable batch per feature (``features.variable_stride_per_key()``) the
     rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of TorchRec's VBE.
+
+    Its tables start U(weight_init_min, weight_init_max) of their configs (``reset_parameters``'
+    draw, made once at construction). CPU only: ``.to()``, ``.cuda()``, ``.half()`` and the like
+    raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s do);
+    ``.cpu()``, ``.float()`` and ``.to("cpu")`` return it as it is.
     """
 
     def __init__(self, config, table_keys, sharding_type=None):
@@ -156,22 +161,42 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
             column_keys.append(col0)
             feature_table.extend([i] * t.num_features())
         mode = pooling_type_to_pooling_mode(config.pooling, sharding_type)
+        # Drawn once, at construction: reset_parameters()'s ranges as weights_init (the same bits).
         self.tbe = TableBatchedEmbeddingBags(specs, pooling_mode=mode.name.lower(), row_keys=row_keys,
-                                             column_keys=column_keys, **options)
+                                             column_keys=column_keys, weights_init=self._init_ranges(), **options)
         self._direct = feature_table == list(range(len(tables)))  # one feature per table
         self._plans = BagPlanCache(feature_table, [d for _, d in specs])
         self._optimizer = _MpeFusedOptimizer(self.tbe)
-        self.reset_parameters()
 
     @property
     def config(self):
         return self._config
 
+    def _apply(self, fn, recurse=True):
+        _refuse_conversion(self, fn, "choose the format in the sharder's fused_params or table_options instead")
+        return super()._apply(fn, recurse)
+
+    def cuda(self, device=None):
+        _refuse_device(self, "cuda")
+
+    def xpu(self, device=None):
+        _refuse_device(self, "xpu")
+
+    def ipu(self, device=None):
+        _refuse_device(self, "ipu")
+
+    def mtia(self, device=None):
+        _refuse_device(self, "mtia")
+
+    def _init_ranges(self):
+        return [(t.get_weight_init_min(), t.get_weight_init_max()) for t in self._tables]
+
     def reset_parameters(self):
         """Every table U(weight_init_min, weight_init_max) of its config, from the module's seed
-        (keyed by the rows' place in the collection: the same bits however it is sharded)."""
-        self.tbe.init_uniform([t.get_weight_init_min() for t in self._tables],
-                              [t.get_weight_init_max() for t in self._tables])
+        (keyed by the rows' place in the collection: the same bits however it is sharded). The
+        kernel starts so (its ``weights_init``); this draws the same weights again."""
+        ranges = self._init_ranges()
+        self.tbe.init_uniform([lo for lo, _ in ranges], [hi for _, hi in ranges])
 
     def forward(self, features, vbe_output=None, vbe_output_offsets=None):
         if vbe_output is not None:

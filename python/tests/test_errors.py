@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Bad tensors and bad names raise, with clear messages; nothing is converted silently."""
+import itertools
+
 import pytest
 import torch
 
@@ -95,11 +97,16 @@ def test_names():
         mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="lamb")
     with pytest.raises(ValueError, match="optimizer = 'lamb' is not one of"):  # with eps given too
         mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="lamb", eps=1e-8)
-    # known names, a combination not compiled: the message lists the built ones
-    with pytest.raises(ValueError, match="bf16/wtinylfu/stochastic/fp32 is not built; built: fp32/none/stochastic/fp32, "
-                                         ".*int8/wtinylfu/stochastic/fp32"):
+    # known names, a combination not compiled: the message names it, the nearest built ones and
+    # where to build it (test_not_built_message_is_short)
+    with pytest.raises(ValueError, match=r"bf16/wtinylfu/stochastic/fp32 is not built; nearest built: "
+                                         r"bf16/none/stochastic/fp32, bf16/lru/stochastic/fp32, "
+                                         r"fp32/wtinylfu/stochastic/fp32 \(all: built_combinations\(\)\); to build "
+                                         r"it, allow it in is_built\(\) in python/mpe_torch/csrc/variants.hpp"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="bf16", cache="wtinylfu", cache_fraction=0.5)
-    with pytest.raises(ValueError, match="fp8_e5m2/lru/stochastic/bf16 is not built"):
+    with pytest.raises(ValueError, match="= fp8_e5m2/none/stochastic/bf16 is not built; nearest built: "
+                                         "fp8_e5m2/none/stochastic/fp32, fp32/none/stochastic/bf16, "
+                                         "int8/none/stochastic/bf16 "):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="fp8_e5m2", state_precision="bf16")
     with pytest.raises(ValueError, match="pooling_mode = 'max'"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, pooling_mode="max")
@@ -315,11 +322,62 @@ def test_non_finite_names():
         m(over, off).backward(torch.full((2, 8), 3e38))
 
 
+def test_not_built_message_is_short():
+    # Every combination of known names that is not compiled: refused by the constructor and by
+    # planned_memory with one message naming it, at most 3 nearest built ones (fewest fields
+    # changed, its storage kept first) and where to build it, in under 400 characters (the
+    # extension's own message lists all 48 built names, ~1,400).
+    built = set(mpe_torch.built_combinations())
+    seen = 0
+    for combo in itertools.product(mpe_torch.STORAGES, mpe_torch.CACHES, mpe_torch.ROUNDINGS,
+                                   mpe_torch.STATE_PRECISIONS):
+        name = "/".join(combo)
+        if name in built:
+            continue
+        seen += 1
+        kw = dict(storage=combo[0], cache=combo[1], cache_fraction=0.0 if combo[1] == "none" else 0.5,
+                  rounding=combo[2], state_precision=combo[3])
+        with pytest.raises(ValueError) as planned:
+            mpe_torch.planned_memory([(10, 4)], **kw)
+        msg = str(planned.value)
+        assert len(msg) < 400, msg
+        assert msg.startswith(f"mpe_torch: storage/cache/rounding/state_precision = {name} is not built; "
+                              "nearest built: "), msg
+        nearest = msg.split("nearest built: ")[1].split(" (all: built_combinations()); ")[0].split(", ")
+        assert 1 <= len(nearest) <= 3 and set(nearest) <= built, msg
+        fewest = min(sum(a != b for a, b in zip(combo, c.split("/"))) for c in built)
+        assert sum(a != b for a, b in zip(combo, nearest[0].split("/"))) == fewest, msg
+        assert "is_built() in python/mpe_torch/csrc/variants.hpp and rebuild" in msg
+        if seen % 40 == 1:  # the constructor says the same (a sample: each builds nothing)
+            with pytest.raises(ValueError) as made:
+                mpe_torch.TableBatchedEmbeddingBags([(10, 4)], **kw)
+            assert str(made.value) == msg
+    assert seen == len(mpe_torch.STORAGES) * len(mpe_torch.CACHES) * len(mpe_torch.ROUNDINGS) * len(
+        mpe_torch.STATE_PRECISIONS) - len(built)
+    # Other errors keep their messages and their order: an unknown name lists the valid ones,
+    # a bad hyperparameter is named before the combination is looked up.
+    with pytest.raises(ValueError, match="storage = 'int3' is not one of"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="int3", cache="lfu", cache_fraction=0.5)
+    with pytest.raises(ValueError, match="Sgd.learning_rate = nan is not finite"):
+        mpe_torch.TableBatchedEmbeddingBags(SPECS, storage="int4", cache="lfu", cache_fraction=0.5,
+                                            learning_rate=float("nan"))
+
+
 def test_moving_or_converting_the_module_raises():
     emb = mpe_torch.TableBatchedEmbeddingBags([(10, 4)])
     for convert in (lambda m: m.half(), lambda m: m.double(), lambda m: m.bfloat16(),
-                    lambda m: m.to(torch.float16), lambda m: m.to("meta")):
-        with pytest.raises(RuntimeError, match="cannot be moved or converted"):
+                    lambda m: m.to(torch.float16), lambda m: m.to("meta"), lambda m: m.type(torch.float64),
+                    lambda m: m.to_empty(device="meta")):
+        with pytest.raises(RuntimeError, match="TableBatchedEmbeddingBags cannot be moved or converted "
+                                               r"\(asked for .*\); its tables live in mpe's CPU store"):
             convert(emb)
-    assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb
+    # A device move names the device whether or not this machine has one (torch's own error,
+    # e.g. "Found no NVIDIA driver", would not say why).
+    for device in ("cuda", "xpu", "ipu", "mtia"):
+        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {device}: .*CPU only"):
+            getattr(emb, device)()
+    with pytest.raises(RuntimeError, match=r"TableBatchedEmbeddingBags cannot be moved or converted \(asked for "):
+        emb.to("cuda" if not torch.cuda.is_available() else "cuda:0")
+    # Conversions that leave a CPU float32 module as it is return it.
+    assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb and emb.to(torch.float32) is emb
     torch.testing.assert_close(emb(torch.tensor([1]), torch.tensor([0, 1])), emb.get_weights(0)[1:2])

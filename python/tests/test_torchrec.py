@@ -368,3 +368,59 @@ def test_plans_refused_on_every_rank_before_building():
     plan = mt.sharding_plan(weighted, {"t0": mt.table_wise(0)}, sharder, 1)
     with pytest.raises(ValueError, match=r"weighted and table\(s\) \['t0'\] pool by MEAN"):
         sharder.shard(weighted, plan.plan[""], env=None)
+
+
+def _kernel(options, tables):
+    """One MpeEmbeddingBag over ``tables`` ((name, rows, D, low, high), table-wise, keyed by
+    their place in that list), built in this process as TorchRec's lookup builds it."""
+    from torchrec.distributed.embedding_types import (GroupedEmbeddingConfig, ShardedEmbeddingTable,
+                                                      EmbeddingComputeKernel)
+    from torchrec.modules.embedding_configs import DataType, PoolingType
+    sharded = [ShardedEmbeddingTable(num_embeddings=r, embedding_dim=d, name=n, feature_names=[n + "_f"],
+                                     local_rows=r, local_cols=d, weight_init_min=lo, weight_init_max=hi,
+                                     pooling=PoolingType.SUM) for n, r, d, lo, hi in tables]
+    config = GroupedEmbeddingConfig(data_type=DataType.FP32, pooling=PoolingType.SUM, is_weighted=False,
+                                    has_feature_processor=False,
+                                    compute_kernel=EmbeddingComputeKernel.CUSTOMIZED_KERNEL,
+                                    embedding_tables=sharded,
+                                    fused_params={"mpe_options": tuple(sorted(options.items()))})
+    keys, start = {}, 0
+    for n, r, *_ in tables:
+        keys[n], start = start, start + r
+    return mt.MpeEmbeddingBag(config, keys)
+
+
+def test_kernel_starts_at_its_configs_ranges_once(monkeypatch):
+    # The kernel's tables start U(weight_init_min, weight_init_max) of their configs, keyed by
+    # their rows in the collection, drawn once (weights_init at construction, not a default
+    # draw followed by reset_parameters' one); reset_parameters draws the same bits again.
+    tables = [("a", 50, 8, -0.1, 0.2), ("b", 30, 8, -0.5, 0.5), ("c", 70, 4, -0.01, 0.01)]
+    draws = []
+    real = mpe_torch.TableBatchedEmbeddingBags.init_uniform
+    monkeypatch.setattr(mpe_torch.TableBatchedEmbeddingBags, "init_uniform",
+                        lambda self, low, high: (draws.append((low, high)), real(self, low, high))[1])
+    k = _kernel(dict(storage="int8", seed=5), tables)
+    assert draws == [([-0.1, -0.5, -0.01], [0.2, 0.5, 0.01])]
+    monkeypatch.undo()
+    ref = mpe_torch.TableBatchedEmbeddingBags([(r, d) for _, r, d, _, _ in tables], storage="int8", seed=5,
+                                              row_keys=[0, 50, 80], weights_init="zeros")
+    ref.init_uniform([t[3] for t in tables], [t[4] for t in tables])
+    start = k.weights()
+    for t, w in enumerate(start):
+        assert torch.equal(w, ref.get_weights(t)), t
+        assert w.min().item() >= tables[t][3] * (1 + 1e-6) and w.max().item() <= tables[t][4] * (1 + 1e-6)
+    k.tbe.set_weights(1, torch.zeros(30, 8))
+    k.reset_parameters()
+    assert all(torch.equal(a, b) for a, b in zip(k.weights(), start))
+
+
+def test_kernel_refuses_moves_and_conversions():
+    k = _kernel(dict(storage="fp16", seed=1), [("a", 20, 8, -0.1, 0.1)])
+    for convert in (lambda m: m.half(), lambda m: m.double(), lambda m: m.to("meta"), lambda m: m.to(torch.bfloat16)):
+        with pytest.raises(RuntimeError, match=r"MpeEmbeddingBag cannot be moved or converted \(asked for .*\).*"
+                                               "sharder's fused_params or table_options"):
+            convert(k)
+    for device in ("cuda", "xpu"):
+        with pytest.raises(RuntimeError, match=f"MpeEmbeddingBag cannot be moved to {device}: .*CPU only"):
+            getattr(k, device)()
+    assert k.cpu() is k and k.float() is k and k.to("cpu") is k
