@@ -9,8 +9,13 @@
 // admitted by the next forward(), so the twins stay equal (weights, stats, checkpoint bytes),
 // also for MixedDimEmbedding; a checkpoint written while an admission is pending holds the
 // state before that forward(), and repeating the forward() and backward() after loading it
-// gives the bits, stats and checkpoint bytes of the run that did not stop.
+// gives the bits, stats and checkpoint bytes of the run that did not stop; written after a
+// refused call, it also counts that call, so later deferred errors name the uninterrupted
+// run's call numbers. io::import_table() between a forward() and its backward() makes the
+// pending admission first, from the rows before the import, as the twin's forward() did
+// (CachedEmbedding, and a MixedDimEmbedding's group).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,12 +23,14 @@
 #include <filesystem>
 #include <limits>
 #include <mpe/io/checkpoint.hpp>
+#include <mpe/io/fbgemm.hpp>
 #include <mpe/mpe.hpp>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "reference/async_backend.hpp"
 #include "reference/embedding_bag.hpp"
 
 namespace {
@@ -370,4 +377,151 @@ TEST_CASE("defer_admission: MixedDimEmbedding's groups train the same bits as wi
     later.get_weights(t, w2);
     CHECK(ref::same_bits(w1, w2));
   }
+}
+
+TEST_CASE("defer_admission: io::import_table between forward and backward trains the twin's bits") {
+  // The import replaces a table's rows after a forward(): the twin admitted that forward's
+  // batch before the import (whose cache lines of the table the import drops), so the
+  // deferring object must admit it before the import too, from the rows as they were.
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  for (const bool index : {false, true}) {
+    CAPTURE(index);
+    const auto cfg = [&](bool defer) {
+      return mpe::EmbeddingConfig{.table_rows = kTables,
+                                  .dim = 8,
+                                  .cache_rows = 16,
+                                  .seed = 7,
+                                  .slot_index = index,
+                                  .defer_admission = defer};
+    };
+    E now(cfg(false)), later(cfg(true)), source(cfg(false));
+    std::mt19937_64 rng(index ? 43 : 41);
+    same_start(now, later, rng, 8);
+    const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * 8;
+    std::vector<float> o1(out_size), o2(out_size);
+    for (int step = 0; step < 12; ++step) {
+      CAPTURE(step);
+      forward_both(now, later, ref::random_batch(rng, kTables, kB, 6, step % 2 == 0), o1, o2);
+      // Table t's new rows: FBGEMM fused 8-bit rows exported from another object.
+      const std::int64_t t = step % 3;
+      const auto rows = static_cast<std::size_t>(kTables[static_cast<std::size_t>(t)]);
+      source.set_weights(ref::random_floats(rng, rows * 8, -2, 2), source.table_offset(t));
+      const std::vector<std::uint8_t> bytes = mpe::io::export_table(source, t, mpe::interop::FbgemmFused{});
+      CHECK(mpe::io::import_table(now, t, mpe::interop::FbgemmFused{}, bytes) == 0);
+      CHECK(mpe::io::import_table(later, t, mpe::interop::FbgemmFused{}, bytes) == 0);
+      const auto g = ref::random_floats(rng, out_size, -1, 1);
+      now.backward(g, mpe::Adagrad{0.1f});
+      later.backward(g, mpe::Adagrad{0.1f});
+      REQUIRE(ref::same_bits(weights(now), weights(later)));
+      REQUIRE(same_stats(now.stats(), later.stats()));
+    }
+    REQUIRE(mpe::io::save_to_bytes(now) == mpe::io::save_to_bytes(later));
+  }
+}
+
+TEST_CASE("defer_admission: MixedDimEmbedding, io::import_table into a group between forward and backward") {
+  using E = mpe::MixedDimEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding>;
+  // Groups: D = 16 holds tables 0 and 2 (local 0, 1), D = 3 tables 1 and 3.
+  const std::vector<mpe::TableSpec> specs{{40, 16}, {25, 3}, {150, 16}, {7, 3}};
+  const auto cfg = [&](bool defer) {
+    return mpe::MixedDimConfig{.tables = specs, .cache_fraction = 0.2, .seed = 9, .defer_admission = defer};
+  };
+  E now(cfg(false)), later(cfg(true)), source(cfg(false));
+  now.init_uniform(-0.5f, 0.5f);
+  later.init_uniform(-0.5f, 0.5f);
+  const std::vector<std::int64_t> rows{40, 25, 150, 7};
+  std::mt19937_64 rng(23);
+  const std::size_t out_size = static_cast<std::size_t>(kB * now.total_dim());
+  std::vector<float> o1(out_size), o2(out_size);
+  const auto table_weights = [&rows](const E& e, std::int64_t t) {
+    std::vector<float> w(static_cast<std::size_t>(rows[static_cast<std::size_t>(t)] * e.dim(t)));
+    e.get_weights(t, w);
+    return w;
+  };
+  for (int step = 0; step < 12; ++step) {
+    CAPTURE(step);
+    const ref::Batch b = ref::random_batch(rng, rows, kB, 6, false);
+    now.forward(b.indices, b.offsets, o1);
+    later.forward(b.indices, b.offsets, o2);
+    REQUIRE(ref::same_bits(o1, o2));
+    const std::int64_t t = step % 4, g = t % 2, local = t / 2;
+    const auto n = static_cast<std::size_t>(rows[static_cast<std::size_t>(t)] * source.dim(t));
+    source.set_weights(t, ref::random_floats(rng, n, -2, 2));
+    const std::vector<std::uint8_t> bytes =
+        mpe::io::export_table(source.group(static_cast<std::size_t>(g)), local, mpe::interop::FbgemmFused{});
+    CHECK(mpe::io::import_table(now.group(static_cast<std::size_t>(g)), local, mpe::interop::FbgemmFused{},
+                                bytes) == 0);
+    CHECK(mpe::io::import_table(later.group(static_cast<std::size_t>(g)), local, mpe::interop::FbgemmFused{},
+                                bytes) == 0);
+    const auto grad = ref::random_floats(rng, out_size, -1, 1);
+    now.backward(grad, mpe::RowwiseAdagrad{0.3f});
+    later.backward(grad, mpe::RowwiseAdagrad{0.3f});
+    REQUIRE(same_stats(now.stats(), later.stats()));
+    for (std::int64_t u = 0; u < 4; ++u) {
+      CAPTURE(u);
+      REQUIRE(ref::same_bits(table_weights(now, u), table_weights(later, u)));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE(
+    "defer_admission: a checkpoint after a refused call resumes with the uninterrupted run's call numbers", B,
+    mpe::HostBackend, ref::AsyncHostBackend) {
+  // Calls 1 - 4: two steps; 5: a forward whose admission is pending; 6: a backward refused
+  // for its gradient's size; then save(). The checkpoint holds the state before call 5 and
+  // counts call 6: the resumed run repeats that forward (call 6 again), then both runs make
+  // the backward (call 7) and a forward with an index outside its table (call 8), which
+  // synchronize() must name alike.
+  using E = mpe::CachedEmbedding<mpe::Int8Rowwise, mpe::Lru<4>, mpe::StochasticRounding, B>;
+  const mpe::EmbeddingConfig cfg{.table_rows = kTables,
+                                 .dim = 6,
+                                 .cache_rows = 16,
+                                 .seed = 8,
+                                 .validation = mpe::Validation::Deferred,
+                                 .defer_admission = true};
+  std::mt19937_64 rng(12);
+  std::vector<ref::Batch> batches;
+  for (int k = 0; k < 4; ++k) batches.push_back(ref::random_batch(rng, kTables, kB, 6, false));
+  const std::size_t out_size = static_cast<std::size_t>(kB) * kTables.size() * 6;
+  std::vector<float> out(out_size);
+  const auto grad = ref::random_floats(rng, out_size, -1, 1);
+  const auto path =
+      std::filesystem::temp_directory_path() / ("mpe_defer_admission_calls_" + std::to_string(::getpid()));
+  E run(cfg, B{});
+  run.set_weights(ref::random_floats(rng, static_cast<std::size_t>(run.total_rows()) * 6, -1, 1));
+  for (int k = 0; k < 2; ++k) {
+    run.forward(batches[static_cast<std::size_t>(k)].indices, batches[static_cast<std::size_t>(k)].offsets,
+                out);
+    run.backward(grad, mpe::Sgd{0.2f});
+  }
+  run.forward(batches[2].indices, batches[2].offsets, out);
+  const std::vector<float> short_grad(grad.begin(), grad.end() - 1);
+  CHECK_THROWS_AS(run.backward(short_grad, mpe::Sgd{0.2f}), std::invalid_argument);
+  run.save(path);
+  E resumed(cfg, B{});
+  resumed.load(path);
+  std::filesystem::remove(path);
+  resumed.forward(batches[2].indices, batches[2].offsets, out);
+  const auto go_on = [&](E& e) {
+    e.backward(grad, mpe::Sgd{0.2f});
+    auto idx = batches[3].indices;
+    idx[1] = 1000;
+    e.forward(idx, batches[3].offsets, out);
+    std::string what;
+    try {
+      e.synchronize();
+    } catch (const std::invalid_argument& x) {
+      what = x.what();
+    }
+    return what;
+  };
+  const std::string uninterrupted = go_on(run);
+  const std::string after_load = go_on(resumed);
+  CAPTURE(uninterrupted);
+  CAPTURE(after_load);
+  CHECK(uninterrupted.find("forward (deferred, call 8)") != std::string::npos);
+  CHECK(uninterrupted.find("indices[1] = 1000") != std::string::npos);
+  CHECK(after_load == uninterrupted);
+  REQUIRE(ref::same_bits(weights(run), weights(resumed)));
+  REQUIRE(same_stats(run.stats(), resumed.stats()));
 }

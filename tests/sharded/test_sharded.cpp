@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -132,20 +133,30 @@ ShardingPlan mixed_plan(int N) {
 enum class Out { Exact, RowTolerance };
 
 // 20 steps of sharded vs single-process training; outputs (and, for row-wise tables,
-// the reassociation bound), weights after every step, bit for bit where promised.
+// the reassociation bound), weights after every step, bit for bit where promised. The start:
+// the same weights through set_weights(), or (init) both objects' init_uniform(), whose
+// draws and rounding must already give the same bits.
 template <class Storage, class Cache, class Rounding, class Opt>
 void check_equivalence(const ShardingPlan& plan, const Opt& opt, std::int64_t cache_rows, Pooling pooling,
-                       bool weights, ShardOptions options = {}) {
+                       bool weights, ShardOptions options = {}, bool init = false) {
   MpiComm& comm = world();
   const int N = comm.size(), me = comm.rank();
   const EmbeddingConfig cfg = config(cache_rows);
   CachedEmbedding<Storage, Cache, Rounding> ref(cfg);
   ShardedEmbedding<Storage, Cache, Rounding, MpiComm> sh(cfg, plan, comm, options);
   const std::vector<float> w0 = initial_weights();
-  ref.set_weights(w0);
-  sh.set_weights(w0);
   const std::size_t TD = kRows.size() * kD;
   std::vector<float> wref(w0.size()), wsh(w0.size());
+  if (init) {
+    ref.init_uniform(-0.5f, 0.5f);
+    sh.init_uniform(-0.5f, 0.5f);
+    ref.get_weights(wref);
+    sh.get_weights(wsh);
+    REQUIRE_MESSAGE(same_bits(wref.data(), wsh.data(), wref.size()), "weights differ after init_uniform");
+  } else {
+    ref.set_weights(w0);
+    sh.set_weights(w0);
+  }
   std::int64_t inexact = 0, exact_single_owner = 0;
   for (int k = 0; k < kSteps; ++k) {
     std::vector<std::int64_t> first;
@@ -310,6 +321,26 @@ TEST_CASE(
   // Column-wise needs a per-element store (an Int8 column shard has its own scale/bias).
   check_equivalence<Fp16, Lru<4>, NearestRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 0, Pooling::Sum,
                                                    false);
+}
+
+TEST_CASE("stochastic rounding, no cache: init_uniform and training round every row as one process") {
+  // One rounding stream per row, keyed by its table and row (and a column piece by its
+  // first column): the pieces initialize (site Init) and round every write with the single
+  // process's words, so quantized stores give its bits.
+  const int N = world().size();
+  check_equivalence<Int8Rowwise, Lru<4>, StochasticRounding>(table_wise_plan(kRows, kD, N), Sgd{0.5f}, 0,
+                                                             Pooling::Sum, false, {}, true);
+  check_equivalence<Int8Rowwise, Lru<4>, StochasticRounding>(
+      row_wise_plan(kRows, kD, N), RowwiseAdagrad{0.3f}, 0, Pooling::Sum, false, {}, true);
+  check_equivalence<Int4Rowwise, Lru<4>, StochasticRounding>(auto_plan(kRows, kD, N), Sgd{0.5f}, 0,
+                                                             Pooling::Sum, true, {}, true);
+  // Column pieces of a per-element store, each starting at a multiple of 4 columns (whole
+  // element groups: column_keys); with 3 ranks D = 8 splits at 3 and 6, which no key places.
+  const std::vector<std::int64_t> cb = even_bounds(kD, N);
+  if (std::all_of(cb.begin(), cb.end(), [](std::int64_t c) { return c % 4 == 0; })) {
+    check_equivalence<Fp16, Lru<4>, StochasticRounding>(column_wise_plan(kRows, kD, N), Sgd{0.5f}, 0,
+                                                        Pooling::Sum, false, {}, true);
+  }
 }
 
 TEST_CASE("row-wise: updates bit-identical, outputs within the documented reassociation bound") {

@@ -77,7 +77,8 @@ struct EmbeddingConfig {
   /// store; the deduplication, admission, evictions, write-backs and fills of its batch run
   /// at the start of its backward() (after its size and optimizer checks), or earlier in
   /// the first of these called before that backward(): the next forward() (once its input
-  /// is validated), prefetch(), set_weights(), init_uniform(), flush() or reset_stats().
+  /// is validated), prefetch(), set_weights(), init_uniform(), io::import_table(), load(),
+  /// flush() or reset_stats().
   /// Every batch a forward() pooled is therefore admitted, in order, whether or not its
   /// backward() comes or succeeds (a backward() that throws, for its gradient, its size or
   /// its optimizer, leaves the admission to the next of those calls), so outputs, trained
@@ -86,11 +87,13 @@ struct EmbeddingConfig {
   /// order). Between a forward() and the call that admits its batch, what reads the
   /// weights (forward_inference(), get_weights(), stats(), save()) sees them before that
   /// admission: a row its admission would evict is still cached in FP32, not yet rounded
-  /// into the store. load() drops a pending admission with the awaiting batch. Ignored
-  /// without a cache. Configuration, not state: checkpoints do not hold it; a checkpoint
-  /// written between forward() and the admission holds the state before that forward()
-  /// (its populate number not yet counted), so loading it and repeating the forward() and
-  /// backward() trains the bits of the run that did not stop.
+  /// into the store. load() settles a pending admission, then replaces the whole state and
+  /// drops the awaiting batch. Ignored without a cache. Configuration, not state:
+  /// checkpoints do not hold it; a checkpoint written between forward() and the admission
+  /// holds the state before that forward() (its populate number and call not yet counted;
+  /// calls after it, refused ones included, counted), so loading it and repeating the
+  /// forward() and backward() trains the bits of the run that did not stop, and later
+  /// deferred errors name the calls it would.
   bool defer_admission = false;
   /// The column of the full table that each table's column 0 is, in the stochastic-rounding
   /// counter (one per table, each >= 0 and a multiple of 4 so that element groups line up,

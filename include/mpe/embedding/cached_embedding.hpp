@@ -343,7 +343,6 @@ class CachedEmbedding {
     // EmbeddingConfig::defer_admission: forward() left this batch's populate to admit_pending().
     bool admission_pending = false;
     std::uint64_t id = 0;
-    std::uint64_t call = 0;  // call_seq_ of the forward() that left its admission pending
     // The admission is still owed: forward() deferred it and the batch still awaits its
     // backward (admit_pending() makes it; a checkpoint leaves that forward out).
     bool admission_owed() const { return admission_pending && valid && awaiting_backward; }
@@ -421,9 +420,16 @@ class CachedEmbedding {
   // (PoolBags::probe_out).
   bool probe_slots(const index_t* global_rows, index_t n, index_t* slots, const index_t* gate) const;
   // EmbeddingConfig::defer_admission: runs the populate that forward() left to the batch
-  // awaiting backward (nothing if none is left).
+  // awaiting backward (nothing if none is left). The one place that settles what is pending:
+  // every call that populates, writes rows or replaces state runs it before its first change
+  // (its input checked), so the admission sees the state its forward() saw, as the twin
+  // without defer_admission admitted it there: prefetch(), forward(), backward(), flush(),
+  // reset_stats(), and through write_rows() (set_weights(), init_uniform()) and
+  // CheckpointAccess::write_file_rows() / drop_rows() (io::import_table(), load()).
   void admit_pending();
   bool defers_admission() const { return config_.defer_admission && num_sets_ > 0; }
+  // Replaces rows [first, first + count) with src (backend memory), rounded at `site`; settles
+  // a pending admission first (admit_pending()).
   void write_rows(const float* src_backend, index_t first, index_t count, num::RoundingSite site);
   // init_uniform's draws and writes of tables [t0, t1) from [low, high) (checked).
   void init_rows(std::int64_t t0, std::int64_t t1, float low, float high,

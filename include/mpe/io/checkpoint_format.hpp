@@ -33,7 +33,7 @@
 /// |    | `u32 optimizer_state_floats` | S, state values per table row (`OptimizerRule::state_floats(D)`: Sgd 0, RowwiseAdagrad 1, Adagrad D, Adam 2D); 0 before the first applied step |
 /// |    | `str state_precision` | `StatePrecision::name`: `"fp32"`, `"bf16"`, `"fp16"` |
 /// |    | `u32 n_stats`, `u64 stats[n_stats]` | CacheStats in declaration order, 12 (load() accepts fewer: the rest read 0) |
-/// |    | `u64 calls` | prefetch(), forward() and backward() calls so far, failed ones included: the next call is number calls + 1, the number a deferred validation error names; at least `populate_counter`, below 2^63 - 1 |
+/// |    | `u64 calls` | prefetch(), forward() and backward() calls so far, failed ones included (with a defer_admission forward() pending: all but that forward(), which the resumed run repeats): the next call is number calls + 1, the number a deferred validation error names; at least `populate_counter`, below 2^63 - 1 |
 /// |    | `u32 n_sections` | 9 |
 /// | H-4 | `u32 header_crc` | CRC-32C of bytes [0, H-4) |
 // clang-format on

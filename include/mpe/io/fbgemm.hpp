@@ -121,7 +121,10 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
 /// As set_weights() does, the table's cache lines are dropped without write-back (their
 /// rows are replaced); other tables' lines, dirty or not, stay resident. A batch populated
 /// before the import (awaiting backward() or prefetched) stays usable: it reads and updates
-/// the imported rows in the store. Optimizer state, step, seed and stats are kept.
+/// the imported rows in the store. Under EmbeddingConfig::defer_admission the admission a
+/// forward() left pending is made first, from the rows before the import (as set_weights()
+/// does), so the object trains the bits it trains without the setting. Optimizer state,
+/// step, seed and stats are kept.
 ///
 /// @throws std::invalid_argument for a table outside [0, T), a wrong byte count, an invalid
 ///         layout, or a row holding an element the store cannot (each element decoded as the store reads it;

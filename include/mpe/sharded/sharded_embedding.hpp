@@ -103,12 +103,19 @@ struct CommStats {
 ///   (each column shard keeps its own accumulator G over its own columns: TorchRec's
 ///   rule for column-wise sharding), so it equals single-process training only for D
 ///   owned by one rank.
-/// - stochastic rounding draws from the global row (each local table's
-///   EmbeddingConfig::row_keys), so with no cache (cache_rows = 0) table- and row-wise
-///   plans give one process's bits for every store and rounding (outputs within the
-///   row-wise bound above, weights, optimizer state, statistics summed over the ranks). A
-///   column piece rounds its columns with the words of its own element groups, and a cache
-///   changes when a row is rounded: neither matches the single process's stochastic bits.
+/// - one rounding stream per row of a table, sharded or not: every local table keys its
+///   rows by their row in the global table set (EmbeddingConfig::row_keys: the table's
+///   first row there, or config.row_keys[t], plus the piece's first row) and its columns by
+///   their column in the full row (EmbeddingConfig::column_keys: config.column_keys[t] plus
+///   the piece's first column), so a row is rounded (every store write, site by site) and
+///   initialized (init_uniform(), site Init) with the single process's Philox words. With no
+///   cache (cache_rows = 0) table- and row-wise plans therefore give one process's bits for
+///   every store and rounding (outputs within the row-wise bound above, weights, optimizer
+///   state, statistics summed over the ranks). A column piece holds its own scale and bias
+///   (quantized stores), and one that does not start at a multiple of 4 columns cannot take
+///   the full row's element groups (its column key is 0); a cache per rank decides which
+///   rows train in FP32 and when they are rounded into the store from that rank's own
+///   lookups: none of these matches the single process's stochastic bits.
 ///
 /// Errors: every rank validates its own input, then all ranks agree (one MPI_Allreduce
 /// and, on failure, one broadcast) before anything changes or moves: an invalid index,
@@ -159,6 +166,16 @@ class ShardedEmbedding {
       if (!config.row_keys.empty() && config.row_keys.size() != config.table_rows.size())
         throw std::invalid_argument("config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
                                     "; must be 0 or T = " + std::to_string(config.table_rows.size()));
+      if (!config.column_keys.empty() && config.column_keys.size() != config.table_rows.size())
+        throw std::invalid_argument(
+            "config.column_keys.size() = " + std::to_string(config.column_keys.size()) +
+            "; must be 0 or T = " + std::to_string(config.table_rows.size()));
+      for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
+        const std::int64_t c = config.column_keys[t];
+        if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - config.dim)
+          throw std::invalid_argument("config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
+                                      "; must be >= 0, a multiple of 4 and at most 2^26 - config.dim");
+      }
       if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
         throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
     } catch (const std::exception& e) {
@@ -183,11 +200,12 @@ class ShardedEmbedding {
       c.dim = g.dim;
       c.table_rows.clear();
       c.row_keys.clear();
+      c.column_keys.clear();
       for (const Piece& p : g.pieces) {
         c.table_rows.push_back(p.rows());
-        // Rounding streams keyed by the global row: one process's bits (table- and row-wise).
-        const auto t = static_cast<std::size_t>(p.table);
-        c.row_keys.push_back((config_.row_keys.empty() ? table_off_[t] : config_.row_keys[t]) + p.row_begin);
+        // Rounding streams keyed by the row and column in the global tables: one process's bits.
+        c.row_keys.push_back(row_key(p.table) + p.row_begin);
+        c.column_keys.push_back(keyed_columns(p) ? column_key(p) : 0);
       }
       c.cache_rows = 0;
       if (config_.cache_rows > 0) {
@@ -331,11 +349,14 @@ class ShardedEmbedding {
                     });
   }
 
-  /// Initializes every row uniformly in [low, high) exactly as a single CachedEmbedding
-  /// with the same seed draws it (Philox keyed by the global row), then stores the owned
-  /// parts with set_weights' rounding: bit-identical to the single process for an Fp32
-  /// store (and for any store with NearestRounding). Throws std::invalid_argument like
-  /// CachedEmbedding::init_uniform, on every rank.
+  /// Initializes every row uniformly in [low, high) as a single CachedEmbedding with the
+  /// same seed does: each local table's init_uniform(), keyed by its pieces' row and column
+  /// keys, so a table- or row-wise piece (and a column piece starting at a multiple of 4
+  /// columns) draws and stores (Rounding, site Init) exactly the single process's bits for
+  /// every store. A column piece starting elsewhere gets the single process's FP32 draw of
+  /// its columns (the full row drawn by its row key), stored with set_weights() (Rounding,
+  /// site SetWeights). Throws std::invalid_argument like CachedEmbedding::init_uniform, on
+  /// every rank (nothing changed).
   void init_uniform(float low, float high) {
     std::string err;
     if (!num::is_finite(low) || !num::is_finite(high) || !(low < high) || low < -Storage::limit ||
@@ -343,30 +364,23 @@ class ShardedEmbedding {
       err = "init_uniform: rank " + rank_str() + ": [low, high) = [" + format_float(low) + ", " +
             format_float(high) + ") must be finite, non-empty and within the format's limit";
     agree(kInit, err);
-    const float span = num::sub(high, low);
     for (std::size_t gi = 0; gi < locals_.size(); ++gi) {
+      locals_[gi]->init_uniform(low, high);
       const Group& g = my_groups()[gi];
       for (std::size_t pi = 0; pi < g.pieces.size(); ++pi) {
         const Piece& p = g.pieces[pi];
+        if (keyed_columns(p)) continue;
+        // A column piece its column key cannot place: the full rows' draws (the core's
+        // UniformRows, keyed by the row alone), its columns written with set_weights().
         constexpr std::int64_t kChunk = 16384;
         std::vector<float> row(static_cast<std::size_t>(D())), buf;
         for (std::int64_t r0 = p.row_begin; r0 < p.row_end; r0 += kChunk) {
           const std::int64_t n = std::min(kChunk, p.row_end - r0);
           buf.resize(static_cast<std::size_t>(n) * p.cols());
           for (std::int64_t i = 0; i < n; ++i) {
-            // The core's UniformRows draw for global row table_off + r (detail/kernels/row_io.hpp).
-            const num::RowRng rng{
-                config_.seed ^ 0x9e3779b97f4a7c15ull,
-                static_cast<std::uint64_t>(table_off_[static_cast<std::size_t>(p.table)] + r0 + i), 0,
-                num::RoundingSite::Init};
-            for (std::int32_t q = 0; 4 * q < D(); ++q) {
-              const num::Uint4 w = rng.draw(static_cast<std::uint32_t>(q));
-              for (std::int32_t d = 4 * q; d < D() && d < 4 * q + 4; ++d) {
-                const float u = num::mul(static_cast<float>(num::word(w, d - 4 * q) >> 8), 0x1p-24f);
-                const float v = num::add(low, num::mul(span, u));
-                row[static_cast<std::size_t>(d)] = v < high ? v : low;
-              }
-            }
+            const mpe::detail::UniformRows draw{
+                num::RowStream{config_.seed}, row_key(p.table) + r0 + i, D(), low, high, row.data()};
+            draw(0);
             std::copy_n(row.data() + p.col_begin, p.cols(), buf.data() + i * p.cols());
           }
           locals_[gi]->set_weights(buf, g.first_row[pi] + (r0 - p.row_begin));
@@ -582,6 +596,21 @@ class ShardedEmbedding {
   };
 
   std::int64_t T() const { return static_cast<std::int64_t>(config_.table_rows.size()); }
+  /// The row that global table t's row 0 is in the rounding streams: config.row_keys[t], or
+  /// the table's first row in the table set (the single process's global row).
+  std::int64_t row_key(std::int64_t t) const {
+    const auto i = static_cast<std::size_t>(t);
+    return config_.row_keys.empty() ? table_off_[i] : config_.row_keys[i];
+  }
+  /// The column of the full row that piece p's column 0 is (config.column_keys[t] + its
+  /// first column).
+  std::int64_t column_key(const Piece& p) const {
+    const auto i = static_cast<std::size_t>(p.table);
+    return (config_.column_keys.empty() ? 0 : config_.column_keys[i]) + p.col_begin;
+  }
+  /// Whether p's column key is one EmbeddingConfig::column_keys can hold (a multiple of 4:
+  /// whole element groups); every piece of a table- or row-wise table is.
+  bool keyed_columns(const Piece& p) const { return column_key(p) % 4 == 0; }
   std::int32_t D() const { return config_.dim; }
   std::string rank_str() const { return std::to_string(rank()); }
   const std::vector<Group>& my_groups() const { return layouts_[static_cast<std::size_t>(rank())]; }

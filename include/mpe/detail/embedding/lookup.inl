@@ -412,7 +412,6 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // A deferred admission dedups with the bitmap only where this chose the scatter.
   cur.scatter = scatter_backward() || (cur.sorted && !cur.positions);
   cur.admission_pending = defer;
-  cur.call = call_seq_;
   if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());

@@ -21,6 +21,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::write_r
                                                                                     index_t first,
                                                                                     index_t count,
                                                                                     num::RoundingSite site) {
+  admit_pending();  // a pending admission fills from the rows as they were before this write
   if (const detail::StateRef state = state_ref(); state.active() && num_sets_ > 0) {
     backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr(),
                                                                &counters_.data()->stats.saturated_rows});
@@ -54,7 +55,6 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::set_wei
                             std::to_string(first_row + i / config_.dim) + ") cannot be stored as " +
                             Storage::name + " (non-finite or |x| > " + format_float(Storage::limit) + ")");
   }
-  admit_pending();  // a pending admission fills from the store as it was before this write
   write_rows(src, first_row, count, num::RoundingSite::SetWeights);
 }
 
@@ -83,7 +83,6 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_un
     detail::invalid(fn, "[low, high) = [" + format_float(low) + ", " + format_float(high) +
                             ") must be finite, non-empty and within +-" + format_float(Storage::limit));
   }
-  admit_pending();
   detail::Buffer<float, Backend> buf;
   init_rows(0, num_tables(), low, high, buf);
 }
@@ -108,7 +107,6 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::init_un
                               ") must be finite, non-empty and within +-" + format_float(Storage::limit));
     }
   }
-  admit_pending();
   detail::Buffer<float, Backend> buf;
   // Consecutive tables of one range in one pass (every table at one range: init_uniform(l, h)'s calls).
   for (std::int64_t t0 = 0; t0 < T;) {

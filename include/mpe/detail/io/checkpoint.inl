@@ -302,7 +302,10 @@ struct CheckpointAccess {
     std::uint64_t st[fmt::kNumStats];
     ckpt::stats_to_array(counters.stats, st);
     for (auto x : st) b.put(x);
-    b.put(static_cast<std::uint64_t>(unadmitted ? e.current_.call - 1 : e.call_seq_));  // calls (version 4)
+    // The calls: all made so far but that forward() (a resumed run repeats it), calls refused
+    // after it included (a backward() of a wrong gradient size counts, as in the run that
+    // goes on).
+    b.put(static_cast<std::uint64_t>(unadmitted ? e.call_seq_ - 1 : e.call_seq_));  // calls (version 4)
     b.put(fmt::kNumSections);
     const auto H = static_cast<std::uint32_t>(b.v.size() + 4);
     std::memcpy(b.v.data() + 12, &H, 4);
@@ -355,9 +358,11 @@ struct CheckpointAccess {
   /// Replaces store rows [first, first + count) with `rows` ((count, file_stride(e)) bytes,
   /// host memory). Where the slot index lives in the rows, each row's entry becomes -1 (not
   /// cached): the caller drops the rows' cache lines (import_table) or reindexes the slots
-  /// (load). Synchronizes.
+  /// (load). A pending admission (defer_admission) is settled first, from the rows as they
+  /// were (CachedEmbedding::admit_pending). Synchronizes.
   template <class E>
   static void write_file_rows(E& e, index_t first, std::size_t count, const std::uint8_t* rows) {
+    e.admit_pending();  // settled before the rows change (import_table, load), as write_rows() does
     const std::size_t stride = e.stride_, fs = file_stride(e);
     std::uint8_t* dst = e.store_.data() + static_cast<std::size_t>(first) * stride;
     if (!entries_in_rows(e)) {
@@ -915,6 +920,7 @@ struct CheckpointAccess {
   /// lines and the batches stay (as set_weights does).
   template <class E>
   static void drop_rows(E& e, index_t first, index_t count) {
+    e.admit_pending();
     const index_t slots = e.cache_slots();
     if (slots == 0) return;
     if (const StateRef state = e.state_ref(); state.active()) {  // keep the state of dirty rows
