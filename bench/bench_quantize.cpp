@@ -11,7 +11,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
-#include <mpe/detail/host/avx512/encode.hpp>
+#include <mpe/detail/host/dispatch.hpp>
 #include <mpe/numeric/philox.hpp>
 #include <mpe/storage/all.hpp>
 #include <random>

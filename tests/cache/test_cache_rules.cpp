@@ -493,7 +493,7 @@ TEST_CASE_TEMPLATE("the per-set victim list gives what successive choose calls g
     }
     // the victim list, with the same fills
     const mpe::CacheRef got_ref{rows.data(), tags.data(), last_use.data(), dirty.data(), kSets, W, 1};
-    mpe::detail::SetVictims<P> victims;
+    mpe::detail::SetVictims<P, mpe::detail::HostPaths> victims;
     for (int i = 0; i < k; ++i) {
       const mpe::CacheChoice c = victims.take(view, got_ref, base, floor, prio[i]);
       CHECK(c.slot == want[i].slot);

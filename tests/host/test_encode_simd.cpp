@@ -31,12 +31,7 @@
 #include <type_traits>
 #include <vector>
 
-#if MPE_HOST_AVX512
-#include "mpe/detail/host/avx512/encode.hpp"
-#elif MPE_HOST_SIMD
-#include "mpe/detail/host/avx2/encode.hpp"
-#endif
-
+#include "mpe/detail/host/dispatch.hpp"
 #include "reference/embedding_bag.hpp"
 
 namespace {

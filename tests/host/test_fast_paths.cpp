@@ -3,7 +3,7 @@
 // storage list (tests/reference/policy_lists.hpp) without a row here fails this test, so a
 // format that takes the generic Reader loops does so by a visible choice. The fast paths and
 // the files that hold them (docs/extending.md, "A storage format"):
-//   avx2     simd::Row<S> / simd::has_row<S>     include/mpe/detail/host/avx2/pool.hpp
+//   avx2     simd::Row<S> / simd::has_row<S>     include/mpe/detail/host/common/decode8.hpp
 //   avx512   avx512::Row<S> (same formats)        include/mpe/detail/host/avx512/pool.hpp
 //   accum    RowAccumulate<S> specialization     include/mpe/detail/kernels/row_accumulate.hpp
 //   chunk    decode_chunk's one-load chunk       include/mpe/detail/kernels/row_accumulate.hpp

@@ -289,7 +289,7 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
   // garbage), each CacheRef::find's.
   std::vector<std::int64_t> probed(static_cast<std::size_t>(n), -1);
   if (slots == Slots::Lookup) {
-    const mpe::detail::ProbeSlots probe{global_rows.data(), cache, probed.data()};
+    const mpe::detail::ProbeSlots<mpe::detail::HostPaths> probe{global_rows.data(), cache, probed.data()};
     std::int64_t hits = 0;
     for (int mode = 0; mode < 4; ++mode) {  // portable, AVX2, 3 lanes, 1 lane
       CAPTURE(mode);
@@ -320,21 +320,22 @@ void check_pool(std::int32_t D, Slots slots, bool weighted, bool mean, std::uint
     use_kernel(kernel);
     if (kernel == Kernel::Avx512 && mpe::detail::cpu_has_avx512())
       REQUIRE(mpe::detail::host_avx512_enabled());
-    const mpe::detail::PoolBags<S> pb{offsets.data(),
-                                      global_rows.data(),
-                                      slots == Slots::Populated || slots == Slots::Cached ? slot_of_occ.data()
-                                      : slots == Slots::Lookup                            ? probed.data()
-                                                                                          : nullptr,
-                                      weighted ? weights.data() : nullptr,
-                                      slots == Slots::None ? mpe::CacheRef{} : cache,
-                                      store.data(),
-                                      stride,
-                                      B,
-                                      T,
-                                      D,
-                                      mean,
-                                      out.data(),
-                                      nullptr};
+    const mpe::detail::PoolBags<S, mpe::detail::kPoolLaneGroup, mpe::detail::HostPaths> pb{
+        offsets.data(),
+        global_rows.data(),
+        slots == Slots::Populated || slots == Slots::Cached ? slot_of_occ.data()
+        : slots == Slots::Lookup                            ? probed.data()
+                                                            : nullptr,
+        weighted ? weights.data() : nullptr,
+        slots == Slots::None ? mpe::CacheRef{} : cache,
+        store.data(),
+        stride,
+        B,
+        T,
+        D,
+        mean,
+        out.data(),
+        nullptr};
     if (ranged) {
       pb.host_range(0, 5);
       // The first range wrote nothing of the bags past it (a run must stop at its end).
@@ -582,19 +583,20 @@ void compare_kernels_on(const std::vector<std::uint8_t>& store, std::size_t stri
           CAPTURE(static_cast<int>(fast));
           for (const Kernel kernel : {Kernel::Portable, fast}) {
             use_kernel(kernel);
-            const mpe::detail::PoolBags<S> pb{offsets.data(),
-                                              global_rows.data(),
-                                              nullptr,
-                                              weighted ? weights.data() : nullptr,
-                                              mpe::CacheRef{},
-                                              store.data(),
-                                              stride,
-                                              B,
-                                              1,
-                                              D,
-                                              mean,
-                                              kernel == Kernel::Portable ? ref.data() : got.data(),
-                                              nullptr};
+            const mpe::detail::PoolBags<S, mpe::detail::kPoolLaneGroup, mpe::detail::HostPaths> pb{
+                offsets.data(),
+                global_rows.data(),
+                nullptr,
+                weighted ? weights.data() : nullptr,
+                mpe::CacheRef{},
+                store.data(),
+                stride,
+                B,
+                1,
+                D,
+                mean,
+                kernel == Kernel::Portable ? ref.data() : got.data(),
+                nullptr};
             pb.host_range(0, B);
           }
           CHECK(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
@@ -828,19 +830,20 @@ TEST_CASE("pooling through HostBackend's ranges on 2 threads equals bag-by-bag p
       CAPTURE(D);
       CAPTURE(cached);
       auto pool = [&](std::vector<float>& out) {
-        return mpe::detail::PoolBags<S>{offsets.data(),
-                                        global_rows.data(),
-                                        cached ? slot_of_occ.data() : nullptr,
-                                        nullptr,
-                                        cached ? cache : mpe::CacheRef{},
-                                        store.data(),
-                                        stride,
-                                        B,
-                                        T,
-                                        D,
-                                        false,
-                                        out.data(),
-                                        nullptr};
+        return mpe::detail::PoolBags<S, mpe::detail::kPoolLaneGroup, mpe::detail::HostPaths>{
+            offsets.data(),
+            global_rows.data(),
+            cached ? slot_of_occ.data() : nullptr,
+            nullptr,
+            cached ? cache : mpe::CacheRef{},
+            store.data(),
+            stride,
+            B,
+            T,
+            D,
+            false,
+            out.data(),
+            nullptr};
       };
       std::vector<float> ref(static_cast<std::size_t>(B * T * D), -1.0f), got(ref.size(), -2.0f);
       mpe::detail::set_host_simd(false);

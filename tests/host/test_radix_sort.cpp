@@ -178,8 +178,8 @@ TEST_CASE("BitmapUnique gives the unique rows and each occurrence's unique index
             std::vector<index_t> rank(static_cast<std::size_t>(W)), uniq(static_cast<std::size_t>(n)),
                 o2u(static_cast<std::size_t>(n));
             index_t U = -1;
-            mpe::detail::BitmapUnique{occ.data(), n,  &gate_value, bits.data(), rank.data(),
-                                      W,          &U, uniq.data(), o2u.data()}(0);
+            mpe::detail::BitmapUnique<mpe::detail::HostPaths>{
+                occ.data(), n, &gate_value, bits.data(), rank.data(), W, &U, uniq.data(), o2u.data()}(0);
             std::vector<index_t> eff = occ;
             if (closed) std::fill(eff.begin(), eff.end(), 0);
             std::vector<index_t> sorted_eff = eff;

@@ -9,11 +9,17 @@
    are the only headers in include/mpe itself, and nothing includes them but mpe.cuh;
 3. every header and .inl under include/mpe has a `@file mpe/<its path>` line;
 4. no header cites optimisation history (bench results or "rounds");
+5. the backend seam (issue #59, "Backends own their paths"): no file under
+   include/mpe/detail/kernels (the portable single-source functors) includes a header under
+   include/mpe/detail/host (a backend's fast paths, reached through the functors' `Paths`
+   parameter and HostBackend's detail/host/dispatch.hpp);
+6. files a reader can hold (issue #59): no header or .inl under include/ has more than
+   600 lines, except the files of `long_files` below, each named with its reason;
 
 and the documentation rules of issue #59 ("Docs that describe the product"):
 
-5. README.md has at most 250 lines and bench/README.md at most 300;
-6. README.md, bench/README.md and docs/**/*.md cite no commit hash. A hash-looking token is a
+7. README.md has at most 250 lines and bench/README.md at most 300;
+8. README.md, bench/README.md and docs/**/*.md cite no commit hash. A hash-looking token is a
    whole word of 7 to 12 or of 40 lowercase hex digits holding at least one digit and at
    least one letter a-f (so decimal numbers, words such as "defaced", uppercase or
    0x-prefixed constants never are). It is a violation
@@ -24,7 +30,7 @@ and the documentation rules of issue #59 ("Docs that describe the product"):
      hash ("the build before (7e1f9ce)"); a hex constant in prose belongs in a code span.
    So an ordinary hex constant in code is never flagged: it is neither next to "commit" nor
    after "at";
-7. every relative Markdown link `[text](path)` in the *.md files at the root and under bench/,
+9. every relative Markdown link `[text](path)` in the *.md files at the root and under bench/,
    cmake/, docs/, examples/, include/, python/ and tests/ (not in hidden, build*, _deps,
    node_modules or site-packages folders) names a path that exists
    (the part before any #anchor; http:, https:, mailto: and #anchor links are not checked;
@@ -46,6 +52,14 @@ rel = {p.relative_to(inc).as_posix(): p for p in headers}
 include_re = re.compile(r'^\s*#\s*include\s*[<"](mpe/[^>"]+)[>"]', re.M)
 history_re = re.compile(r"RESULTS\.md|round [0-9]|[0-9]+(st|nd|rd|th) round|bench/", re.I)
 errors = []
+# Rule 6's allow-list: the files still over max_lines, to be split; remove a line once its
+# file is under the limit (the check then keeps it there).
+max_lines = 600
+long_files = {
+    "mpe/sharded/sharded_embedding.hpp",  # ShardedEmbedding: plans, exchange and checkpoints in one class
+    "mpe/detail/io/checkpoint.inl",  # the checkpoint writer and verifying reader
+    "mpe/embedding/mixed_dim_embedding.hpp",  # MixedDimEmbedding: tables of several D in one object
+}
 edges = collections.defaultdict(set)  # folder -> folders it includes (other than itself)
 why = {}
 for name, path in rel.items():
@@ -56,7 +70,13 @@ for name, path in rel.items():
     for m in history_re.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
         errors.append(f"{name}:{line}: cites optimisation history ('{m.group(0)}')")
+    lines = len(text.splitlines())
+    if lines > max_lines and name not in long_files:
+        errors.append(f"{name}: {lines} lines, more than {max_lines} (issue #59: split it by concern)")
     for target in include_re.findall(text):
+        if name.startswith("mpe/detail/kernels/") and target.startswith("mpe/detail/host/"):
+            errors.append(f"{name}: includes {target}; the portable functors reach a backend's fast "
+                          "paths only through their Paths parameter (detail/kernels/portable_paths.hpp)")
         if target not in rel:
             errors.append(f"{name}: includes {target}, which does not exist")
             continue
@@ -106,7 +126,11 @@ for comp in comps:
         links = [why[(a, b)] for a in sorted(members) for b in sorted(edges.get(a, ())) if b in members]
         errors.append("folders include each other: " + ", ".join(sorted(comp)) + " (" + "; ".join(links) + ")")
 
-# Documentation rules (5-7 above).
+for name in sorted(long_files):
+    if name in rel and len(rel[name].read_text(encoding="utf-8").splitlines()) <= max_lines:
+        errors.append(f"{name}: within {max_lines} lines now; remove it from long_files")
+
+# Documentation rules (7-9 above).
 line_limits = {"README.md": 250, "bench/README.md": 300}
 for name, limit in line_limits.items():
     path = root / name
@@ -182,6 +206,7 @@ if errors:
     sys.exit(1)
 order = [c[0] for c in comps]  # Tarjan emits components in reverse topological order
 print("folders, lowest layer first: " + ", ".join(order))
-print(f"check_layout: {len(rel)} headers, {sum(len(v) for v in edges.values())} folder edges, no cycle")
+print(f"check_layout: {len(rel)} headers, {sum(len(v) for v in edges.values())} folder edges, no cycle, "
+      f"no detail/kernels -> detail/host include, none over {max_lines} lines but the {len(long_files)} allowed")
 print(f"check_layout: README.md and bench/README.md within their line limits, no commit hash in "
       f"{len(hash_docs)} docs, every relative link of {len(md_files)} Markdown files exists")

@@ -6,8 +6,7 @@
 // AVX2 stores' target has no FMA; their products also pass through an empty asm, so that a
 // build with -mfma cannot fuse them either (checked by hand: g++ -mfma fuses only the scalar
 // scale rule, which docs/numerics.md asks such builds to compile with -ffp-contract=off).
-#include "mpe/detail/host/avx512/encode.hpp"
-#include "mpe/detail/host/avx512/pool.hpp"
+#include "mpe/detail/host/dispatch.hpp"
 
 #if MPE_HOST_AVX512
 #define MPE_NO_FMA_KERNELS(S)                                                                               \

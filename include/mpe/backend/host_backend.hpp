@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/backend/host_backend.hpp
 /// @brief `HostBackend`: runs mpe's per-item code on the CPU with OpenMP (`omp parallel
-/// for`, static schedule), with memory from the C++ heap.
+/// for`, static schedule), with memory from the C++ heap, and names its fast paths
+/// (`fast_paths`: detail::HostPaths, the AVX-512 / AVX2 / portable choice of
+/// detail/host/dispatch.hpp).
 ///
 /// Every primitive here gives the same result whatever the thread count: per-item work
 /// writes disjoint outputs, sorts are stable, and the only reductions are over
@@ -21,8 +23,9 @@
 #endif
 
 #include "mpe/backend/memory_purpose.hpp"
-#include "mpe/numeric/atomics.hpp"
+#include "mpe/detail/host/dispatch.hpp"
 #include "mpe/detail/host/radix_sort.hpp"
+#include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/config.hpp"
 
 namespace mpe {
@@ -71,12 +74,16 @@ struct HostBackend {
   /// Calls run to completion before they return, so reading backend memory never waits.
   static constexpr bool asynchronous = false;
   static constexpr const char* name = "host";  ///< shown in messages and benchmark names
+  /// The fast paths of the per-item functors (pooling of a range of bags, the bitmap dedup,
+  /// the admission's fills, tag scans and victim lists, row stores): the host's SIMD code,
+  /// chosen at run time in detail/host/dispatch.hpp, the same bits as the portable code.
+  using fast_paths = detail::HostPaths;
 
   /// Back the store, the cache and the optimizer state with transparent huge pages (2 MiB)
   /// where the OS offers them: their rows are read at random, and with 4 KiB pages nearly
-  /// every row access of a large table also misses the TLB. Linux only; elsewhere, or when the kernel's THP setting is
-  /// `never`, the memory is ordinary pages. Never changes a result. Such allocations are rounded up to whole
-  /// 2 MiB pages; memory() reports the bytes asked for.
+  /// every row access of a large table also misses the TLB. Linux only; elsewhere, or when the kernel's THP
+  /// setting is `never`, the memory is ordinary pages. Never changes a result. Such allocations are rounded
+  /// up to whole 2 MiB pages; memory() reports the bytes asked for.
   bool huge_pages = true;
   /// Allocations of at least this many bytes with a purpose other than Workspace get huge
   /// pages (smaller ones would waste most of a 2 MiB page).

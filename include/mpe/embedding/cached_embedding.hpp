@@ -23,6 +23,7 @@
 #include "mpe/core/types.hpp"
 #include "mpe/detail/embedding/layout.hpp"
 #include "mpe/detail/kernels/admission.hpp"
+#include "mpe/detail/kernels/admission_lanes.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/embedding/embedding_ref.hpp"
 #include "mpe/numeric/rounding.hpp"
@@ -401,15 +402,21 @@ class CachedEmbedding {
   // threads() and for_each (threads() == 1: items run in order on the calling thread); an
   // asynchronous one stands in for the GPU.
   static constexpr bool host_paths = std::derived_from<Backend, HostBackend> && !Backend::asynchronous;
-  // Whether backward sums gradients with ScatterRowGradients (the host backend on one
-  // thread; the forward then keeps a copy of its offsets in the batch).
-  bool scatter_backward() const {
+  // The backend's fast paths (Backend::fast_paths, HostBackend's detail::HostPaths; else the
+  // portable code): every functor with a fast form is instantiated with them.
+  using Paths = detail::paths_of<Backend>;
+  // Whether the host's one-thread passes run now (host_paths and threads() == 1): the
+  // bitmap dedup, the fused admission and the scatter backward.
+  bool sequential_host() const {
     if constexpr (host_paths) {
       return backend_.threads() == 1;
     } else {
       return false;
     }
   }
+  // Whether backward sums gradients with ScatterRowGradients (the host backend on one
+  // thread; the forward then keeps a copy of its offsets in the batch).
+  bool scatter_backward() const { return sequential_host(); }
   // The unique rows of b (BitmapUnique where `bitmap_ok` and the host runs one thread, else
   // the sort, which also writes sorted_pos).
   void sort_unique(Batch& b, bool bitmap_ok = true);

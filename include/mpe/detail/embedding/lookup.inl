@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "mpe/detail/kernels/all.hpp"
 #include "mpe/detail/host/phase_mark.hpp"
+#include "mpe/detail/kernels/all.hpp"
 
 namespace mpe {
 
@@ -61,16 +61,16 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
   }
   if constexpr (host_paths) {
     const auto W = static_cast<index_t>((static_cast<std::uint64_t>(total_rows_) + 63) / 64);
-    if (bitmap_ok && backend_.threads() == 1 && W <= detail::kBitmapWordsPerOccurrence * n) {
+    if (bitmap_ok && sequential_host() && W <= detail::kBitmapWordsPerOccurrence * n) {
       const auto words = static_cast<std::size_t>(W);
       if (b.row_bits.size() < words) {
         b.row_bits.reserve_discard(words);
         backend_.fill_bytes(b.row_bits.data(), 0, b.row_bits.bytes());
       }
       b.rank.reserve_discard(words);
-      backend_.for_each(1, detail::BitmapUnique{b.global_rows.data(), n, b.flags.data() + detail::kFlagOk,
-                                                b.row_bits.data(), b.rank.data(), W, count, b.uniq.data(),
-                                                b.occ_to_unique.data()});
+      backend_.for_each(1, detail::BitmapUnique<Paths>{
+                               b.global_rows.data(), n, b.flags.data() + detail::kFlagOk, b.row_bits.data(),
+                               b.rank.data(), W, count, b.uniq.data(), b.occ_to_unique.data()});
       b.sorted = true;
       b.positions = false;
       return;
@@ -142,38 +142,34 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
           : 32 + static_cast<int>(std::bit_width(static_cast<std::uint64_t>(num_sets_ - 1))));
   backend_.for_each(U, detail::AdmitRows{b.uniq.data(), b.order.data(), count, b.admit_rows.data()});
   MPE_PHASE_MARK("sort");
-  detail::AdmitSet<Storage, Rounding, Cache> admit{b.keys.data(),
-                                                   b.order.data(),
-                                                   count,
-                                                   gate,
-                                                   b.admit_rows.data(),
-                                                   b.estimates.data(),
-                                                   cache_ref(),
-                                                   view,
-                                                   store_.data(),
-                                                   stride_,
-                                                   b.id,
-                                                   &counters->lock_floor,
-                                                   row_stream(),
-                                                   step_ptr(),
-                                                   b.slot_of_unique.data(),
-                                                   b.outcome.data(),
-                                                   state,
-                                                   detail::AdmitPhase::Hits};
+  detail::AdmitSet<Storage, Rounding, Cache, Paths> admit{b.keys.data(),
+                                                          b.order.data(),
+                                                          count,
+                                                          gate,
+                                                          b.admit_rows.data(),
+                                                          b.estimates.data(),
+                                                          cache_ref(),
+                                                          view,
+                                                          store_.data(),
+                                                          stride_,
+                                                          b.id,
+                                                          &counters->lock_floor,
+                                                          row_stream(),
+                                                          step_ptr(),
+                                                          b.slot_of_unique.data(),
+                                                          b.outcome.data(),
+                                                          state,
+                                                          detail::AdmitPhase::Hits};
   bool fused = false;
   if constexpr (host_paths && detail::set_local_policy<Cache>) {
     // One host thread: one pass, each set's hits a few sets before its misses.
-    if (backend_.threads() == 1) {
+    if (sequential_host()) {
       MPE_PHASE_MARK("hits");  // empty: the hits run inside the one pass
-#if MPE_HOST_SIMD
-      // One thread: the pass fences its non-temporal fills itself. Only where the fill is
-      // the SIMD decode and every cache row is 32-byte aligned (D % 8 == 0) does it stream;
-      // elsewhere the victims' rows keep their prefetch for writing.
-      if constexpr (detail::simd::has_row<Storage>) {
-        admit.stream_fills = detail::host_simd_enabled() && config_.dim % 8 == 0;
-      }
-#endif
-      backend_.for_each(1, detail::AdmitFused<Storage, Rounding, Cache>{admit});
+      // One thread: the pass fences its non-temporal fills itself. Only where the backend's
+      // paths stream the fills (HostPaths: the SIMD decode, every cache row 32-byte aligned)
+      // does it; elsewhere the victims' rows keep their prefetch for writing.
+      admit.stream_fills = Paths::template stream_fills<Storage>(config_.dim);
+      backend_.for_each(1, detail::AdmitFused<Storage, Rounding, Cache, Paths>{admit});
       fused = true;
     }
   }
@@ -196,7 +192,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::populat
     if constexpr (warp_lanes<Backend> && detail::uses_scored_choose<Cache> && Cache::ways <= 32) {
       // A warp per set (its ways over the lanes) instead of a thread: the same decisions.
       backend_.for_each_lanes((U + Backend::lane_width - 1) / Backend::lane_width,
-                              detail::AdmitMissesLanes<Storage, Rounding, Cache>{admit});
+                              detail::AdmitMissesLanes<Storage, Rounding, Cache, Paths>{admit});
     } else {
       backend_.for_each(U, admit);
     }
@@ -396,9 +392,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   }
   MPE_PHASE_MARK("slots");
   backend_.for_each_lanes(
-      bags, detail::PoolBags<Storage>{offsets.data(), cur.global_rows.data(), slot_of_occ, w, cache_ref(),
-                                      store_.data(), stride_, cur.B, T, config_.dim, mean, output.data(),
-                                      gate, probe_in_pool ? slot_of_occ : nullptr});
+      bags, detail::PoolBags<Storage, detail::kPoolLaneGroup, Paths>{
+                offsets.data(), cur.global_rows.data(), slot_of_occ, w, cache_ref(), store_.data(), stride_,
+                cur.B, T, config_.dim, mean, output.data(), gate, probe_in_pool ? slot_of_occ : nullptr});
   MPE_PHASE_MARK("pool");
   // Backward needs per-occurrence coefficients only for weighted or mean pooling.
   cur.has_coef = w != nullptr || mean;
@@ -424,7 +420,7 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::probe_slots(
     const index_t* global_rows, index_t n, index_t* slots, const index_t* gate) const {
-  if (Backend::lane_width == 1 && has_slot_index() && detail::PoolBags<Storage>::host_simd_path()) {
+  if (Backend::lane_width == 1 && has_slot_index() && Paths::template pools_ranges<Storage>()) {
     return true;  // the pooling pass reads the slot index itself
   }
   if (n == 0) return false;
@@ -432,7 +428,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::probe_s
   // lane 0 reading the slot index, writes every slot itself.
   if constexpr (Backend::lane_width > 1)
     if (!has_slot_index()) backend_.fill_bytes(slots, 0xff, static_cast<std::size_t>(n) * sizeof(index_t));
-  backend_.for_each_lanes(n, detail::ProbeSlots{global_rows, cache_ref(), slots, gate});
+  backend_.for_each_lanes(n, detail::ProbeSlots<Paths>{global_rows, cache_ref(), slots, gate});
   return false;
 }
 
@@ -461,7 +457,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   IBuf slots(backend_, num_sets_ > 0 ? indices.size() : 0);
   const bool probe_in_pool = num_sets_ > 0 && probe_slots(global_rows.data(), n, slots.data(), nullptr);
   backend_.for_each_lanes(
-      bags, detail::PoolBags<Storage>{
+      bags, detail::PoolBags<Storage, detail::kPoolLaneGroup, Paths>{
                 offsets.data(), global_rows.data(), num_sets_ > 0 ? slots.data() : nullptr, w, cache_ref(),
                 store_.data(), stride_, B, num_tables(), config_.dim, pooling == Pooling::Mean, output.data(),
                 nullptr, num_sets_ > 0 && probe_in_pool ? slots.data() : nullptr});

@@ -73,10 +73,10 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
       // (ApplyRows writes every outcome afterwards).
       std::unordered_map<index_t, detail::GradientTree> hot;
       backend_.fill_bytes(b.outcome.data(), 0, static_cast<std::size_t>(U));
-      backend_.for_each(1, detail::ScatterRowGradients{b.offsets_copy.data(), b.occ_to_unique.data(),
-                                                       b.has_coef ? b.coef.data() : nullptr,
-                                                       grad_output.data(), b.B, T, config_.dim, b.grad.data(),
-                                                       b.outcome.data(), rec, ok, magnitude, &hot});
+      backend_.for_each(1, detail::ScatterRowGradients<Paths>{
+                               b.offsets_copy.data(), b.occ_to_unique.data(),
+                               b.has_coef ? b.coef.data() : nullptr, grad_output.data(), b.B, T, config_.dim,
+                               b.grad.data(), b.outcome.data(), rec, ok, magnitude, &hot});
     } else {
       // More threads: the check fused into SumRowGradients, plus the bags without occurrences.
       backend_.for_each(b.n + 1, detail::CheckEmptyBagGrads{b.bag_of.data(), b.n, grad_output.data(), b.B, T,
@@ -204,7 +204,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       return;
     }
   }
-  backend_.for_each(U, detail::ApplyRows<Storage, Rounding>{
+  backend_.for_each(U, detail::ApplyRows<Storage, Rounding, Paths>{
                            b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(),
                            store_.data(), stride_, config_.dim, S, fp32_state, b.grad.data(), b.update.data(),
                            row_stream(), step_ptr(), b.outcome.data(), count, gate, state_ref(), lr});
@@ -273,8 +273,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::flush()
   admit_pending();  // its fills are flushed with the rest, as after its forward()
   detail::Counters* counters = counters_.data();
   const detail::StateRef state = state_ref();
-  backend_.for_each(slots,
-                    detail::FlushSlots<Storage, Rounding>{cache_ref(), store_.data(), stride_, row_stream(),
+  backend_.for_each(
+      slots, detail::FlushSlots<Storage, Rounding, Paths>{cache_ref(), store_.data(), stride_, row_stream(),
                                                           step_ptr(), flush_outcome_.data(), state});
   backend_.reduce_to(slots, detail::CountOutcome{flush_outcome_.data(), nullptr, nullptr}, &counters->tally);
   const auto row_bytes =

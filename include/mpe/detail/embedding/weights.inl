@@ -26,8 +26,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::write_r
     backend_.for_each(count, detail::KeepStateOfRows<Rounding>{cache_ref(), state, first, step_ptr(),
                                                                &counters_.data()->stats.saturated_rows});
   }
-  backend_.for_each(count, detail::WriteRows<Storage, Rounding>{cache_ref(), store_.data(), stride_, first,
-                                                                src, row_stream(), step_ptr(), site});
+  backend_.for_each(
+      count, detail::WriteRows<Storage, Rounding, Paths>{cache_ref(), store_.data(), stride_, first, src,
+                                                         row_stream(), step_ptr(), site});
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,

@@ -12,7 +12,8 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
-#include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/kernels/portable_paths.hpp"
+#include "mpe/detail/kernels/prefetch.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
@@ -132,6 +133,7 @@ struct ScatterUnique {
 /// W <= kBitmapWordsPerOccurrence * n. A closed gate
 /// makes every row 0 (as PrepareSort). Memory: `bits` and `word_rank` hold W entries each;
 /// `bits` is all zero on entry and is left all zero.
+template <class Paths = PortablePaths>
 struct BitmapUnique {
   const index_t* rows;     // (n) global rows, below 64 W
   index_t n;               // > 0
@@ -142,28 +144,16 @@ struct BitmapUnique {
   index_t* count;          // (1) U
   index_t* uniq;           // (U)
   index_t* occ_to_unique;  // (n)
-  void operator()(index_t) const {
-#if MPE_HOST_SIMD
-    // POPCNT (every CPU with AVX2 has it); a build without -mpopcnt otherwise calls libgcc.
-    if (host_simd_enabled()) {
-      run_popcnt();
-      return;
-    }
-#endif
-    run(PortablePopcount{});
-  }
+  /// The pass: Paths::bitmap_unique runs `run` with its popcount (HostPaths: POPCNT where the
+  /// host SIMD paths are on).
+  void operator()(index_t) const { Paths::bitmap_unique(*this); }
+  /// std::popcount (the portable count of run).
   struct PortablePopcount {
+    /// The set bits of x.
     [[gnu::always_inline]] inline index_t operator()(std::uint64_t x) const { return std::popcount(x); }
   };
-#if MPE_HOST_SIMD
-  // Inlined always (also at -O0), so the builtin expands inside run_popcnt as POPCNT.
-  struct HardwarePopcount {
-    [[gnu::always_inline]] inline index_t operator()(std::uint64_t x) const {
-      return __builtin_popcountll(x);
-    }
-  };
-  __attribute__((target("popcnt"))) void run_popcnt() const { run(HardwarePopcount{}); }
-#endif
+  /// The pass with `popcount` counting a word's set bits; inlined always, so a caller compiled
+  /// for POPCNT expands it there.
   template <class Popcount>
   [[gnu::always_inline]] inline void run(Popcount popcount) const {
     // Locals: the stores to bits (uint64_t) could alias the members otherwise.
@@ -232,31 +222,18 @@ struct LookupSlots {
   }
 };
 
-/// Slot of `row` in the set starting at slot `base`, or -1 (CacheRef::find_in_set).
-/// `simd`: the host's AVX2 scan (the same result).
-MPE_HOST_DEVICE inline index_t find_in_set(const CacheRef& c, index_t base, index_t row, bool simd) {
-#if MPE_HOST_SIMD
-  if (simd) {
-    const std::int32_t w = simd::find_tag(c.tags + base, c.ways, row);
-    return w < 0 ? -1 : base + w;
-  }
-#else
-  (void)simd;
-#endif
-  return c.find_in_set(base, row);
-}
-
 /// Each occurrence's cache slot, looked up in its row's set (-1: not resident), for a pooling
 /// that populates nothing (forward_inference): slot_of_occ[i] = cache.find(global_rows[i]).
 /// Laned with more than one lane: slot_of_occ must be -1 beforehand and lane `lane` of
 /// `lanes` scans ways lane, lane + lanes, ...; a row has at most one slot, so the one lane
 /// that finds it writes it. On the host (host_range, one lane) the set kProbeAhead
-/// occurrences ahead is prefetched while this one is scanned (find_in_set, the AVX2 scan
-/// where the CPU has it), so the scans do not wait on their tags one after another. With a
-/// slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead (where
+/// occurrences ahead is prefetched while this one is scanned (Paths::find_in_set: HostPaths
+/// scans four tags per compare where the CPU has AVX2), so the scans do not wait on their tags one after
+/// another. With a slot index (CacheRef::slot_of_row) each occurrence's slot is one load of it instead (where
 /// the host pools by its SIMD path, forward_inference's pooling pass reads the index itself,
 /// PoolBags::probe_out, and this pass does not run). Also forward()'s lookup under
 /// EmbeddingConfig::defer_admission, with the batch's gate (a failed batch writes nothing).
+template <class Paths = PortablePaths>
 struct ProbeSlots {
   static constexpr index_t kProbeAhead = 16;
   const index_t* global_rows;     // (n)
@@ -298,11 +275,11 @@ struct ProbeSlots {
       prefetch_lines(cache.tags + b, set_bytes);
     };
     for (index_t i = i0; i < i1 && i < i0 + kProbeAhead; ++i) ahead(i);
-    const bool simd = host_simd_enabled();
+    const bool fast = Paths::fast();
     for (index_t i = i0; i < i1; ++i) {
       const index_t b = base[i % kProbeAhead];
       if (i + kProbeAhead < i1) ahead(i + kProbeAhead);
-      slot_of_occ[i] = find_in_set(cache, b, global_rows[i], simd);
+      slot_of_occ[i] = Paths::find_in_set(cache, b, global_rows[i], fast);
     }
   }
 };

@@ -240,7 +240,7 @@ MPE_HOST_DEVICE void accumulate_chunk(const std::uint8_t* row, std::int32_t D, s
 /// Touches the `bytes` bytes at p (one load per 64-byte line) so that their cache misses
 /// overlap with the pooling of earlier rows (host only; a no-op in device code). No longer
 /// used by PoolBags, which prefetches with detail::prefetch_lines and, store only,
-/// simd::prefetch_row_lines (detail/host/avx2/pool.hpp); kept for
+/// simd::prefetch_row_lines (detail/host/common/rows.hpp); kept for
 /// the peer side-by-side harness's `rep_touch` variant. (The "prefetches dropped on the KVM
 /// guest" once given as the reason for loads was GCC deleting the prefetch calls: see
 /// prefetch_lines.)

@@ -11,7 +11,7 @@
 
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
-#include "mpe/detail/host/avx512/encode.hpp"
+#include "mpe/detail/kernels/portable_paths.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
 #include "mpe/detail/kernels/statistics.hpp"
 #include "mpe/detail/kernels/validation.hpp"
@@ -37,7 +37,7 @@ struct CheckRepresentable {
 
 /// Writes rows [first, first + count) into the store with Rounding (site SetWeights or
 /// Init) and drops their cache lines without writing them back.
-template <class Storage, class Rounding>
+template <class Storage, class Rounding, class Paths = PortablePaths>
 struct WriteRows {
   CacheRef cache;
   std::uint8_t* store;
@@ -50,8 +50,8 @@ struct WriteRows {
   MPE_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = first + i;
     const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), site);
-    store_row<Storage, Rounding>(src + i * cache.dim, cache.dim, store + static_cast<std::size_t>(r) * stride,
-                                 rng);
+    Paths::template store_row<Storage, Rounding>(src + i * cache.dim, cache.dim,
+                                                 store + static_cast<std::size_t>(r) * stride, rng);
     if (const index_t s = cache.find(r); s >= 0) cache.drop(s);
   }
 };
@@ -107,7 +107,7 @@ struct UniformRows {
 };
 
 /// Writes back one dirty slot (site Flush) and clears its dirty bit.
-template <class Storage, class Rounding>
+template <class Storage, class Rounding, class Paths = PortablePaths>
 struct FlushSlots {
   CacheRef cache;
   std::uint8_t* store;
@@ -121,8 +121,8 @@ struct FlushSlots {
     if (cache.tags[s] < 0 || !cache.dirty[s]) return;
     const index_t r = cache.tags[s];
     const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::Flush);
-    bool sat = store_row<Storage, Rounding>(cache.row(s), cache.dim,
-                                            store + static_cast<std::size_t>(r) * stride, rng);
+    bool sat = Paths::template store_row<Storage, Rounding>(
+        cache.row(s), cache.dim, store + static_cast<std::size_t>(r) * stride, rng);
     sat = state.template write_back<Rounding>(s, r, static_cast<std::uint32_t>(*step),
                                               num::RoundingSite::StateFlush) ||
           sat;

@@ -3,9 +3,9 @@
 /// @brief Host-only AVX2 row-wise quantization of one FP32 row (not public): the bytes of
 /// `Int8Rowwise::store` and of the fused N-bit stores (`Int4Rowwise`, `Int2Rowwise`) under
 /// StochasticRounding (its Philox draws 8 element groups per register) and
-/// NearestRounding, for CPUs with AVX2 but without AVX-512 (or with the AVX-512 path off). `store_row`
-/// (detail/host/avx512/encode.hpp) dispatches every host row write-back, flush, store update and set_weights
-/// to it where it applies.
+/// NearestRounding, for CPUs with AVX2 but without AVX-512 (or with the AVX-512 path off).
+/// Included by detail/host/dispatch.hpp where MPE_HOST_SIMD holds; its `store_row` sends every
+/// host row write-back, flush, store update and set_weights here where it applies.
 ///
 /// Bits (the numerics contract), as the AVX-512 store: the row's min and max are the scalar
 /// scan's (the same values in any order; the scan itself runs where one is a zero, whose
@@ -25,10 +25,12 @@
 /// group d / 4. tests/host/test_encode_simd.cpp checks them against the scalar code.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
-#include "mpe/detail/host/avx2/pool.hpp"
+#include "mpe/detail/host/common/encode.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/storage/fused_nbit.hpp"
@@ -36,7 +38,6 @@
 
 namespace mpe::detail {
 
-#if MPE_HOST_SIMD
 #define MPE_ENCODE256_TARGET __attribute__((target("avx2,f16c")))
 #define MPE_ENCODE256_ROW [[gnu::always_inline]] MPE_ENCODE256_TARGET
 // The same for a lambda's call operator (Clang takes only GNU attributes there).
@@ -105,23 +106,6 @@ MPE_ENCODE256_ROW inline void interleave_words(const __m256i in[4], __m256i e[4]
   e[1] = _mm256_permute2x128_si256(g26, g37, 0x20);         // groups 2, 3
   e[2] = _mm256_permute2x128_si256(g04, g15, 0x31);         // groups 4, 5
   e[3] = _mm256_permute2x128_si256(g26, g37, 0x31);         // groups 6, 7
-}
-
-/// The end of both widths' min_max: the row's min and max from the per-lane extremes of a
-/// SIMD scan (`lanes` of each, in lane order), then, where an extreme is zero, the
-/// sequential scan (detail::sanitized_min_max_lanes), which decides its sign; false where
-/// that scan finds an element to sanitize.
-inline bool reduce_min_max(const float* lane_lo, const float* lane_hi, int lanes, const float* src,
-                           std::int32_t dim, float limit, float& mn, float& mx) {
-  mn = lane_lo[0];
-  mx = lane_hi[0];
-  for (int i = 1; i < lanes; ++i) {
-    mn = lane_lo[i] < mn ? lane_lo[i] : mn;
-    mx = lane_hi[i] > mx ? lane_hi[i] : mx;
-  }
-  bool sat = false;
-  if (mn == 0.0f || mx == 0.0f) sanitized_min_max_lanes(src, dim, limit, mn, mx, sat, 0, 1);
-  return !sat;
 }
 
 /// All-ones in lanes [0, m) (m in 1 .. 8), for maskload and blends.
@@ -299,6 +283,5 @@ MPE_ENCODE256_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
 #undef MPE_ENCODE256_LAMBDA
 #undef MPE_ENCODE256_ROW
 #undef MPE_ENCODE256_TARGET
-#endif  // MPE_HOST_SIMD
 
 }  // namespace mpe::detail

@@ -1,376 +1,39 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/detail/host/avx2/pool.hpp
-/// @brief Host-only fast path of forward pooling (not public): one bag pooled with AVX2
-/// (+F16C for FP16 rows), chosen at run time, with the bits of the portable path.
+/// @brief Host-only AVX2 (+F16C) kernels (not public): one bag pooled 8 columns per
+/// register, runs of one-row bags, the cache fill's row decode, the tag scan and the
+/// minimum of SetVictims' keys, with the bits of the portable code. Included by
+/// detail/host/dispatch.hpp where MPE_HOST_SIMD holds, which also chooses them at run time.
 ///
-/// The default build stays baseline x86-64: the kernels below carry
-/// `__attribute__((target("avx2,f16c")))` and run only where the CPU reports AVX2 and F16C
-/// (`__builtin_cpu_supports`, checked once); elsewhere, on other architectures, in device
-/// code and with `MPE_NO_HOST_SIMD` defined, the portable `RowAccumulate` loops run instead.
-/// nvcc's host pass compiles the fast path too (g++ as host compiler), so a program mixing
-/// .cu and .cpp translation units sees one definition of PoolBags on the host.
+/// Every function carries `__attribute__((target("avx2,f16c")))`, so the default build stays
+/// baseline x86-64. The row decoders are common/decode8.hpp's; the row sources and prefetch
+/// points common/rows.hpp's.
 ///
 /// Bits (the numerics contract): every element is decoded exactly as `Storage::Reader`
 /// defines it and added to its column's accumulator with one correctly rounded add (weighted:
-/// one multiply, then one add), rows in index order per column, as the portable loop does:
-/// - FP32: the value; Int8: add(mul(scale, float(q)), bias); Int4 and Int2: the same with
-///   FP16 scale and bias; BF16: bits << 16 (integer ops).
-/// - FP16: `vcvtph2ps` converts every finite and infinite code exactly like
-///   num::half_to_float (subnormals included; the conversion ignores MXCSR.DAZ); for NaN
-///   codes it sets the quiet bit, so that bit is put back from the code (bit 9 of the
-///   code -> bit 22 of the float): all 65,536 codes give the software decode's bits
-///   (tests/host/test_pool_simd.cpp checks each one).
-/// - No FMA: the target set excludes "fma", so the compiler cannot contract a multiply and
-///   an add into one rounding even if -ffp-contract allowed it.
-/// - Accumulators start at +0.0f like the portable loop's zeroed output, columns past the
-///   last full group of 8 use the portable per-element code.
+/// one multiply, then one add), rows in index order per column, as the portable loop does.
+/// No FMA: the target set excludes "fma". Accumulators start at +0.0f like the portable
+/// loop's zeroed output, columns past the last full group of 8 use the portable per-element
+/// code.
 #pragma once
+
+#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
+#include "mpe/detail/host/common/decode8.hpp"
+#include "mpe/detail/host/common/rows.hpp"
 #include "mpe/numeric/config.hpp"
-
-#if !defined(MPE_NO_HOST_SIMD) && !defined(__CUDA_ARCH__) && defined(__x86_64__) && \
-    (defined(__GNUC__) || defined(__clang__))
-#define MPE_HOST_SIMD 1
-#include <cpuid.h>
-#include <immintrin.h>
-#else
-#define MPE_HOST_SIMD 0
-#endif
-
 #include "mpe/numeric/float_ops.hpp"
-#include "mpe/numeric/half.hpp"
 #include "mpe/storage/all.hpp"
 
-namespace mpe::detail {
-
-/// Occurrences ahead whose rows the host prefetches in pooling with a cache, populate and
-/// the backward (FBGEMM's default distance), and the least store-only pooling uses
-/// (pool_rows_ahead).
-#ifdef MPE_POOL_PREFETCH_AHEAD
-inline constexpr index_t kPoolPrefetchAhead = MPE_POOL_PREFETCH_AHEAD;
-#else
-inline constexpr index_t kPoolPrefetchAhead = 16;
-#endif
-
-/// Prefetches (read, keep in all levels) every 64-byte line of [p, p + bytes) on the host;
-/// a no-op in device code. The rows' bits do not depend on it.
-///
-/// The empty `asm volatile` is needed: GCC's IPA pure-const analysis treats
-/// __builtin_prefetch as free of side effects, so a non-inlined caller whose only effects
-/// are prefetches (PoolBags::prefetch_row) was found "const" and its calls deleted as dead
-/// code at -O1 and above: no prefetch instruction was left in mpe's forward. The volatile
-/// asm emits nothing and keeps them.
-/// `Write`: prefetch for writing (the lines are about to be stored to). `L2`: a read
-/// prefetch into L2 only (`prefetcht1`), for lines read well after it (see PrefetchRead).
-template <bool Write = false, bool L2 = false>
-MPE_HOST_DEVICE inline void prefetch_lines(const void* p, std::size_t bytes) {
-#ifndef __CUDA_ARCH__
-  // One prefetch per 64-byte line the bytes touch (no repeated line).
-  const char* c = static_cast<const char*>(p);
-  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(c) & ~std::uintptr_t{63};
-  const std::uintptr_t last =
-      (reinterpret_cast<std::uintptr_t>(c) + (bytes ? bytes - 1 : 0)) & ~std::uintptr_t{63};
-  for (std::uintptr_t a = first; a <= last; a += 64)
-    __builtin_prefetch(reinterpret_cast<const char*>(a), Write ? 1 : 0, L2 && !Write ? 2 : 3);
-  asm volatile("");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
-#if MPE_HOST_SIMD
-
-/// True when this CPU can run the AVX2 + F16C kernels (checked once).
-inline bool cpu_has_avx2_f16c() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    // F16C through CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
-    return __builtin_cpu_supports("avx2") && f16c;
-  }();
-  return has;
-}
-
-/// The run-time switch of the host SIMD pooling (default: on where the CPU has AVX2 and F16C).
-inline bool& host_simd_flag() {
-  static bool on = cpu_has_avx2_f16c();
-  return on;
-}
-
-/// Whether forward pooling uses the AVX2 kernels now.
-inline bool host_simd_enabled() { return host_simd_flag(); }
-
-/// Turns the AVX2 pooling on (only where the CPU supports it) or off; returns the previous
-/// setting. For tests comparing the two paths; not thread-safe against running forwards.
-inline bool set_host_simd(bool on) {
-  const bool was = host_simd_flag();
-  host_simd_flag() = on && cpu_has_avx2_f16c();
-  return was;
-}
-
 #define MPE_SIMD_TARGET __attribute__((target("avx2,f16c")))
-// Row decoders: inlined always (a decoder left out of line spills pooling's accumulators);
-// the trivial constructors of Fp32 / Fp16 / Bf16 rows are not marked, so code built without
-// AVX2 (tests) can make those rows.
 #define MPE_SIMD_ROW [[gnu::always_inline]] MPE_SIMD_TARGET
 
-namespace simd {
-
-/// Decoder of one store row of format S: load8(c) = elements [c, c + 8) as the Reader
-/// defines them (8 lanes, exact).
-template <class S>
-struct Row;
-
-template <>
-struct Row<Fp32> {
-  const std::uint8_t* p;
-  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  /// The same row seen from column c0 (a multiple of 8): load8(c) reads columns c0 + c.
-  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 4 * static_cast<std::size_t>(c0), 0); }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * static_cast<std::size_t>(c)));
-  }
-};
-
-template <>
-struct Row<Fp16> {
-  const std::uint8_t* p;
-  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 2 * static_cast<std::size_t>(c0), 0); }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
-    const __m256i hw = _mm256_castps_si256(_mm256_cvtph_ps(h));
-    // NaN codes: the hardware sets the quiet bit; take bit 22 from the code's bit 9.
-    const __m256i h32 = _mm256_cvtepu16_epi32(h);
-    const __m256i nan =
-        _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
-    const __m256i q = _mm256_and_si256(nan, _mm256_set1_epi32(0x400000));
-    const __m256i want = _mm256_and_si256(_mm256_slli_epi32(h32, 13), q);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_andnot_si256(q, hw), want));
-  }
-};
-
-template <>
-struct Row<Bf16> {
-  const std::uint8_t* p;
-  MPE_SIMD_TARGET Row(const std::uint8_t* r, std::int32_t) : p(r) {}
-  MPE_SIMD_ROW Row at(std::int32_t c0) const { return Row(p + 2 * static_cast<std::size_t>(c0), 0); }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * static_cast<std::size_t>(c)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-};
-
-template <>
-struct Row<Int8Rowwise> {
-  const std::uint8_t* p;
-  __m256 scale, bias;
-  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D)
-      : p(r), scale(_mm256_set1_ps(num::load_f32(r + D))), bias(_mm256_set1_ps(num::load_f32(r + D + 4))) {}
-  MPE_SIMD_ROW Row at(std::int32_t c0) const {
-    Row r = *this;
-    r.p += c0;
-    return r;
-  }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c));
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
-    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
-  }
-};
-
-/// INT4 and INT2 row-wise (FBGEMM's fused N-bit rows, N = S::bits): add(mul(scale,
-/// float(q)), bias) with FP16 scale and bias after the ceil(D / (8 / N)) code bytes, element d
-/// in bits [N (d % (8 / N)), + N) of byte d / (8 / N), the lowest bits first.
-template <FusedNbitStorage S>
-struct Row<S> {
-  static constexpr int kBits = S::bits;       ///< bits per code
-  static constexpr int kPerByte = 8 / kBits;  ///< codes per byte
-  const std::uint8_t* p;
-  __m256 scale, bias;
-  /// Scale and bias by vcvtph2ps, exact for every code but a signalling NaN, which it
-  /// returns quieted where the software decode keeps it signalling. Both are only operands
-  /// of load8's multiply and add, whose result is that quiet NaN either way (x86 returns
-  /// its first NaN operand, quieted), so no branch to the software decode: a call there makes
-  /// GCC keep the AVX-512 kernel's accumulators in memory instead of registers.
-  /// Where the add meets two NaNs (a NaN bias with a NaN scale, or with an infinite scale
-  /// times 0) the payload is not promised (docs/numerics.md, section 5), as before.
-  MPE_SIMD_ROW Row(const std::uint8_t* r, std::int32_t D) : p(r) {
-    // One 32-bit load: the FP16 scale, then the FP16 bias (x86 is little-endian).
-    const __m128 sbf = _mm_cvtph_ps(_mm_loadu_si32(r + (D + kPerByte - 1) / kPerByte));  // scale, bias, 0, 0
-    scale = _mm256_broadcastss_ps(sbf);
-    bias = _mm256_broadcastss_ps(_mm_movehdup_ps(sbf));
-  }
-  /// c0 a multiple of kPerByte (the kernels' column groups start at multiples of 8).
-  MPE_SIMD_ROW Row at(std::int32_t c0) const {
-    Row r = *this;
-    r.p += c0 / kPerByte;
-    return r;
-  }
-  MPE_SIMD_ROW __m256 load8(std::int32_t c) const {
-    // Elements c .. c+7 (c a multiple of kPerByte) are the 8 codes of the kBits bytes at
-    // c / kPerByte, code k in bits [kBits k, + kBits) of their little-endian word.
-    std::uint32_t w = 0;
-    __builtin_memcpy(&w, p + c / kPerByte, kBits);
-    const __m256i v = _mm256_srlv_epi32(
-        _mm256_set1_epi32(static_cast<int>(w)),
-        _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits));
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << kBits) - 1)));
-    return _mm256_add_ps(_mm256_mul_ps(scale, x), bias);
-  }
-};
-
-/// Stores r.load8(c) to out[0 .. 8) (lets code built without AVX2 test the decoders).
-template <class R>
-MPE_SIMD_TARGET void store8(float* out, const R& r, std::int32_t c) {
-  _mm256_storeu_ps(out, r.load8(c));
-}
-
-/// Formats with an AVX2 decoder.
-template <class S>
-inline constexpr bool has_row = false;
-template <>
-inline constexpr bool has_row<Fp32> = true;
-template <>
-inline constexpr bool has_row<Fp16> = true;
-template <>
-inline constexpr bool has_row<Bf16> = true;
-template <>
-inline constexpr bool has_row<Int8Rowwise> = true;
-template <>
-inline constexpr bool has_row<Int4Rowwise> = true;
-template <>
-inline constexpr bool has_row<Int2Rowwise> = true;
-
-/// Prefetch points of one row of `last` + 1 bytes at p: p + last, and p + 64 k for
-/// k < lines - 1; `f(address)` is called for each. With lines = row_lines(...) every 64-byte
-/// line the row touches gets one (the points p + 64 k step one line each, the last byte's
-/// line ends it). `Lines` > 0: that many points in straight-line code; 0: `lines` at run time.
-template <std::int32_t Lines, class F>
-[[gnu::always_inline]] inline void for_row_lines(const std::uint8_t* p, std::int32_t lines, std::size_t last,
-                                                 F&& f) {
-  f(p + last);
-  if constexpr (Lines > 0) {
-    for (std::int32_t k = 0; k + 1 < Lines; ++k) f(p + 64 * static_cast<std::size_t>(k));
-  } else {
-    for (std::int32_t k = 0; k + 1 < lines; ++k) f(p + 64 * static_cast<std::size_t>(k));
-  }
-}
-
-/// A read prefetch of a row that pooling reads from one row array (the store, or the FP32
-/// cache rows of an all-cached bag): `prefetcht1` (into L2, not L1). Pooling keeps many rows
-/// in flight (pool_rows_ahead); L1 prefetches of that many lines would occupy L1's few miss
-/// buffers and stall the loop's own loads, while L2 has room for them. Inlined always: a
-/// separate function holding only prefetches is "const" to GCC's IPA and its calls are
-/// deleted (see prefetch_lines).
-struct PrefetchRead {
-  [[gnu::always_inline]] inline void operator()(const std::uint8_t* a) const { __builtin_prefetch(a, 0, 2); }
-};
-
-/// Prefetches (read, into L2: PrefetchRead) the points of for_row_lines; host only.
-template <std::int32_t Lines>
-[[gnu::always_inline]] inline void prefetch_row_lines(const std::uint8_t* p, std::int32_t lines,
-                                                      std::size_t last) {
-  for_row_lines<Lines>(p, lines, last, PrefetchRead{});
-}
-
-/// Prefetch points per row for prefetch_row_lines: the most 64-byte lines a row of `bytes`
-/// bytes can touch, ceil((bytes + 64 - g) / 64), where g (a power of two, at most 64) divides
-/// the store's address and the stride, so every row starts g-aligned, at most 64 - g bytes
-/// into a line. 64-byte aligned rows: ceil(bytes / 64); FBGEMM-style INT8 rows of D = 64
-/// (72 bytes at a 72-byte stride, g = 8): 2, not 3 (a 72-byte row never straddles 3 lines).
-inline std::int32_t row_lines(const std::uint8_t* store, std::size_t stride, std::size_t bytes) {
-  const std::size_t a = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(store)) | stride | 64;
-  const std::size_t g = a & (~a + 1);  // lowest set bit: the largest power of two dividing both (<= 64)
-  return static_cast<std::int32_t>((bytes + 64 - g + 63) / 64);
-}
-
-/// Occurrences ahead whose rows store-only pooling prefetches, for rows of `lines` prefetch
-/// points: about 128 lines in flight (128 / lines rows), at least kPoolPrefetchAhead
-/// (FBGEMM's 16) and at most 64 rows (or kPoolPrefetchAhead where that is larger); D = 64:
-/// FP32 32 rows, FP16 / INT8 / INT4 64. A fixed distance in rows would put few lines in
-/// flight for small rows and too many for large ones; a budget in lines keeps the memory
-/// system's parallelism about the same for every format. The bits do not depend on it.
-inline index_t pool_rows_ahead(std::int32_t lines) {
-  const index_t lo = kPoolPrefetchAhead, hi = kPoolPrefetchAhead > 64 ? kPoolPrefetchAhead : 64;
-  const index_t a = 128 / (lines > 0 ? lines : 1);
-  return a < lo ? lo : (a > hi ? hi : a);
-}
-
-/// Address of row r (stride bytes) of `store`, only to prefetch: computed as an integer, so
-/// a row index of -1 (an uncached occurrence of the FP32 cache-row source, PoolBags) gives
-/// an address that is never read, not an out-of-range pointer.
-[[gnu::always_inline]] inline const std::uint8_t* prefetch_address(const std::uint8_t* store, index_t r,
-                                                                   std::size_t stride) {
-  return reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(store) +
-                                               static_cast<std::uintptr_t>(r) * stride);
-}
-
-/// Row source of store-only pooling: occurrence i reads store row rows[i]. The first pass
-/// over a bag prefetches the row `dist` occurrences ahead (prefetch_row_lines).
-struct StoreRows {
-  static constexpr bool may_be_cached = false;
-  const std::uint8_t* store;
-  std::size_t stride;
-  std::size_t bytes;  ///< data bytes of a row (> 0)
-  const index_t* rows;
-  index_t n;           ///< occurrences of the whole batch (prefetches stop at the last)
-  std::int32_t lines;  ///< row_lines(store, stride, bytes)
-  index_t dist;        ///< occurrences ahead prefetched: pool_rows_ahead(lines)
-  /// The source of rows[0 .. n) of `store`, with its prefetch points and distance.
-  static StoreRows of(const std::uint8_t* store, std::size_t stride, std::size_t bytes, const index_t* rows,
-                      index_t n) {
-    const std::int32_t lines = row_lines(store, stride, bytes);
-    return StoreRows{store, stride, bytes, rows, n, lines, pool_rows_ahead(lines)};
-  }
-  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
-    cached = false;
-    return store + static_cast<std::size_t>(rows[i]) * stride;
-  }
-  [[gnu::always_inline]] inline void ahead(index_t i) const {
-    if (i + dist < n)
-      prefetch_row_lines<0>(prefetch_address(store, rows[i + dist], stride), lines, bytes - 1);
-  }
-  /// One past the last occurrence before `end` whose row `dist` ahead lies in the batch:
-  /// the end of a bag's prefetching loop.
-  [[gnu::always_inline]] inline index_t prefetch_stop(index_t end) const {
-    return end < n - dist ? end : n - dist;
-  }
-};
-
-/// Row source from two callables: row(i, cached) and ahead(i) (pooling with a cache).
-template <class RowFn, class AheadFn>
-struct FnRows {
-  static constexpr bool may_be_cached = true;
-  RowFn row_fn;
-  AheadFn ahead_fn;
-  [[gnu::always_inline]] inline const std::uint8_t* row(index_t i, bool& cached) const {
-    return row_fn(i, cached);
-  }
-  [[gnu::always_inline]] inline void ahead(index_t i) const { ahead_fn(i); }
-};
-
-/// Elements [c, c + 8) of a row of format S for pooling, where the first operation on each
-/// lane is a multiply or add: for Fp16 the hardware conversion alone, whose NaN lanes
-/// differ from num::half_to_float only in the quiet bit, which that first IEEE operation
-/// sets either way (a NaN operand is returned quieted, so quiet(x) is all of x that
-/// reaches the result); every other format: Row<S>::load8 (exact).
-template <class S>
-MPE_SIMD_TARGET inline __m256 load8_for_arith(const Row<S>& r, std::int32_t c) {
-  if constexpr (std::is_same_v<S, Fp16>) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + 2 * static_cast<std::size_t>(c))));
-  } else {
-    return r.load8(c);
-  }
-}
+namespace mpe::detail::simd {
 
 /// One pooling step on elements [c, c + 8) of a row of format S, as pool_columns does it:
 /// out[k] = acc[k] + x (weighted: acc[k] + w * x) with x from load8_for_arith. Lets tests
@@ -677,16 +340,7 @@ MPE_SIMD_TARGET inline std::uint64_t min_key(const std::uint64_t* key, std::int3
   return m;
 }
 
-}  // namespace simd
+}  // namespace mpe::detail::simd
 
 #undef MPE_SIMD_ROW
 #undef MPE_SIMD_TARGET
-
-#else  // !MPE_HOST_SIMD
-
-inline bool host_simd_enabled() { return false; }
-inline bool set_host_simd(bool) { return false; }
-
-#endif
-
-}  // namespace mpe::detail

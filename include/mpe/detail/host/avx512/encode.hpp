@@ -3,8 +3,9 @@
 /// @brief Host-only AVX-512 row-wise quantization of one FP32 row (not public): the bytes
 /// of `Int8Rowwise::store` and of the fused N-bit stores (`Int4Rowwise`, `Int2Rowwise`)
 /// under StochasticRounding (its Philox draws 16 element groups per register) and
-/// NearestRounding. `store_row` dispatches every host row write-back, flush, store update
-/// and set_weights to them where they apply.
+/// NearestRounding. Included by detail/host/dispatch.hpp where MPE_HOST_AVX512 holds; its
+/// `store_row` sends every host row write-back, flush, store update and set_weights here
+/// where they apply.
 ///
 /// Bits (the numerics contract): the row's min and max are the scalar scan's (the same
 /// values in any order; the scan itself runs where one is a zero, whose sign it decides);
@@ -24,11 +25,13 @@
 /// scalar code.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 #include <type_traits>
 
-#include "mpe/detail/host/avx2/encode.hpp"
 #include "mpe/detail/host/avx512/pool.hpp"
+#include "mpe/detail/host/common/encode.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/storage/fused_nbit.hpp"
@@ -38,7 +41,6 @@
 
 namespace mpe::detail {
 
-#if MPE_HOST_AVX512
 #define MPE_ENCODE512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define MPE_ENCODE512_ROW [[gnu::always_inline]] MPE_ENCODE512_TARGET
 // The same for a lambda's call operator (after its parameter list, where Clang takes GNU
@@ -256,44 +258,4 @@ MPE_ENCODE512_TARGET inline bool store_fused_nbit(const float* src, std::int32_t
 #undef MPE_ENCODE512_LAMBDA
 #undef MPE_ENCODE512_ROW
 #undef MPE_ENCODE512_TARGET
-#endif  // MPE_HOST_AVX512
-
-/// Storage::store<Rounding>(src, D, row, rng) (the same bytes and saturation flag); on the
-/// host, with the AVX-512 path enabled, INT8, INT4 and INT2 rows under stochastic or
-/// nearest rounding by simd512::store_int8 / store_fused_nbit where they apply; with only
-/// the AVX2 path (a CPU without AVX-512, or set_host_avx512(false)), by simd::store_int8 /
-/// store_fused_nbit (detail/host/avx2/encode.hpp). A row one path declines (it needs
-/// sanitizing, or its scale is 0) the other declines too: it takes the scalar store.
-template <class Storage, class Rounding>
-MPE_HOST_DEVICE inline bool store_row(const float* src, std::int32_t D, std::uint8_t* row,
-                                      const num::RowRng& rng) {
-#if MPE_HOST_SIMD && !defined(__CUDA_ARCH__)
-  constexpr bool kInt8 = std::is_same_v<Storage, Int8Rowwise>;
-  constexpr bool kNbit = std::is_same_v<Storage, Int4Rowwise> || std::is_same_v<Storage, Int2Rowwise>;
-  if constexpr ((kInt8 || kNbit) &&
-                (std::is_same_v<Rounding, StochasticRounding> || std::is_same_v<Rounding, NearestRounding>)) {
-    bool done = false;
-#if MPE_HOST_AVX512
-    if (host_avx512_enabled()) {
-      if constexpr (kInt8) {
-        done = simd512::store_int8<Rounding>(src, D, row, rng);
-      } else {
-        done = simd512::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit);
-      }
-      return done ? false : Storage::template store<Rounding>(src, D, row, rng);
-    }
-#endif
-    if (host_simd_enabled()) {
-      if constexpr (kInt8) {
-        done = simd::store_int8<Rounding>(src, D, row, rng);
-      } else {
-        done = simd::store_fused_nbit<Storage::bits, Rounding>(src, D, row, rng, Storage::limit);
-      }
-    }
-    if (done) return false;
-  }
-#endif
-  return Storage::template store<Rounding>(src, D, row, rng);
-}
-
 }  // namespace mpe::detail

@@ -5,16 +5,17 @@
 /// AVX-512 victim list and minimum of the cache admission (`unlocked_by_last_use`,
 /// `min_key`; used by SetVictims in mpe/detail/kernels/admission.hpp).
 ///
-/// Where the CPU reports AVX-512 F, BW and VL (and the OS saves their state, which
+/// Included by detail/host/dispatch.hpp where MPE_HOST_AVX512 holds; there, where the CPU
+/// reports AVX-512 F, BW and VL (and the OS saves their state, which
 /// `__builtin_cpu_supports` checks), a bag whose rows all come from one row array (the
 /// store without a cache, or the FP32 cache rows of a bag that is all hits) is pooled here
-/// instead of by the AVX2 kernel of detail/host/avx2/pool.hpp: per row, half the instructions, so the
+/// instead of by the AVX2 kernel (detail/host/avx2/pool.hpp): per row, half the instructions, so the
 /// out-of-order window holds twice the rows in flight. The default build stays baseline
 /// x86-64 (`__attribute__((target(...)))` on these functions only); `MPE_NO_HOST_SIMD` or
-/// `MPE_NO_HOST_AVX512` compiles it out, and `set_host_avx512(false)` turns it off at run
-/// time. Store-only, unweighted sum bags of D = 16 .. 128 columns (a multiple of 16) are
-/// pooled a table's run of bags per call (pool_bags_run), with the register count and the
-/// prefetch points chosen once per run.
+/// `MPE_NO_HOST_AVX512` leaves it out, and `set_host_avx512(false)` turns it off at run
+/// time (both in dispatch.hpp). Store-only, unweighted sum bags of D = 16 .. 128 columns (a multiple of 16)
+/// are pooled a table's run of bags per call (pool_bags_run), with the register count and the prefetch points
+/// chosen once per run.
 ///
 /// Bits (the numerics contract): the same operations as the AVX2 kernel and the portable
 /// loop, element by element. Each element is decoded as `Storage::Reader` defines it
@@ -30,52 +31,19 @@
 /// tests/host/test_pool_simd.cpp checks this kernel against the portable loop for every format.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "mpe/detail/host/avx2/pool.hpp"
-
-#if MPE_HOST_SIMD && !defined(MPE_NO_HOST_AVX512)
-#define MPE_HOST_AVX512 1
-#else
-#define MPE_HOST_AVX512 0
-#endif
+#include "mpe/detail/host/common/decode8.hpp"
+#include "mpe/detail/host/common/rows.hpp"
+#include "mpe/numeric/config.hpp"
+#include "mpe/storage/all.hpp"
 
 namespace mpe::detail {
-
-#if MPE_HOST_AVX512
-
-/// True when this CPU (and OS) can run the AVX-512 F / BW / VL kernels (checked once).
-inline bool cpu_has_avx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  }();
-  return has;
-}
-
-/// The run-time switch of the AVX-512 pooling and of the AVX-512 victim lists of the cache
-/// admission (SetVictims) (default: on where the CPU has it).
-inline bool& host_avx512_flag() {
-  static bool on = cpu_has_avx512();
-  return on;
-}
-
-/// Whether store-only pooling uses the AVX-512 kernel (and SetVictims its AVX-512 list and
-/// minimum) now; it also needs the host SIMD path on: set_host_simd(false) turns both off.
-inline bool host_avx512_enabled() { return host_avx512_flag() && host_simd_enabled(); }
-
-/// Turns the AVX-512 pooling and victim lists on (only where the CPU supports it) or off;
-/// returns the previous setting. For tests and benchmarks comparing the kernels; not
-/// thread-safe against running forwards.
-inline bool set_host_avx512(bool on) {
-  const bool was = host_avx512_flag();
-  host_avx512_flag() = on && cpu_has_avx512();
-  return was;
-}
 
 #define MPE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define MPE_AVX512_ROW [[gnu::always_inline]] MPE_AVX512_TARGET
@@ -586,13 +554,5 @@ MPE_AVX512_TARGET inline std::uint64_t min_key(const std::uint64_t* key, std::in
 
 #undef MPE_AVX512_ROW
 #undef MPE_AVX512_TARGET
-
-#else  // !MPE_HOST_AVX512
-
-inline bool cpu_has_avx512() { return false; }
-inline bool host_avx512_enabled() { return false; }
-inline bool set_host_avx512(bool) { return false; }
-
-#endif
 
 }  // namespace mpe::detail
