@@ -271,6 +271,31 @@ def _refuse_conversion(module, fn, instead="build the module with the options yo
                        f"tables live in mpe's CPU store in their own formats (storage=...), on the CPU only; {instead}")
 
 
+class _CpuOnly:
+    """Mixin for modules holding mpe tables: conversions go through _refuse_conversion (with
+    the class's _conversion_advice), and device moves that never reach _apply's probe raise
+    naming the reason (torch's own "no driver" error on a machine without the device would
+    hide it). Put it before nn.Module in the bases."""
+
+    _conversion_advice = "build the module with the options you want instead"
+
+    def _apply(self, fn, recurse=True):
+        _refuse_conversion(self, fn, self._conversion_advice)
+        return super()._apply(fn, recurse)
+
+    def cuda(self, device=None):
+        _refuse_device(self, "cuda")
+
+    def xpu(self, device=None):
+        _refuse_device(self, "xpu")
+
+    def ipu(self, device=None):
+        _refuse_device(self, "ipu")
+
+    def mtia(self, device=None):
+        _refuse_device(self, "mtia")
+
+
 class _TbeFunction(torch.autograd.Function):
     """Training forward; backward runs the fused optimizer step and returns no gradient."""
 
@@ -290,7 +315,7 @@ class _TbeFunction(torch.autograd.Function):
         return None, None, None, None, None
 
 
-class TableBatchedEmbeddingBags(nn.Module):
+class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
     r"""Table-batched embedding bags in mixed precision, with a fused optimizer (CPU).
 
     Args:
@@ -767,24 +792,6 @@ class TableBatchedEmbeddingBags(nn.Module):
         except BaseException:
             self._tbe.set_hyperparameters(old["learning_rate"], old["eps"], old["beta1"], old["beta2"])
             raise
-
-    def _apply(self, fn, recurse=True):
-        _refuse_conversion(self, fn)
-        return super()._apply(fn, recurse)
-
-    # Device moves that never reach _apply's probe: torch's own "no driver" error on a machine
-    # without the device would hide the reason.
-    def cuda(self, device=None):
-        _refuse_device(self, "cuda")
-
-    def xpu(self, device=None):
-        _refuse_device(self, "xpu")
-
-    def ipu(self, device=None):
-        _refuse_device(self, "ipu")
-
-    def mtia(self, device=None):
-        _refuse_device(self, "mtia")
 
     def extra_repr(self):
         c = self._config

@@ -78,7 +78,7 @@ from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import PoolingType, pooling_type_to_pooling_mode
 from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 
-from . import TableBatchedEmbeddingBags, _refuse_conversion, _refuse_device
+from . import TableBatchedEmbeddingBags, _CpuOnly
 from ._layout import BagPlanCache
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
@@ -126,7 +126,7 @@ def _validate(options, where):
         raise type(e)(f"mpe_torch.torchrec: {where}: {e}") from None
 
 
-class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
+class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
     """TorchRec's kernel for one group of table shards: one ``TableBatchedEmbeddingBags``.
 
     Args:
@@ -145,6 +145,8 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s do);
     ``.cpu()``, ``.float()`` and ``.to("cpu")`` return it as it is.
     """
+
+    _conversion_advice = "choose the format in the sharder's fused_params or table_options instead"
 
     def __init__(self, config, table_keys, sharding_type=None):
         super().__init__()
@@ -171,22 +173,6 @@ class MpeEmbeddingBag(BaseEmbedding, FusedOptimizerModule):
     @property
     def config(self):
         return self._config
-
-    def _apply(self, fn, recurse=True):
-        _refuse_conversion(self, fn, "choose the format in the sharder's fused_params or table_options instead")
-        return super()._apply(fn, recurse)
-
-    def cuda(self, device=None):
-        _refuse_device(self, "cuda")
-
-    def xpu(self, device=None):
-        _refuse_device(self, "xpu")
-
-    def ipu(self, device=None):
-        _refuse_device(self, "ipu")
-
-    def mtia(self, device=None):
-        _refuse_device(self, "mtia")
 
     def _init_ranges(self):
         return [(t.get_weight_init_min(), t.get_weight_init_max()) for t in self._tables]
