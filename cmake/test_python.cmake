@@ -120,8 +120,9 @@ file(GLOB mpe_torch_sources "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cpp")
 list(LENGTH mpe_torch_sources n_sources)
 message(STATUS "mpe_torch: compiling ${n_sources} translation units at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
                "(from scratch: ~15 CPU-minutes at -O3, ~8 at -O1)")
-execute_process(COMMAND "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps --upgrade
-                        --target "${site}" "${MPE_SOURCE_DIR}/python"
+# (pip -v writes the build's output to stderr: sh joins it to stdout for the filter.)
+execute_process(COMMAND sh -c "exec \"$@\" 2>&1" sh "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps
+                        --upgrade --target "${site}" "${MPE_SOURCE_DIR}/python"
                 COMMAND sed -u -n -E -e "s#^ *(\\[[0-9]+/[0-9]+\\]) .* -c ([^ ]*/)?([^ /]+[.]cpp) .*#  \\1 \\3#p"
                                      -e "/(error|warning|Error|FAILED)/p"
                 RESULTS_VARIABLE rcs)
