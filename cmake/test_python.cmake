@@ -123,7 +123,7 @@ message(STATUS "mpe_torch: compiling ${n_sources} translation units at ${opt} wi
 # (pip -v writes the build's output to stderr: sh joins it to stdout for the filter.)
 execute_process(COMMAND sh -c "exec \"$@\" 2>&1" sh "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps
                         --upgrade --target "${site}" "${MPE_SOURCE_DIR}/python"
-                COMMAND sed -u -n -E -e "s#^ *(\\[[0-9]+/[0-9]+\\]) .* -c ([^ ]*/)?([^ /]+[.]cpp) .*#  \\1 \\3#p"
+                COMMAND sed -u -n -E -e "/byte-compiling is disabled/d" -e "s#^ *(\\[[0-9]+/[0-9]+\\]) .* -c ([^ ]*/)?([^ /]+[.]cpp) .*#  \\1 \\3#p"
                                      -e "/(error|warning|Error|FAILED)/p"
                 RESULTS_VARIABLE rcs)
 list(GET rcs 0 rc)
