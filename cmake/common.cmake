@@ -71,7 +71,7 @@ function(mpe_configure)
     set(gen "")
   endif()
   set(nvcc "")
-  if(EXISTS "${MPE_CUDA_ROOT}/bin/nvcc")
+  if(EXISTS "${MPE_CUDA_ROOT}/bin/nvcc" AND NOT "-DMPE_ENABLE_CUDA=OFF" IN_LIST ARGN)
     set(nvcc "-DCMAKE_CUDA_COMPILER=${MPE_CUDA_ROOT}/bin/nvcc")
   endif()
   execute_process(COMMAND ${CMAKE_COMMAND} -S "${MPE_SOURCE_DIR}" -B "${MPE_BUILD_DIR}" ${gen}

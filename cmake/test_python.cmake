@@ -119,7 +119,7 @@ endif()
 file(GLOB mpe_torch_sources "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cpp")
 list(LENGTH mpe_torch_sources n_sources)
 message(STATUS "mpe_torch: compiling ${n_sources} translation units at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
-               "(from scratch: ~15 CPU-minutes at -O3, ~8 at -O1)")
+               "(from scratch at -O1: ~5 CPU-minutes; at -O3 about twice that)")
 # (pip -v writes the build's output to stderr: sh joins it to stdout for the filter.)
 execute_process(COMMAND sh -c "exec \"$@\" 2>&1" sh "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps
                         --upgrade --target "${site}" "${MPE_SOURCE_DIR}/python"
@@ -132,7 +132,7 @@ if(NOT rc EQUAL 0)
 endif()
 string(TIMESTAMP t1 "%s")
 math(EXPR dt "${t1} - ${t0}")
-message(STATUS "mpe_torch: extension built in ${dt} s; running pytest (about 10 minutes on 2 cores)")
+message(STATUS "mpe_torch: extension built in ${dt} s; running pytest (2 - 6 minutes on 2 cores)")
 set(junit "${MPE_SOURCE_DIR}/build/pytest-junit.xml")
 file(REMOVE "${junit}")
 execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${site}" OMP_WAIT_POLICY=passive

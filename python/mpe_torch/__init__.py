@@ -268,7 +268,7 @@ def _refuse_conversion(module, fn, instead="build the module with the options yo
             return
         what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
     raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved or converted (asked for {what}); its "
-                       f"tables live in mpe's CPU store in their own formats (storage=...), on the CPU only; {instead}")
+                       f"tables live in mpe's CPU store in their own formats (the storage option), on the CPU only; {instead}")
 
 
 class _CpuOnly:
@@ -282,6 +282,16 @@ class _CpuOnly:
     def _apply(self, fn, recurse=True):
         _refuse_conversion(self, fn, self._conversion_advice)
         return super()._apply(fn, recurse)
+
+    def to(self, *args, **kwargs):
+        # Names the device or dtype asked for before torch would try (and fail) on a probe.
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and torch.device(device).type != "cpu":
+            _refuse_device(self, str(device))
+        if dtype is not None and dtype != torch.float32:
+            raise RuntimeError(f"mpe_torch: {type(self).__name__} cannot be converted to {dtype}: its tables live in "
+                               f"mpe's CPU store in their own formats (the storage option); {self._conversion_advice}")
+        return super().to(*args, **kwargs)
 
     def cuda(self, device=None):
         _refuse_device(self, "cuda")
@@ -531,11 +541,15 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         it only reads (mpe's ``forward_inference``: no cache fill, no statistics).
 
         Raises:
-            TypeError: a tensor of the wrong dtype.
+            TypeError: an argument that is not a tensor, or a tensor of the wrong dtype.
             ValueError: wrong device, shape, dimensions or contiguity; offsets not of length
                 T*B + 1, not starting at 0, decreasing or not ending at n; an index outside its
                 table; non-finite per-sample weights or per-sample weights with mean pooling.
         """
+        for name, t in (("indices", indices), ("offsets", offsets), ("per_sample_weights", per_sample_weights)):
+            if not torch.is_tensor(t) and not (t is None and name == "per_sample_weights"):
+                raise TypeError(f"mpe_torch: {name} must be a torch.Tensor (CPU, contiguous); got "
+                                f"{type(t).__name__}")
         if batch_size_per_feature_per_rank is not None:
             plan = self._vbe_plan(batch_size_per_feature_per_rank, offsets)
             return plan.output(self.forward(indices, plan.offsets(offsets), per_sample_weights))

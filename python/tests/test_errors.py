@@ -366,7 +366,7 @@ def test_not_built_message_is_short():
 def test_moving_or_converting_the_module_raises():
     emb = mpe_torch.TableBatchedEmbeddingBags([(10, 4)])
     for convert in (lambda m: m.half(), lambda m: m.double(), lambda m: m.bfloat16(),
-                    lambda m: m.to(torch.float16), lambda m: m.to("meta"), lambda m: m.type(torch.float64),
+                    lambda m: m.type(torch.float64),
                     lambda m: m.to_empty(device="meta")):
         with pytest.raises(RuntimeError, match="TableBatchedEmbeddingBags cannot be moved or converted "
                                                r"\(asked for .*\); its tables live in mpe's CPU store"):
@@ -376,8 +376,24 @@ def test_moving_or_converting_the_module_raises():
     for device in ("cuda", "xpu", "ipu", "mtia"):
         with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {device}: .*CPU only"):
             getattr(emb, device)()
-    with pytest.raises(RuntimeError, match=r"TableBatchedEmbeddingBags cannot be moved or converted \(asked for "):
-        emb.to("cuda" if not torch.cuda.is_available() else "cuda:0")
+    # .to() names the device or dtype asked for, in every form torch accepts.
+    for args, asked in ((("cuda",), "cuda"), ((torch.device("cuda:0"),), "cuda:0"), (("meta",), "meta"),
+                        (("cpu", torch.float16), None)):
+        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {asked}: .*CPU only"
+                           if asked else "TableBatchedEmbeddingBags cannot be converted to torch.float16: "):
+            emb.to(*args)
+    with pytest.raises(RuntimeError, match="cannot be converted to torch.float64: .*options you want instead"):
+        emb.to(dtype=torch.float64)
     # Conversions that leave a CPU float32 module as it is return it.
     assert emb.cpu() is emb and emb.float() is emb and emb.to("cpu") is emb and emb.to(torch.float32) is emb
     torch.testing.assert_close(emb(torch.tensor([1]), torch.tensor([0, 1])), emb.get_weights(0)[1:2])
+
+
+def test_inputs_must_be_tensors(m):
+    idx, off = ok()
+    before = m.get_weights(0).clone()
+    for args, name in (((idx.tolist(), off), "indices"), ((idx, off.numpy()), "offsets"),
+                       ((idx, off, [1.0] * 4), "per_sample_weights")):
+        with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor .*; got (list|ndarray)"):
+            m(*args)
+    assert torch.equal(m.get_weights(0), before)
