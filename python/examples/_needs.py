@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The dependency check of the examples and of bench/torch_step: ``require("torch", "fbgemm_gpu")``
-prints one line naming the first dependency that is missing and the command that installs it,
-then exits with status 2, instead of a traceback from deep inside the script.
+prints one line for each dependency that is missing, naming it and the command that installs
+it, then exits with status 2, instead of a traceback from deep inside the script.
 
 It looks without importing (importlib's ``find_spec``; for mpe_torch also its compiled
 extension, for Eigen its headers), so calling it loads nothing: torch's OpenMP runtime reads
@@ -49,12 +49,13 @@ def missing(name):
 
 
 def require(*names, why=""):
-    """Exits with status 2 and one line on stderr if any of ``names`` (keys of INSTALL, checked
-    in order) is missing; ``why`` says what needs it (e.g. "--emb fbgemm")."""
-    for name in names:
-        what = missing(name)
-        if what is not None:
-            script = os.path.basename(sys.argv[0]) or "this script"
-            need = f" (needed for {why})" if why else ""
-            print(f"{script}: {what}{need}; to install: {INSTALL[name]}", file=sys.stderr)
-            sys.exit(2)
+    """Exits with status 2 if any of ``names`` (keys of INSTALL) is missing, after one line on
+    stderr for each missing one (all of them, in order); ``why`` says what needs them (e.g.
+    "--emb fbgemm")."""
+    script = os.path.basename(sys.argv[0]) or "this script"
+    need = f" (needed for {why})" if why else ""
+    lines = [f"{script}: {what}{need}; to install: {INSTALL[name]}"
+             for name in names if (what := missing(name)) is not None]
+    if lines:
+        print("\n".join(lines), file=sys.stderr)
+        sys.exit(2)
