@@ -283,6 +283,11 @@ class _CpuOnly:
         _refuse_conversion(self, fn, self._conversion_advice)
         return super()._apply(fn, recurse)
 
+    def __deepcopy__(self, memo):
+        # The tables are mpe's C++ objects, not tensors (pickle refuses them too).
+        raise TypeError(f"mpe_torch: a {type(self).__name__} cannot be deep-copied (its tables are mpe's C++ "
+                        "objects); save state_dict() and load it into a module built with the same options")
+
     def to(self, *args, **kwargs):
         # Names the device or dtype asked for before torch would try (and fail) on a probe.
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)

@@ -100,6 +100,9 @@ def _check_options(options, where):
         raise TypeError(f"mpe_torch.torchrec: {where} must be a dict of TableBatchedEmbeddingBags options, got "
                         f"{type(options).__name__}")
     bad = [k for k in options if k not in OPTION_NAMES]
+    if "weights_init" in bad:
+        raise ValueError(f"mpe_torch.torchrec: {where} sets weights_init; a sharded table starts "
+                         "U(weight_init_min, weight_init_max) of its EmbeddingBagConfig: set the range there")
     if bad:
         raise ValueError(f"mpe_torch.torchrec: {where} has unknown option(s) {', '.join(map(repr, bad))}; valid: "
                          f"{', '.join(OPTION_NAMES)}")

@@ -397,3 +397,12 @@ def test_inputs_must_be_tensors(m):
         with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor .*; got (list|ndarray)"):
             m(*args)
     assert torch.equal(m.get_weights(0), before)
+
+
+def test_deepcopy_names_the_way_out(m):
+    import copy
+    with pytest.raises(TypeError, match="cannot be deep-copied .*state_dict\\(\\)"):
+        copy.deepcopy(m)
+    shallow = copy.copy(m)  # a shallow copy shares the tables, as nn.Module's does its tensors
+    idx, off = ok()
+    torch.testing.assert_close(shallow(idx, off), m(idx, off))

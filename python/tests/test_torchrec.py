@@ -242,6 +242,8 @@ def test_sharder_refuses_bad_options_and_plans():
         mt.EmbeddingBagCollectionSharder(fused_params=dict(storag="int8"))
     with pytest.raises(ValueError, match=r"table_options\['t1'\] has unknown option"):
         mt.EmbeddingBagCollectionSharder(table_options={"t1": dict(cach="lru")})
+    with pytest.raises(ValueError, match="sets weights_init; .*weight_init_min, weight_init_max.*EmbeddingBagConfig"):
+        mt.EmbeddingBagCollectionSharder(table_options={"t1": dict(weights_init="zeros")})
     with pytest.raises(TypeError, match="fused_params must be a dict"):
         mt.EmbeddingBagCollectionSharder(fused_params=[("storage", "int8")])
     s = mt.EmbeddingBagCollectionSharder()
