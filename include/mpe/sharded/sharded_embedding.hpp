@@ -163,19 +163,7 @@ class ShardedEmbedding {
                                     " but the communicator has " + std::to_string(comm.size()) + " ranks");
       if (plan_.table_rows != config.table_rows || plan_.dim != config.dim)
         throw std::invalid_argument("the plan's tables/dim do not match config.table_rows/config.dim");
-      if (!config.row_keys.empty() && config.row_keys.size() != config.table_rows.size())
-        throw std::invalid_argument("config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
-                                    "; must be 0 or T = " + std::to_string(config.table_rows.size()));
-      if (!config.column_keys.empty() && config.column_keys.size() != config.table_rows.size())
-        throw std::invalid_argument(
-            "config.column_keys.size() = " + std::to_string(config.column_keys.size()) +
-            "; must be 0 or T = " + std::to_string(config.table_rows.size()));
-      for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
-        const std::int64_t c = config.column_keys[t];
-        if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - config.dim)
-          throw std::invalid_argument("config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
-                                      "; must be >= 0, a multiple of 4 and at most 2^26 - config.dim");
-      }
+      if (const std::string e = mpe::detail::stream_keys_error(config); !e.empty()) throw std::invalid_argument(e);
       if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
         throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
     } catch (const std::exception& e) {

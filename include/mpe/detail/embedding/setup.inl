@@ -17,6 +17,34 @@ inline std::string ce_prefix(const char* fn) { return std::string("mpe::CachedEm
 [[noreturn]] inline void invalid(const char* fn, const std::string& what) {
   throw std::invalid_argument(ce_prefix(fn) + what);
 }
+/// What is wrong with config.row_keys / config.column_keys (EmbeddingConfig), or "" when
+/// they are valid: each empty or one per table; a row key >= 0 leaving room for its table's
+/// rows; a column key >= 0, a multiple of 4 (whole element groups) and at most 2^26 - dim.
+/// Shared by CachedEmbedding's constructor and ShardedEmbedding's (which checks the global
+/// config before any rank builds its local tables).
+inline std::string stream_keys_error(const EmbeddingConfig& config) {
+  const std::string T = std::to_string(config.table_rows.size());
+  if (!config.row_keys.empty() && config.row_keys.size() != config.table_rows.size())
+    return "config.row_keys.size() = " + std::to_string(config.row_keys.size()) + "; must be 0 or T = " + T;
+  for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
+    if (config.row_keys[t] < 0 || config.row_keys[t] > INT64_MAX - config.table_rows[t])
+      return "config.row_keys[" + std::to_string(t) + "] = " + std::to_string(config.row_keys[t]) +
+             "; must be >= 0 and leave room for the table's " + std::to_string(config.table_rows[t]) +
+             " rows";
+  }
+  if (!config.column_keys.empty() && config.column_keys.size() != config.table_rows.size())
+    return "config.column_keys.size() = " + std::to_string(config.column_keys.size()) +
+           "; must be 0 or T = " + T;
+  const std::int64_t max_column = (std::int64_t{1} << 26) - config.dim;
+  for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
+    const std::int64_t c = config.column_keys[t];
+    if (c < 0 || c % 4 != 0 || c > max_column)
+      return "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
+             "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - config.dim = " +
+             std::to_string(max_column);
+  }
+  return "";
+}
 }  // namespace detail
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -99,40 +127,12 @@ detail::EmbeddingLayout CachedEmbedding<Storage, Cache, Rounding, Backend, State
     L.table_offsets.push_back(L.table_offsets.back() + r);
   }
   L.total_rows = L.table_offsets.back();
-  if (!config.row_keys.empty()) {
-    if (config.row_keys.size() != config.table_rows.size()) {
-      detail::invalid(fn, "config.row_keys.size() = " + std::to_string(config.row_keys.size()) +
-                              "; must be 0 or T = " + std::to_string(config.table_rows.size()));
-    }
-    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
-      if (config.row_keys[t] < 0 || config.row_keys[t] > INT64_MAX - config.table_rows[t]) {
-        detail::invalid(fn, "config.row_keys[" + std::to_string(t) +
-                                "] = " + std::to_string(config.row_keys[t]) +
-                                "; must be >= 0 and leave room for the table's " +
-                                std::to_string(config.table_rows[t]) + " rows");
-      }
-    }
-    L.row_keys = config.row_keys.size();
-  }
-  if (!config.column_keys.empty()) {
-    if (config.column_keys.size() != config.table_rows.size()) {
-      detail::invalid(fn, "config.column_keys.size() = " + std::to_string(config.column_keys.size()) +
-                              "; must be 0 or T = " + std::to_string(config.table_rows.size()));
-    }
-    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
-      const std::int64_t c = config.column_keys[t];
-      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - config.dim) {
-        detail::invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
-                                "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - "
-                                "config.dim = " +
-                                std::to_string((std::int64_t{1} << 26) - config.dim));
-      }
-    }
-    // Column keys all 0 are the default: no array (the same bits without the table search).
-    if (std::any_of(config.column_keys.begin(), config.column_keys.end(),
-                    [](std::int64_t c) { return c != 0; }))
-      L.column_keys = config.column_keys.size();
-  }
+  if (const std::string e = detail::stream_keys_error(config); !e.empty()) detail::invalid(fn, e);
+  L.row_keys = config.row_keys.size();
+  // Column keys all 0 are the default: no array (the same bits without the table search).
+  if (std::any_of(config.column_keys.begin(), config.column_keys.end(),
+                  [](std::int64_t c) { return c != 0; }))
+    L.column_keys = config.column_keys.size();
   L.stride = row_bytes<Storage>(config.dim, a);
   // The slot index in the store rows: an int32 entry after each row's data, 4-byte aligned.
   if (config.cache_rows > 0 && config.slot_index && config.slot_index_in_rows) {
