@@ -118,7 +118,7 @@ endif()
 # "[k/N] <file>.cpp"; compiler errors and warnings pass through whole.
 file(GLOB mpe_torch_sources "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cpp")
 list(LENGTH mpe_torch_sources n_sources)
-message(STATUS "mpe_torch: compiling ${n_sources} translation units at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
+message(STATUS "mpe_torch: building ${n_sources} translation units (those out of date) at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
                "(from scratch at -O1: ~5 CPU-minutes; at -O3 about twice that)")
 # (pip -v writes the build's output to stderr: sh joins it to stdout for the filter.)
 execute_process(COMMAND sh -c "exec \"$@\" 2>&1" sh "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps
