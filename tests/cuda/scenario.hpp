@@ -243,12 +243,10 @@ Result run_training(const Backend& be, const Scenario& sc) {
   }
   read_back(emb, be, r);
   {
-    using A = mpe::detail::CheckpointAccess;
-    A::Section sec[mpe::io::checkpoint::kNumBufferSections];
-    A::sections(emb, sec);
-    const A::Section oc = A::optimizer_cache(emb);
-    r.state = to_host(be, static_cast<const std::uint8_t*>(sec[6].data), sec[6].bytes);
-    const auto c = to_host(be, static_cast<const std::uint8_t*>(oc.data), oc.bytes);
+    const mpe::TableState state = emb.state();
+    r.state = to_host(be, state.optimizer_state.data(), state.optimizer_state.size());
+    const auto c = to_host(be, reinterpret_cast<const std::uint8_t*>(state.cached_optimizer_state.data()),
+                           state.cached_optimizer_state.size_bytes());
     r.state.insert(r.state.end(), c.begin(), c.end());
   }
   r.stats = emb.stats();

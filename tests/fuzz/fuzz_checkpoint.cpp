@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target for CachedEmbedding's checkpoint reader (detail::CheckpointAccess::
-// load_bytes, which load() runs on the file's bytes). Each input is loaded twice into each
+// libFuzzer target for CachedEmbedding's checkpoint reader (mpe::io::load_from_bytes:
+// what load() runs on the file's bytes). Each input is loaded twice into each
 // of three embeddings (fuzz_common.hpp: two with FP32 optimizer state, one with BF16): as
 // given (exercises the framing and checksum checks) and with every checksum recomputed by
 // an independent walk of the documented layout (so mutations reach the header-field,
@@ -91,7 +91,7 @@ template <class E>
 void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
   E e(mpe_fuzz::config(cache), mpe::HostBackend{1});
   try {
-    mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), "fuzz");
+    mpe::io::load_from_bytes(e, bytes, "fuzz");
   } catch (const mpe::checkpoint_error&) {
     return;
   } catch (const std::invalid_argument&) {  // a file of another optimizer-state precision
@@ -103,15 +103,11 @@ void try_load(const std::vector<std::uint8_t>& bytes, bool cache) {
     if (!std::isfinite(x)) std::abort();  // verification let a non-finite value through
   }
   // A restored pending batch must be usable by the forward that consumes it.
-  const std::vector<std::uint8_t> pending = mpe::detail::CheckpointAccess::pending_batch(e);
-  if (!pending.empty()) {
-    std::int64_t n, B;
-    std::memcpy(&n, pending.data(), 8);
-    std::memcpy(&B, pending.data() + 8, 8);
-    std::vector<std::int64_t> idx(static_cast<std::size_t>(n)),
-        off(static_cast<std::size_t>(B * e.num_tables() + 1));
-    std::memcpy(idx.data(), pending.data() + 16, idx.size() * 8);
-    std::memcpy(off.data(), pending.data() + 16 + idx.size() * 8, off.size() * 8);
+  const mpe::TableState state = e.state();
+  if (!state.pending_offsets.empty()) {
+    const std::vector<std::int64_t> idx(state.pending_indices.begin(), state.pending_indices.end()),
+        off(state.pending_offsets.begin(), state.pending_offsets.end());
+    const auto B = static_cast<std::int64_t>(off.size() - 1) / e.num_tables();
     std::vector<float> out(static_cast<std::size_t>(B * e.num_tables() * e.dim()));
     e.forward(idx, off, out);
     std::vector<float> grad(out.size(), 0.01f);

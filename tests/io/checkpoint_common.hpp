@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/state_image.hpp"
 #include "reference/policy_lists.hpp"
 
 namespace ckt {
@@ -86,26 +87,11 @@ void train_step(E& e, std::uint64_t k, const Opt& opt, std::int64_t B = 6) {
   e.backward(b.grad, opt);
 }
 
-/// Everything save() writes, read from the object's buffers: header and section bytes.
+/// Every part of the exact state (CachedEmbedding::state(), copied to host memory) as
+/// bytes: equal for equal states only.
 template <class E>
 std::vector<std::uint8_t> snapshot(const E& e) {
-  using A = mpe::detail::CheckpointAccess;
-  std::vector<std::uint8_t> s = A::header(e).v;
-  A::Section sec[mpe::io::checkpoint::kNumBufferSections];
-  A::sections(e, sec);
-  for (const auto& x : sec) {
-    if (x.bytes == 0) continue;
-    const std::size_t at = s.size();
-    s.resize(at + x.bytes);
-    std::memcpy(s.data() + at, x.data, x.bytes);
-  }
-  const std::vector<std::uint8_t> pending = A::pending_batch(e);
-  s.insert(s.end(), pending.begin(), pending.end());
-  // FP32 optimizer state of the cached rows (compact state precisions; empty otherwise)
-  const A::Section oc = A::optimizer_cache(e);
-  const auto* q = static_cast<const std::uint8_t*>(oc.data);
-  if (oc.bytes > 0) s.insert(s.end(), q, q + oc.bytes);
-  return s;
+  return StateImage::of(e).bytes();
 }
 
 template <class E>
@@ -167,8 +153,8 @@ void check_resume(const std::filesystem::path& dir) {
   CHECK_FALSE(same_bits(weights(fresh), weights(a)));
 }
 
-/// Step k of the pipelined loop (docs/checkpoint_format.md): forward(k), prefetch(k + 1), backward(k). Returns
-/// forward's output, so that runs can be compared call by call.
+/// Step k of the pipelined loop (docs/checkpoint_format.md): forward(k), prefetch(k + 1), backward(k).
+/// Returns forward's output, so that runs can be compared call by call.
 template <class E, class Opt>
 std::vector<float> pipelined_step(E& e, std::uint64_t k, const Opt& opt, std::int64_t B = 6) {
   const Batch b = make_batch(e.config(), B, k);
@@ -203,7 +189,7 @@ void check_resume_pipelined(const std::filesystem::path& dir,
   b.load(path);
   CHECK(same_stats(a.stats(), b.stats()));
   CHECK(snapshot(a) == snapshot(b));
-  CHECK_FALSE(mpe::detail::CheckpointAccess::pending_batch(b).empty());
+  CHECK_FALSE(b.state().pending_offsets.empty());
   bool outputs_equal = true;
   for (std::uint64_t k = 10; k < 30; ++k) {
     outputs_equal = same_bits(pipelined_step(a, k, opt), pipelined_step(b, k, opt)) && outputs_equal;

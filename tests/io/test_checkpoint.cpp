@@ -150,7 +150,7 @@ void restamp(std::vector<std::uint8_t>& b, const Parsed& r) {
 template <class E>
 std::string load_error(E& e, const std::vector<std::uint8_t>& bytes) {
   try {
-    mpe::detail::CheckpointAccess::load_bytes(e, bytes.data(), bytes.size(), "mem");
+    mpe::io::load_from_bytes(e, bytes, "mem");
   } catch (const mpe::checkpoint_error& x) {
     return x.what();
   }

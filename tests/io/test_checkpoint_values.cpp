@@ -15,7 +15,6 @@
 namespace {
 
 namespace fmt = mpe::io::checkpoint;
-using A = mpe::detail::CheckpointAccess;
 
 // ---- a small independent walker of the documented layout (versions 1 to 4) ----
 struct Layout {
@@ -177,7 +176,7 @@ std::vector<std::uint8_t> to_v2(const std::vector<std::uint8_t>& b) {
 template <class E>
 std::string load_error(E& e, const std::vector<std::uint8_t>& bytes) {
   try {
-    A::load_bytes(e, bytes.data(), bytes.size(), "mem");
+    mpe::io::load_from_bytes(e, bytes, "mem");
   } catch (const mpe::checkpoint_error& x) {
     return x.what();
   }
@@ -310,7 +309,7 @@ TEST_CASE("version-1, version-2 and version-3 checkpoints still load; other vers
                                     mpe::StateBf16>;
     Bf bf(c);
     const auto before = ckt::snapshot(bf);
-    CHECK_THROWS_WITH_AS(A::load_bytes(bf, b.data(), b.size(), "mem"),
+    CHECK_THROWS_WITH_AS(mpe::io::load_from_bytes(bf, b, "mem"),
                          doctest::Contains("optimizer state precision 'fp32' in file, 'bf16' here"),
                          std::invalid_argument);
     CHECK(ckt::snapshot(bf) == before);
@@ -469,8 +468,8 @@ TEST_CASE("store rows' padding: saved as zeros wherever the slot index lives, re
       e->forward(idx, off, out);
       e->backward(grad, mpe::RowwiseAdagrad{0.1f});
     }
-    const auto good = A::save_bytes(plain);
-    CHECK(A::save_bytes(indexed) == good);  // the entries are not saved
+    const auto good = mpe::io::save_to_bytes(plain);
+    CHECK(mpe::io::save_to_bytes(indexed) == good);  // the entries are not saved
     const Layout l = walk(good);
     const std::size_t store = l.at[section(l, "store")];
     const std::size_t stride = align == 4 ? 16 : 32;  // the file's rows: data and zeros
@@ -485,7 +484,7 @@ TEST_CASE("store rows' padding: saved as zeros wherever the slot index lives, re
     expect_refused(dst, bad,
                    {"section 'store': row 2 padding byte 13 = 7", "after a row's 13 data bytes are zeros"});
     CHECK(load_error(dst, good).empty());
-    CHECK(A::save_bytes(dst) == good);
+    CHECK(mpe::io::save_to_bytes(dst) == good);
   }
 }
 

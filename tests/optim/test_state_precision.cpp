@@ -256,11 +256,9 @@ void run_reference(OptKind kind, std::int64_t cache_rows, int D) {
     REQUIRE(ref::first_diff(got, bag.weights()) == -1);
   }
   // The stored state, and the FP32 state of every occupied slot, bit for bit.
-  using A = mpe::detail::CheckpointAccess;
-  A::Section sec[mpe::io::checkpoint::kNumBufferSections];
-  A::sections(emb, sec);
+  const mpe::TableState state = emb.state();
   const std::size_t vb = P::value_bytes;
-  REQUIRE(sec[6].bytes == static_cast<std::size_t>(rows * S) * vb);
+  REQUIRE(state.optimizer_state.size() == static_cast<std::size_t>(rows * S) * vb);
   // StateFp32 keeps no cached copy: its array holds every row's latest state, which for a
   // row cached in the model is the FP32 slot state (the same bits a write-back would store).
   std::vector<std::uint32_t> expect = ref.store;
@@ -276,19 +274,19 @@ void run_reference(OptKind kind, std::int64_t cache_rows, int D) {
   bool store_equal = true;
   for (std::int64_t i = 0; i < rows * S; ++i) {
     std::uint32_t v = 0;
-    std::memcpy(&v, static_cast<const std::uint8_t*>(sec[6].data) + static_cast<std::size_t>(i) * vb, vb);
+    std::memcpy(&v, state.optimizer_state.data() + static_cast<std::size_t>(i) * vb, vb);
     store_equal = store_equal && v == expect[static_cast<std::size_t>(i)];
   }
   CHECK(store_equal);
   if (P::cached && cache_rows > 0) {
-    const A::Section c = A::optimizer_cache(emb);
-    REQUIRE(c.bytes == static_cast<std::size_t>(sim.slots() * S) * 4);
+    const std::span<const float> c = state.cached_optimizer_state;
+    REQUIRE(c.size() == static_cast<std::size_t>(sim.slots() * S));
     bool cache_equal = true;
     for (std::int64_t s = 0; s < sim.slots(); ++s) {
       if (sim.tags()[static_cast<std::size_t>(s)] < 0) continue;
-      cache_equal = cache_equal && std::memcmp(static_cast<const float*>(c.data) + s * S,
-                                               ref.slot_state[static_cast<std::size_t>(s)].data(),
-                                               static_cast<std::size_t>(S) * 4) == 0;
+      cache_equal =
+          cache_equal && std::memcmp(c.data() + s * S, ref.slot_state[static_cast<std::size_t>(s)].data(),
+                                     static_cast<std::size_t>(S) * 4) == 0;
     }
     CHECK(cache_equal);
     // the run moved state with rows: dirty evictions, and evicted rows filled again
@@ -539,7 +537,6 @@ TEST_CASE_TEMPLATE("state precision: memory() reports the state bytes of each pr
 TEST_CASE("state precision: set_weights keeps a dropped dirty row's state (rounded at site StateDrop)") {
   using E =
       mpe::CachedEmbedding<mpe::Fp32, mpe::Lru<2>, mpe::StochasticRounding, mpe::HostBackend, mpe::StateBf16>;
-  using A = mpe::detail::CheckpointAccess;
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = kTables;
   cfg.dim = 5;
@@ -562,13 +559,12 @@ TEST_CASE("state precision: set_weights keeps a dropped dirty row's state (round
   REQUIRE(dirty_slot >= 0);
   const std::int64_t r = c.tags[dirty_slot], S = 10;  // Adam at D = 5
   std::vector<float> cached(static_cast<std::size_t>(S));
-  std::memcpy(cached.data(), static_cast<const float*>(A::optimizer_cache(emb).data) + dirty_slot * S, 4 * S);
+  std::memcpy(cached.data(), emb.state().cached_optimizer_state.data() + dirty_slot * S, 4 * S);
   const auto step = static_cast<std::uint32_t>(emb.step());
   emb.flush();  // every row clean: the next drop of a clean row must leave its state alone
-  A::Section sec[mpe::io::checkpoint::kNumBufferSections];
-  A::sections(emb, sec);
-  const auto* store = static_cast<const std::uint8_t*>(sec[6].data);
-  std::vector<std::uint8_t> after_flush(store, store + sec[6].bytes);
+  const std::span<const std::uint8_t> opt_state = emb.state().optimizer_state;
+  const auto* store = opt_state.data();
+  std::vector<std::uint8_t> after_flush(store, store + opt_state.size());
   // make row r dirty again with a known FP32 state: one more step touching only row r
   const std::int64_t t = r < kTables[0] ? 0 : 1, local = r - (t == 0 ? 0 : kTables[0]);
   std::vector<std::int64_t> idx{local}, off(static_cast<std::size_t>(2 * 1 + 1), 0);
@@ -578,7 +574,7 @@ TEST_CASE("state precision: set_weights keeps a dropped dirty row's state (round
   REQUIRE(emb.cache_ref().find(r) == dirty_slot);
   emb.backward(std::vector<float>(10, 0.25f), mpe::Adam{0.01f});
   REQUIRE(emb.cache_ref().dirty[dirty_slot] == 1);
-  std::memcpy(cached.data(), static_cast<const float*>(A::optimizer_cache(emb).data) + dirty_slot * S, 4 * S);
+  std::memcpy(cached.data(), emb.state().cached_optimizer_state.data() + dirty_slot * S, 4 * S);
   const auto step2 = static_cast<std::uint32_t>(emb.step());
   CHECK(step2 == step + 1);
   const std::vector<float> zeros(5, 0.0f);

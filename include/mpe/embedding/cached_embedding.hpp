@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "mpe/detail/kernels/admission_lanes.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/embedding/embedding_ref.hpp"
+#include "mpe/embedding/table_state.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/all.hpp"
 #include "mpe/optim/state_precision.hpp"
@@ -33,15 +35,9 @@
 
 namespace mpe {
 
-namespace detail {
-struct CheckpointAccess;
-}
 namespace io {
 struct CheckpointFile;  // defined in mpe/io/checkpoint.hpp (the file code sits above the core)
 }
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-class MixedDimEmbedding;  // mpe/embedding/mixed_dim_embedding.hpp
 
 /// Table-batched embedding bags in mixed precision.
 ///
@@ -93,6 +89,7 @@ class CachedEmbedding {
   using rounding_type = Rounding;          ///< rounding of every write to the store (a RoundingPolicy)
   using backend_type = Backend;            ///< where memory lives and functors run (an ExecutionBackend)
   using state_precision = StatePrecision;  ///< precision of the optimizer state (a StatePrecisionPolicy)
+  using state_type = TableState;           ///< what state() reads and restore_state() writes
 
   /// Builds the store (zero rows: every element reads 0), an empty cache and the
   /// metadata. The cache has num_sets = floor(C / Ways) sets, C = min(cache_rows, total
@@ -204,9 +201,9 @@ class CachedEmbedding {
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
   /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
   /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
-  /// Defined in mpe/io/checkpoint.hpp (included by mpe/mpe.hpp): a translation unit that
-  /// includes only this header gets a compile error naming io::CheckpointFile. `Io`:
-  /// leave the default.
+  /// Forwards to io::save() (mpe/io/checkpoint.hpp, included by mpe/mpe.hpp): a translation
+  /// unit that includes only this header gets a compile error naming io::CheckpointFile.
+  /// `Io`: leave the default.
   template <class Io = io::CheckpointFile>
   void save(const std::filesystem::path& path) const {
     Io::save(*this, path);
@@ -221,11 +218,97 @@ class CachedEmbedding {
   /// std::invalid_argument naming both precisions when the file's optimizer-state
   /// precision is not StatePrecision (versions 1 and 2 hold FP32 state), leaving the
   /// object unchanged either way; throws a pending deferred error first (like
-  /// set_weights()). Defined in mpe/io/checkpoint.hpp (see save()).
+  /// set_weights()). Forwards to io::load() (see save()).
   template <class Io = io::CheckpointFile>
   void load(const std::filesystem::path& path) {
     Io::load(*this, path);
   }
+
+  // ---- the exact state (checkpoints, copies, importers) ----
+  // Every member that changes forward() or backward() results is a part of TableState:
+  // state() reads it and restore_state() writes it (tests/io's state twin test fails for a
+  // member left out). Checkpoints (mpe/io/checkpoint.hpp) are written and read through
+  // these members only.
+
+  /// Every part of the exact training state (see TableState): spans into backend memory
+  /// (valid until the next non-const call, move or destruction) and the counters, read from
+  /// backend memory. A forward() whose admission is still owed (defer_admission) is left
+  /// out as TableState documents. Waits for queued work (the counters and the pending
+  /// prefetch's verdict are read); never throws for a valid object but what the reads of
+  /// backend memory throw.
+  TableState state() const;
+
+  /// Replaces the whole state with `image` (every span in host memory, the store in state
+  /// form: see TableState). Checks first that every part has this table's size: store
+  /// R * state_row_bytes() bytes with store_stride = state_row_bytes() and no slot-index
+  /// entries; cache_rows slots * D; tags, last_use and dirty slots; policy_words
+  /// Cache::meta_words(slots); optimizer empty or one of KnownOptimizers with
+  /// state_values_per_row its state_floats(D) (0 without one); optimizer_state
+  /// R * S * StatePrecision::value_bytes bytes; cached_optimizer_state slots * S with a
+  /// compact StatePrecision and a cache, else empty; pending_offsets empty (with
+  /// pending_indices empty) or T*B + 1 entries for some B >= 0; calls >= populate_counter.
+  /// A failing check throws std::invalid_argument naming the part, its size and the
+  /// expected one, and nothing changes; a pending deferred validation error is thrown first
+  /// (like set_weights()). The values are not checked beyond that: pass an image read by
+  /// state() from a table of this configuration, or one verified as io::load() verifies a
+  /// checkpoint (tags in their sets, values within Storage::limit, the optimizer's domain,
+  /// a valid pending batch). Allocates the optimizer state first (a failure leaves the
+  /// object unchanged), then copies; the batch awaiting backward() is dropped and the
+  /// pending prefetch becomes `image`'s. Adopts image.seed as config().seed. Synchronous.
+  void restore_state(const TableState& image);
+
+  /// Bytes of one store row in state form (TableState::store, checkpoints, exports):
+  /// row_bytes<Storage>(D, row_alignment), store_row_bytes() without the slot-index entry
+  /// that slot_index_in_rows adds.
+  std::size_t state_row_bytes() const { return row_bytes<Storage>(config_.dim, config_.row_alignment); }
+
+  /// Store rows [first_row, first_row + count) in state form into `out`, resized to
+  /// (count, state_row_bytes()) bytes (host memory): each row's encoding, then zeros, no
+  /// slot-index entry. Rows that are cached (dirty or not) are read as stored: flush() first
+  /// for their current values. Synchronous. Throws std::invalid_argument naming the range
+  /// when it leaves [0, total_rows()).
+  void read_store_rows(std::int64_t first_row, std::size_t count, std::vector<std::uint8_t>& out) const;
+
+  /// Replaces store rows [first_row, first_row + rows.size() / state_row_bytes()) with
+  /// `rows` (state form, host memory) and drops their cache lines without write-back (with
+  /// a compact StatePrecision the FP32 state of a dropped dirty row is written back, site
+  /// StateDrop, as set_weights() does), then adds `saturated_rows` (rows the caller clamped
+  /// while encoding them) to stats().saturated_rows. Other rows, lines and batches stay. For
+  /// importers of other formats (io::import_table()). A pending admission (defer_admission)
+  /// is settled first. Throws std::invalid_argument, nothing changed, when rows.size() is
+  /// not a multiple of state_row_bytes(), the range leaves the table, saturated_rows is
+  /// negative, or a row is not a state-form row of Storage (non-zero padding, a value that
+  /// is not finite or beyond Storage::limit), naming the row. Synchronous.
+  void import_store_rows(std::int64_t first_row, std::span<const std::uint8_t> rows,
+                         std::int64_t saturated_rows = 0);
+
+  // ---- backward() in phases (containers stepping several tables atomically) ----
+  // backward(g, opt) is: `if (prepare_backward(g, opt)) apply_prepared_backward(opt);
+  // finish_backward();`. A container that steps all its tables or none (MixedDimEmbedding)
+  // prepares every table first and applies only when all prepared steps apply.
+
+  /// backward()'s first phase: validates like backward(), sums the gradients and computes
+  /// every row's update and new optimizer state into workspace; changes no weight and no
+  /// optimizer state (counts the call; under NonFinite::Skip a skipped step of this table's
+  /// own input is counted in stats().skipped_steps). Returns whether the step applies (false:
+  /// skipped or, under Validation::Deferred, a failed batch; an asynchronous backend under
+  /// Validation::Deferred returns true and gates the apply on the device). Throws what
+  /// backward() throws; the batch then still awaits backward().
+  template <Optimizer Opt>
+  bool prepare_backward(std::span<const float> grad_output, const Opt& optimizer);
+  /// backward()'s second phase: writes the step prepare_backward() computed (weights,
+  /// optimizer state, step, statistics); `optimizer` is the one given to prepare_backward()
+  /// (its type is checked). Throws std::logic_error, nothing changed, unless the last
+  /// prepare_backward() since the last forward() returned true and no apply followed, or for
+  /// another optimizer type.
+  template <Optimizer Opt>
+  void apply_prepared_backward(const Opt& optimizer);
+  /// Ends the step: the last forward()'s batch no longer awaits backward() (whether its
+  /// step was applied or not). No wait, never throws.
+  void finish_backward();
+  /// Adds 1 to stats().skipped_steps (queued): for a container that skips this table's
+  /// prepared step because of another table's input.
+  void count_skipped_step();
 
   /// Cumulative counters (see CacheStats). Reads them from backend memory (waits for
   /// queued work).
@@ -321,10 +404,6 @@ class CachedEmbedding {
   }
 
  private:
-  friend struct detail::CheckpointAccess;
-  friend struct io::CheckpointFile;
-  template <StoragePolicy, CachePolicy, RoundingPolicy, StatePrecisionPolicy>
-  friend class MixedDimEmbedding;
   using IBuf = detail::Buffer<index_t, Backend>;
   // Validates `config` as the constructor does (std::invalid_argument prefixed with
   // mpe::CachedEmbedding::`fn`) and gives every size the constructor allocates.
@@ -334,6 +413,10 @@ class CachedEmbedding {
   struct Batch {
     bool valid = false, sorted = false, awaiting_backward = false;
     bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
+    // prepare_backward() returned true for this batch (with optimizer prepared_for) and
+    // apply_prepared_backward() has not run.
+    bool prepared = false;
+    std::string_view prepared_for;
     // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
     bool scatter = false;
     // backward: grad holds the row sums of a ScalesGradient step, AccumulateRows skipped
@@ -369,16 +452,8 @@ class CachedEmbedding {
   index_t check_shapes(const char* fn, std::span<const std::int64_t> indices,
                        std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
                        std::size_t output_size) const;
-  // backward() in two phases (MixedDimEmbedding steps all its groups or none):
-  // prepare_backward validates, sums the gradients and computes every update and new
-  // state into workspace (changes no weight or optimizer state; under NonFinite::Skip it
-  // counts a skipped step in stats; throws what backward() throws) and
-  // returns whether the step applies; apply_backward writes the prepared step. Neither
-  // clears awaiting_backward.
   template <Optimizer Opt>
-  bool prepare_backward(std::span<const float> grad_output, const Opt& optimizer);
-  template <Optimizer Opt>
-  void apply_backward(const Opt& optimizer);
+  void apply_backward(const Opt& optimizer);  // apply_prepared_backward's body (unchecked)
   // Laned backends: every unique row's gradient sum into b.grad in gradient_sum.hpp's
   // order, as stages of laned kernels (SumStage); with check_sums each sum is tested as
   // AccumulateRows would for a ScalesGradient optimizer.
@@ -432,7 +507,7 @@ class CachedEmbedding {
   // (its input checked), so the admission sees the state its forward() saw, as the twin
   // without defer_admission admitted it there: prefetch(), forward(), backward(), flush(),
   // reset_stats(), and through write_rows() (set_weights(), init_uniform()) and
-  // CheckpointAccess::write_file_rows() / drop_rows() (io::import_table(), load()).
+  // import_store_rows() (io::import_table()) and restore_state() (load()).
   void admit_pending();
   bool defers_admission() const { return config_.defer_admission && num_sets_ > 0; }
   // Replaces rows [first, first + count) with src (backend memory), rounded at `site`; settles
@@ -444,6 +519,12 @@ class CachedEmbedding {
   /// Whether a slot index is kept (in the store rows or an array).
   bool has_slot_index() const { return slot_index_.size() > 0 || (slot_offset_ > 0 && num_sets_ > 0); }
   void reindex_slots();  // the slot index (if kept) re-derived from tags_, after they are replaced
+  // Replaces store rows [first, first + count) with `rows` (state form, host memory): each
+  // row's slot-index entry (if kept in the rows) becomes -1; settles a pending admission first.
+  void write_state_rows(index_t first, std::size_t count, const std::uint8_t* rows);
+  // Drops the cache lines of rows [first, first + count) without write-back, keeping the
+  // compact optimizer state of dirty ones (KeepStateOfSlots).
+  void drop_rows(index_t first, index_t count);
   void restore_pending(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
   index_t read_scalar(const index_t* p) const;
   detail::Counters read_counters() const;
@@ -497,4 +578,5 @@ class CachedEmbedding {
 #include "mpe/detail/embedding/lookup.inl"
 #include "mpe/detail/embedding/train.inl"
 #include "mpe/detail/embedding/weights.inl"
+#include "mpe/detail/embedding/state.inl"
 // clang-format on

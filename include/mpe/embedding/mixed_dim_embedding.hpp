@@ -273,13 +273,13 @@ class MixedDimEmbedding {
       }
     }
     if (apply) {
-      for (auto& e : groups_) e.apply_backward(optimizer);
+      for (auto& e : groups_) e.apply_prepared_backward(optimizer);
     } else if (apply0) {
       // Skipped because of another group's input: count it in group 0's counters, which
       // stats() reports (a group counts only a skip of its own input).
-      groups_[0].counters_.data()->stats.skipped_steps += 1;
+      groups_[0].count_skipped_step();
     }
-    for (auto& e : groups_) e.current_.awaiting_backward = false;
+    for (auto& e : groups_) e.finish_backward();
     pending_ = false;
   }
 

@@ -47,13 +47,13 @@ void check_table(const char* fn, const E& emb, std::int64_t table) {
 
 /// The store rows of one table in host memory, as interop.hpp lays them out:
 /// (rows, row_bytes<S>(D, row_alignment)) bytes, without the slot index entries
-/// (CheckpointAccess::read_file_rows). Synchronizes.
+/// (CachedEmbedding::read_store_rows). Synchronizes.
 template <class E>
 std::vector<std::uint8_t> table_store_bytes(E& emb, std::int64_t table) {
   std::vector<std::uint8_t> host;
-  mpe::detail::CheckpointAccess::read_file_rows(
-      emb, emb.table_offset(table),
-      static_cast<std::size_t>(emb.config().table_rows[static_cast<std::size_t>(table)]), host);
+  emb.read_store_rows(emb.table_offset(table),
+                      static_cast<std::size_t>(emb.config().table_rows[static_cast<std::size_t>(table)]),
+                      host);
   return host;
 }
 }  // namespace detail
@@ -86,7 +86,7 @@ std::vector<std::uint8_t> export_table(E& emb, std::int64_t table, const Layout&
   if constexpr (std::is_same_v<T, S>) {
     interop::export_table<S>(layout, store, rows, D, emb.config().row_alignment, out);
   } else {
-    const std::size_t sb = mpe::detail::CheckpointAccess::file_stride(emb);
+    const std::size_t sb = emb.state_row_bytes();
     const std::size_t tb = row_bytes<T>(D, 1);
     std::vector<std::uint8_t> converted(static_cast<std::size_t>(rows) * tb);
     std::vector<float> x(static_cast<std::size_t>(D));
@@ -137,16 +137,12 @@ std::int64_t import_table(E& emb, std::int64_t table, const Layout& layout,
   detail::check_table("import_table", emb, table);
   const std::int32_t D = emb.dim();
   const auto rows = emb.config().table_rows[static_cast<std::size_t>(table)];
-  const std::size_t fs = mpe::detail::CheckpointAccess::file_stride(emb);
+  const std::size_t fs = emb.state_row_bytes();
   std::vector<std::uint8_t> store(static_cast<std::size_t>(rows) * fs);
   const std::int64_t saturated =
       interop::import_table<S>(layout, bytes, rows, D, emb.config().row_alignment, store);  // validates all
-  // The rows' slot index entries (if in the rows) become -1; dropping the table's cache
-  // lines makes that exact.
-  mpe::detail::CheckpointAccess::write_file_rows(emb, emb.table_offset(table), static_cast<std::size_t>(rows),
-                                                 store.data());
-  mpe::detail::CheckpointAccess::drop_rows(emb, emb.table_offset(table), rows);
-  mpe::detail::CheckpointAccess::count_saturated(emb, saturated);
+  // The rows replaced, their cache lines dropped, the saturated ones counted.
+  emb.import_store_rows(emb.table_offset(table), store, saturated);
   return saturated;
 }
 

@@ -23,6 +23,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   b.sorted = false;
   b.awaiting_backward = false;
   b.admission_pending = false;
+  b.prepared = false;
   b.valid = true;
   b.global_rows.reserve_discard(static_cast<std::size_t>(n));
   b.bag_of.reserve_discard(static_cast<std::size_t>(n));
@@ -413,6 +414,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   }
   cur.awaiting_backward = true;
+  cur.prepared = false;
   MPE_PHASE_MARK("end");
 }
 

@@ -19,7 +19,39 @@ template <Optimizer Opt>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backward(
     std::span<const float> grad_output, const Opt& optimizer) {
   if (prepare_backward(grad_output, optimizer)) apply_backward(optimizer);
+  current_.prepared = false;
   current_.awaiting_backward = false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+template <Optimizer Opt>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_prepared_backward(
+    const Opt& optimizer) {
+  if (!current_.prepared || !current_.valid || !current_.awaiting_backward) {
+    throw std::logic_error(detail::ce_prefix("apply_prepared_backward") +
+                           "no prepare_backward() step that applies is waiting (prepare_backward() "
+                           "returned false, threw, or was not called since the last forward())");
+  }
+  if (current_.prepared_for != std::string_view(OptimizerRule<Opt>::name)) {
+    throw std::logic_error(detail::ce_prefix("apply_prepared_backward") + "the step was prepared for " +
+                           std::string(current_.prepared_for) + ", not " + OptimizerRule<Opt>::name);
+  }
+  current_.prepared = false;
+  apply_backward(optimizer);
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::finish_backward() {
+  current_.prepared = false;
+  current_.awaiting_backward = false;
+}
+
+template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
+          StatePrecisionPolicy StatePrecision>
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::count_skipped_step() {
+  backend_.for_each(1, detail::AddCount{&counters_.data()->stats.skipped_steps, 1});
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -31,6 +63,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   const char* fn = "backward";
   ++call_seq_;
   Batch& b = current_;
+  b.prepared = false;
   if (!b.valid || !b.awaiting_backward) {
     throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
   }
@@ -127,6 +160,8 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   } else if constexpr (!Backend::asynchronous) {
     apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
   }
+  b.prepared = apply;
+  b.prepared_for = Rule::name;
   return apply;  // false: skipped (NonFinite::Skip, counted on the backend) or a failed batch
 }
 

@@ -90,6 +90,13 @@ struct SetIndex {
   MPE_HOST_DEVICE void operator()(index_t) const { *p = v; }
 };
 
+/// Single item: *p += v (a counter in backend memory).
+struct AddCount {
+  std::uint64_t* p;
+  std::uint64_t v;
+  MPE_HOST_DEVICE void operator()(index_t) const { *p += v; }
+};
+
 /// Items j < bags: bag j is malformed when offsets[j] > offsets[j+1] (smallest j kept).
 /// Item j == bags checks offsets[0] == 0 and offsets[bags] == n. Launch bags + 1 items.
 struct CheckOffsets {
