@@ -87,11 +87,29 @@ void train_step(E& e, std::uint64_t k, const Opt& opt, std::int64_t B = 6) {
   e.backward(b.grad, opt);
 }
 
-/// Every part of the exact state (CachedEmbedding::state(), copied to host memory) as
-/// bytes: equal for equal states only.
+/// Everything save() writes, read through the state interface (CachedEmbedding::state(),
+/// copied to host memory): the checkpoint header, then every section's bytes (the store in
+/// state form, the pending batch's payload), without framing: equal for equal states only.
 template <class E>
 std::vector<std::uint8_t> snapshot(const E& e) {
-  return StateImage::of(e).bytes();
+  const mpe::TableState state = e.state();
+  std::vector<std::uint8_t> s = mpe::detail::ckpt::header(e, state).v;
+  const StateImage m = StateImage::of(e);
+  const auto add = [&](const auto& v) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+    s.insert(s.end(), p, p + v.size() * sizeof(v[0]));
+  };
+  add(m.store);
+  add(m.cache_rows);
+  add(m.tags);
+  add(m.last_use);
+  add(m.dirty);
+  add(m.policy_words);
+  add(m.optimizer_state);
+  add(mpe::detail::ckpt::pending_batch(e, state));
+  // FP32 optimizer state of the cached rows (compact state precisions; empty otherwise)
+  add(m.cached_optimizer_state);
+  return s;
 }
 
 template <class E>

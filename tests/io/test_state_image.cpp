@@ -69,12 +69,10 @@ TEST_CASE("state interface: restore_state refuses a part of the wrong size, nami
   // The message gives the expected size too.
   ckt::StateImage m = t.image;
   m.tags.pop_back();
-  CHECK_THROWS_WITH_AS(
-      t.e.restore_state(m.view()),
-      ("mpe::CachedEmbedding::restore_state: image.tags.size() = " + std::to_string(t.image.tags.size() - 1) +
-       "; expected " + std::to_string(t.image.tags.size()) + " (slots)")
-          .c_str(),
-      std::invalid_argument);
+  const std::string message =
+      "mpe::CachedEmbedding::restore_state: image.tags.size() = " + std::to_string(t.image.tags.size() - 1) +
+      "; expected " + std::to_string(t.image.tags.size()) + " (slots)";
+  CHECK_THROWS_WITH_AS(t.e.restore_state(m.view()), message.c_str(), std::invalid_argument);
   // The state of a table (store rows with slot-index entries) is not an image until copied.
   CHECK_THROWS_WITH_AS(t.e.restore_state(t.e.state()),
                        doctest::Contains("image.store_holds_slot_index = true"), std::invalid_argument);
@@ -97,8 +95,8 @@ TEST_CASE("state interface: import_store_rows and read_store_rows name bad argum
                        doctest::Contains("first_row = 71 with count = 2 leaves the table of 72 rows"),
                        std::invalid_argument);
   std::vector<std::uint8_t> short_rows(fs + 1);
-  CHECK_THROWS_WITH_AS(t.e.import_store_rows(0, short_rows),
-                       doctest::Contains("rows.size() = " + std::to_string(fs + 1) + " is not a multiple"),
+  const std::string not_multiple = "rows.size() = " + std::to_string(fs + 1) + " is not a multiple";
+  CHECK_THROWS_WITH_AS(t.e.import_store_rows(0, short_rows), doctest::Contains(not_multiple.c_str()),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(t.e.import_store_rows(71, rows), doctest::Contains("first_row = 71 with 2 rows"),
                        std::invalid_argument);
@@ -107,10 +105,9 @@ TEST_CASE("state interface: import_store_rows and read_store_rows name bad argum
   std::vector<std::uint8_t> padded = rows;
   padded[fs - 1] = 7;  // INT8 rows of D = 5 have padding bytes (data 13 bytes, row 16)
   REQUIRE(mpe::Int8Rowwise::data_bytes(5) < fs);
-  CHECK_THROWS_WITH_AS(
-      t.e.import_store_rows(10, padded),
-      doctest::Contains("rows: row 0 (global row 10) padding byte " + std::to_string(fs - 1) + " = 7"),
-      std::invalid_argument);
+  const std::string padding = "rows: row 0 (global row 10) padding byte " + std::to_string(fs - 1) + " = 7";
+  CHECK_THROWS_WITH_AS(t.e.import_store_rows(10, padded), doctest::Contains(padding.c_str()),
+                       std::invalid_argument);
   CHECK(ckt::snapshot(t.e) == before);
 }
 
