@@ -19,6 +19,7 @@
 #include "mpe/backend/buffer.hpp"
 #include "mpe/cache/all.hpp"
 #include "mpe/core/types.hpp"
+#include "mpe/detail/embedding/state_rows.hpp"
 #include "mpe/detail/kernels/all.hpp"
 #include "mpe/io/checkpoint_format.hpp"
 #include "mpe/optim/all.hpp"

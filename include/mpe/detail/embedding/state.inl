@@ -12,36 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "mpe/detail/embedding/state_rows.hpp"
 #include "mpe/detail/kernels/all.hpp"
 
 namespace mpe {
-
-namespace detail {
-
-/// Why `row` (state_row_bytes `fs` bytes) is not a state-form row of S at dim D: its padding
-/// is not zeros, or an element decodes to a value S cannot hold (not finite, beyond
-/// S::limit); empty when it is one. The message names the byte or element and value.
-template <StoragePolicy S>
-std::string state_row_fault(const std::uint8_t* row, std::int32_t D, std::size_t fs) {
-  const std::size_t data = S::data_bytes(D);
-  for (std::size_t k = data; k < fs; ++k) {
-    if (row[k] != 0) {
-      return "padding byte " + std::to_string(k) + " = " + std::to_string(row[k]) + "; the " +
-             std::to_string(fs - data) + " bytes after a row's " + std::to_string(data) +
-             " data bytes are zeros";
-    }
-  }
-  const typename S::Reader rd(row, D);
-  for (std::int32_t d = 0; d < D; ++d) {
-    if (const float x = rd[d]; !(num::is_finite(x) && x <= S::limit && x >= -S::limit)) {
-      return "element " + std::to_string(d) + " decodes to " + format_float(x) + "; " + std::string(S::name) +
-             " holds finite values within +-" + format_float(S::limit);
-    }
-  }
-  return {};
-}
-
-}  // namespace detail
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
