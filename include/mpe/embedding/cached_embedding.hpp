@@ -246,7 +246,7 @@ class CachedEmbedding {
   /// state_values_per_row its state_floats(D) (0 without one); optimizer_state
   /// R * S * StatePrecision::value_bytes bytes; cached_optimizer_state slots * S with a
   /// compact StatePrecision and a cache, else empty; pending_offsets empty (with
-  /// pending_indices empty) or T*B + 1 entries for some B >= 0; calls >= populate_counter.
+  /// pending_indices empty) or T*B + 1 entries for some B >= 0.
   /// A failing check throws std::invalid_argument naming the part, its size and the
   /// expected one, and nothing changes; a pending deferred validation error is thrown first
   /// (like set_weights()). The values are not checked beyond that: pass an image read by
