@@ -84,9 +84,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
   expect("policy_words", in.policy_words.size(), static_cast<std::size_t>(Cache::meta_words(cache_slots())),
          std::string(Cache::name) + "'s meta_words(slots)");
   std::int64_t S = 0;
-  if (!in.optimizer.empty() && !KnownOptimizers::visit(in.optimizer, [&]<class Opt>() {
-        S = OptimizerRule<Opt>::state_floats(config_.dim);
-      })) {
+  if (!in.optimizer.empty() && !detail::known_state_floats(in.optimizer, config_.dim, S)) {
     detail::invalid(fn, "image.optimizer = '" + in.optimizer + "' is not one of KnownOptimizers");
   }
   if (in.state_values_per_row != static_cast<std::uint64_t>(S)) {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "mpe/numeric/float_ops.hpp"
-#include "mpe/optim/optimizer.hpp"
+#include "mpe/optim/all.hpp"
 #include "mpe/storage/storage.hpp"
 
 namespace mpe {
@@ -37,6 +37,13 @@ std::string state_row_fault(const std::uint8_t* row, std::int32_t D, std::size_t
     }
   }
   return {};
+}
+
+/// Whether `name` is one of KnownOptimizers; then S = its state_floats(dim). (A plain
+/// function: nvcc refuses the generic lambda of KnownOptimizers::visit inside a member of
+/// the class template.)
+inline bool known_state_floats(const std::string& name, std::int32_t dim, std::int64_t& S) {
+  return KnownOptimizers::visit(name, [&]<class Opt>() { S = OptimizerRule<Opt>::state_floats(dim); });
 }
 
 }  // namespace detail
