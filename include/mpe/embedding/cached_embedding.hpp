@@ -22,6 +22,7 @@
 #include "mpe/cache/all.hpp"
 #include "mpe/cache/cache_ref.hpp"
 #include "mpe/core/types.hpp"
+#include "mpe/detail/embedding/batch.hpp"
 #include "mpe/detail/embedding/layout.hpp"
 #include "mpe/detail/kernels/admission.hpp"
 #include "mpe/detail/kernels/admission_lanes.hpp"
@@ -410,44 +411,8 @@ class CachedEmbedding {
   static detail::EmbeddingLayout layout_of(const EmbeddingConfig& config, const char* fn);
   static constexpr std::size_t kSkipOutputCheck = static_cast<std::size_t>(-1);
 
-  struct Batch {
-    bool valid = false, sorted = false, awaiting_backward = false;
-    bool has_coef = false;  // coef holds per-sample weights or 1/L (else coefficient 1)
-    // prepare_backward() returned true for this batch (with optimizer prepared_for) and
-    // apply_prepared_backward() has not run.
-    bool prepared = false;
-    std::string_view prepared_for;
-    // The forward chose ScatterRowGradients for the backward (offsets_copy holds its offsets).
-    bool scatter = false;
-    // backward: grad holds the row sums of a ScalesGradient step, AccumulateRows skipped
-    // (ApplyRows multiplies by the rule's gradient_scale).
-    bool unscaled_sums = false;
-    // sort_unique wrote sorted_pos (the gradient gather needs it); false after BitmapUnique.
-    bool positions = false;
-    // EmbeddingConfig::defer_admission: forward() left this batch's populate to admit_pending().
-    bool admission_pending = false;
-    std::uint64_t id = 0;
-    // The admission is still owed: forward() deferred it and the batch still awaits its
-    // backward (admit_pending() makes it; a checkpoint leaves that forward out).
-    bool admission_owed() const { return admission_pending && valid && awaiting_backward; }
-    index_t n = 0, B = 0;
-    IBuf flags;  // (detail::kNumFlags) ok, skip, U, apply: in backend memory
-    IBuf global_rows, bag_of, sorted_keys, sorted_pos, heads, rank, uniq, seg_start, occ_to_unique,
-        slot_of_unique, order, admit_rows, indices_copy, offsets_copy;
-    // Laned gradient sums (sum_stages): a stage's plan and two stages' scans, (U + 1) each.
-    IBuf sum_plan, sum_base[2];
-    IBuf occ_at;   // (n) laned gradient sums: each sorted occurrence's grad_output row (SortedOccurrences)
-    IBuf evicted;  // (U) laned populate: each dirty victim's row (AdmitSet::evicted)
-    detail::Buffer<std::uint64_t, Backend> keys;
-    detail::Buffer<std::uint64_t, Backend> row_bits;  // BitmapUnique's bitmap: all zero between calls
-    detail::Buffer<std::uint32_t, Backend> estimates;
-    detail::Buffer<std::uint8_t, Backend> outcome;
-    detail::Buffer<float, Backend> coef, grad, update;  // update: (U, 1 + optimizer state floats)
-    detail::Buffer<float, Backend> sum_part[2];         // sum_stages' partial sums of odd / even stages
-    detail::Buffer<float, Backend> occ_cf;              // (n) each sorted occurrence's coefficient
-    void set_backend(const Backend& b);
-    std::size_t bytes() const;
-  };
+  // One batch and its life (detail::BatchStage documents who moves it from which stage).
+  using Batch = detail::TableBatch<Backend>;
 
   index_t check_shapes(const char* fn, std::span<const std::int64_t> indices,
                        std::span<const std::int64_t> offsets, std::span<const float> weights, Pooling pooling,
@@ -480,11 +445,11 @@ class CachedEmbedding {
   // The backend's fast paths (Backend::fast_paths, HostBackend's detail::HostPaths; else the
   // portable code): every functor with a fast form is instantiated with them.
   using Paths = detail::paths_of<Backend>;
-  // Whether the host's one-thread passes run now (host_paths and threads() == 1): the
-  // bitmap dedup, the fused admission and the scatter backward.
+  // Whether the host's one-thread passes run now (host_paths and the paths' sequential():
+  // HostPaths, threads() == 1): the bitmap dedup, the fused admission and the scatter backward.
   bool sequential_host() const {
     if constexpr (host_paths) {
-      return backend_.threads() == 1;
+      return Paths::sequential(backend_);
     } else {
       return false;
     }

@@ -146,7 +146,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::throw_i
     const char* fn, const detail::CallRecord& r, bool skip_non_finite, Batch* drop) const {
   const int c = detail::first_failure(r, skip_non_finite);
   if (c < 0) return;
-  if (drop) drop->valid = false;  // the batch this call was preparing
+  if (drop) drop->stage = detail::BatchStage::empty;  // the batch this call was preparing
   detail::invalid(fn, describe(c, r.pos[c], r.v[c]));
 }
 

@@ -20,11 +20,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
                                                                                        index_t B) {
   b.n = n;
   b.B = B;
-  b.sorted = false;
-  b.awaiting_backward = false;
-  b.admission_pending = false;
-  b.prepared = false;
-  b.valid = true;
+  b.dedup = detail::BatchDedup::none;
+  b.stage = detail::BatchStage::checked;
   b.global_rows.reserve_discard(static_cast<std::size_t>(n));
   b.bag_of.reserve_discard(static_cast<std::size_t>(n));
 }
@@ -52,12 +49,12 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
   b.uniq.reserve_discard(sz);
   b.seg_start.reserve_discard(sz + 1);
   b.occ_to_unique.reserve_discard(sz);
-  b.sorted = false;  // set once every buffer is in place (an allocation may throw)
+  b.dedup = detail::BatchDedup::none;  // set once every buffer is in place (an allocation may throw)
   index_t* count = b.flags.data() + detail::kFlagU;
   if (n == 0) {
     backend_.for_each(1, detail::SetIndex{count, 0});
     backend_.for_each(1, detail::SetIndex{b.seg_start.data(), 0});
-    b.sorted = b.positions = true;
+    b.dedup = detail::BatchDedup::sort;
     return;
   }
   if constexpr (host_paths) {
@@ -72,15 +69,14 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::sort_un
       backend_.for_each(1, detail::BitmapUnique<Paths>{
                                b.global_rows.data(), n, b.flags.data() + detail::kFlagOk, b.row_bits.data(),
                                b.rank.data(), W, count, b.uniq.data(), b.occ_to_unique.data()});
-      b.sorted = true;
-      b.positions = false;
+      b.dedup = detail::BatchDedup::bitmap;
       return;
     }
   }
   b.sorted_pos.reserve_discard(sz);
   b.heads.reserve_discard(sz);
   b.rank.reserve_discard(sz);
-  b.sorted = b.positions = true;
+  b.dedup = detail::BatchDedup::sort;
   backend_.for_each(n, detail::PrepareSort{b.global_rows.data(), b.sorted_keys.data(), b.sorted_pos.data(),
                                            b.flags.data() + detail::kFlagOk});
   // Keys are global rows (0 where the batch failed): below total_rows_.
@@ -238,9 +234,9 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::admit_pending() {
   Batch& c = current_;
-  const bool owed = c.admission_owed();
-  c.admission_pending = false;
-  if (owed) populate(c, nullptr, c.scatter);
+  if (!c.admission_owed()) return;
+  c.stage = detail::BatchStage::awaiting_backward;
+  populate(c, nullptr, c.scatter);
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -267,8 +263,9 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prefetc
   admit_pending();  // the batch awaiting backward first, as its forward() would have
   staging_.id = ++populate_counter_;
   // Rows of the batch awaiting backward stay locked too.
-  populate(staging_, current_.awaiting_backward ? &current_ : nullptr);
-  pending_.valid = false;
+  populate(staging_, current_.awaiting_backward() ? &current_ : nullptr);
+  staging_.stage = detail::BatchStage::prefetched;
+  pending_.stage = detail::BatchStage::empty;
   std::swap(pending_, staging_);
 }
 
@@ -304,6 +301,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
     backend_.for_each(U, detail::LookupSlots{p.uniq.data(), cache_ref(), p.slot_of_unique.data(),
                                              p.flags.data() + detail::kFlagU});
   }
+  p.stage = detail::BatchStage::prefetched;
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -325,7 +323,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // read, and a different batch is simply not the prefetched one. Deferred: the host cannot
   // know without waiting, so a batch of the prefetched sizes is taken to be the prefetched
   // one, and different contents are a recorded error.
-  const bool sizes_equal = pending_.valid && pending_.n == n && pending_.B == B;
+  const bool sizes_equal = pending_.prefetched() && pending_.n == n && pending_.B == B;
   index_t* mismatch = deferred() ? &rec->pos[detail::kMismatch] : &rec->differs;
   if (sizes_equal) {
     backend_.for_each(n + m, detail::CompareBatch{indices.data(), pending_.indices_copy.data(), n,
@@ -366,11 +364,11 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   if (!use_pending) {
     staging_.id = ++populate_counter_;
     if (!defer) populate(staging_, nullptr);
-    pending_.valid = false;
+    pending_.stage = detail::BatchStage::empty;  // the prefetched batch, not used
     b = &staging_;
   }
   std::swap(current_, *b);
-  b->valid = false;
+  b->stage = detail::BatchStage::empty;  // the batch this forward replaces
   Batch& cur = current_;
   const index_t T = num_tables();
   const bool mean = pooling == Pooling::Mean;
@@ -407,14 +405,12 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::forward
   // Decided once here (OpenMP's default may change before backward): the backward's path.
   // A batch deduplicated without sorted_pos (BitmapUnique) has only this one.
   // A deferred admission dedups with the bitmap only where this chose the scatter.
-  cur.scatter = scatter_backward() || (cur.sorted && !cur.positions);
-  cur.admission_pending = defer;
+  cur.scatter = scatter_backward() || cur.dedup == detail::BatchDedup::bitmap;
   if (cur.scatter) {
     cur.offsets_copy.reserve_discard(offsets.size());
     backend_.copy(cur.offsets_copy.data(), offsets.data(), offsets.size_bytes());
   }
-  cur.awaiting_backward = true;
-  cur.prepared = false;
+  cur.stage = defer ? detail::BatchStage::awaiting_admission : detail::BatchStage::awaiting_backward;
   MPE_PHASE_MARK("end");
 }
 

@@ -49,42 +49,6 @@ inline std::string stream_keys_error(const EmbeddingConfig& config) {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::set_backend(
-    const Backend& b) {
-  for (IBuf* p :
-       {&flags,        &global_rows, &bag_of,        &sorted_keys,    &sorted_pos, &heads,      &rank,
-        &uniq,         &seg_start,   &occ_to_unique, &slot_of_unique, &order,      &admit_rows, &indices_copy,
-        &offsets_copy, &sum_plan,    &sum_base[0],   &sum_base[1],    &evicted,    &occ_at}) {
-    p->set_backend(b);
-  }
-  occ_cf.set_backend(b);
-  sum_part[0].set_backend(b);
-  sum_part[1].set_backend(b);
-  keys.set_backend(b);
-  row_bits.set_backend(b);
-  estimates.set_backend(b);
-  outcome.set_backend(b);
-  coef.set_backend(b);
-  grad.set_backend(b);
-  update.set_backend(b);
-}
-
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
-          StatePrecisionPolicy StatePrecision>
-std::size_t CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::Batch::bytes() const {
-  std::size_t s = 0;
-  for (const IBuf* p :
-       {&flags,        &global_rows, &bag_of,        &sorted_keys,    &sorted_pos, &heads,      &rank,
-        &uniq,         &seg_start,   &occ_to_unique, &slot_of_unique, &order,      &admit_rows, &indices_copy,
-        &offsets_copy, &sum_plan,    &sum_base[0],   &sum_base[1],    &evicted,    &occ_at}) {
-    s += p->bytes();
-  }
-  return s + keys.bytes() + row_bits.bytes() + estimates.bytes() + outcome.bytes() + coef.bytes() +
-         grad.bytes() + update.bytes() + sum_part[0].bytes() + sum_part[1].bytes() + occ_cf.bytes();
-}
-
-template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
-          StatePrecisionPolicy StatePrecision>
 detail::EmbeddingLayout CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::layout_of(
     const EmbeddingConfig& config, const char* fn) {
   detail::EmbeddingLayout L;

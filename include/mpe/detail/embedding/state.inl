@@ -44,7 +44,7 @@ TableState CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::s
   s.calls = unadmitted ? call_seq_ - 1 : call_seq_;
   s.seed = config_.seed;
   const Batch& p = pending_;
-  if (p.valid && read_scalar(p.flags.data() + detail::kFlagOk) != 0) {
+  if (p.prefetched() && read_scalar(p.flags.data() + detail::kFlagOk) != 0) {
     s.pending_indices = {p.indices_copy.data(), static_cast<std::size_t>(p.n)};
     s.pending_offsets = {p.offsets_copy.data(), static_cast<std::size_t>(p.B * num_tables()) + 1};
   }
@@ -145,12 +145,8 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
   populate_counter_ = in.populate_counter;
   call_seq_ = in.calls;
   opt_name_ = in.optimizer;
-  for (auto* b : {&current_, &pending_, &staging_}) {
-    b->valid = false;
-    b->awaiting_backward = false;
-    b->admission_pending = false;  // dropped with the awaiting batch (defer_admission)
-    b->prepared = false;
-  }
+  // The batch awaiting backward() is dropped (with an admission it owes: defer_admission).
+  for (auto* b : {&current_, &pending_, &staging_}) b->stage = detail::BatchStage::empty;
   if (!in.pending_offsets.empty()) restore_pending(in.pending_indices, in.pending_offsets);
 }
 

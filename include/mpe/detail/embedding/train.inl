@@ -19,8 +19,7 @@ template <Optimizer Opt>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::backward(
     std::span<const float> grad_output, const Opt& optimizer) {
   if (prepare_backward(grad_output, optimizer)) apply_backward(optimizer);
-  current_.prepared = false;
-  current_.awaiting_backward = false;
+  current_.stage = detail::BatchStage::empty;
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -28,7 +27,7 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
 template <Optimizer Opt>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_prepared_backward(
     const Opt& optimizer) {
-  if (!current_.prepared || !current_.valid || !current_.awaiting_backward) {
+  if (!current_.prepared()) {
     throw std::logic_error(detail::ce_prefix("apply_prepared_backward") +
                            "no prepare_backward() step that applies is waiting (prepare_backward() "
                            "returned false, threw, or was not called since the last forward())");
@@ -37,15 +36,14 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_p
     throw std::logic_error(detail::ce_prefix("apply_prepared_backward") + "the step was prepared for " +
                            std::string(current_.prepared_for) + ", not " + OptimizerRule<Opt>::name);
   }
-  current_.prepared = false;
+  current_.stage = detail::BatchStage::awaiting_backward;
   apply_backward(optimizer);
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
 void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::finish_backward() {
-  current_.prepared = false;
-  current_.awaiting_backward = false;
+  current_.stage = detail::BatchStage::empty;
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
@@ -63,8 +61,8 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   const char* fn = "backward";
   ++call_seq_;
   Batch& b = current_;
-  b.prepared = false;
-  if (!b.valid || !b.awaiting_backward) {
+  if (b.prepared()) b.stage = detail::BatchStage::awaiting_backward;  // prepared again
+  if (!b.awaiting_backward()) {
     throw std::logic_error(detail::ce_prefix(fn) + "no forward() is awaiting backward()");
   }
   if (!opt_name_.empty() && opt_name_ != Rule::name) {
@@ -87,7 +85,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   backend_.for_each(1, detail::ResetRecord{rec});
   // First pass: every row's summed gradient, update and new optimizer state into
   // workspace, checked for overflow before anything is written (one verdict per call).
-  if (!b.sorted) sort_unique(b, b.scatter);  // the gather path needs sorted_pos
+  if (b.dedup == detail::BatchDedup::none) sort_unique(b, b.scatter);  // the gather path needs sorted_pos
   const index_t U = unique_bound(b);
   const index_t* count = b.flags.data() + detail::kFlagU;
   const std::int64_t S = Rule::state_floats(config_.dim);
@@ -160,7 +158,7 @@ bool CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::prepare
   } else if constexpr (!Backend::asynchronous) {
     apply = read_scalar(b.flags.data() + detail::kFlagApply) != 0;
   }
-  b.prepared = apply;
+  b.stage = apply ? detail::BatchStage::prepared : detail::BatchStage::awaiting_backward;
   b.prepared_for = Rule::name;
   return apply;  // false: skipped (NonFinite::Skip, counted on the backend) or a failed batch
 }

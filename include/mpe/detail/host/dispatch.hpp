@@ -423,6 +423,14 @@ struct HostPaths {
 #endif
   }
 
+  /// The host's one-thread passes (BitmapUnique, AdmitFused, ScatterRowGradients) run when
+  /// the backend runs one thread (`backend.threads() == 1`: its for_each runs the items in
+  /// order on the calling thread).
+  template <class B>
+  static bool sequential(const B& backend) {
+    return backend.threads() == 1;
+  }
+
   /// store_row above: the AVX-512 or AVX2 store where it applies, else Storage::store.
   template <class Storage, class Rounding>
   MPE_HOST_DEVICE static bool store_row(const float* src, std::int32_t D, std::uint8_t* row,

@@ -30,6 +30,15 @@ struct PortablePaths {
   /// passed to the members taking `fast`): never for the portable code.
   MPE_HOST_DEVICE static constexpr bool fast() { return false; }
 
+  /// Whether the backend's one-thread passes run now (the bitmap dedup, the fused admission,
+  /// the scatter backward, each with its own bits-equal form): never for the portable code.
+  /// Asked once per call, only for a synchronous backend derived from HostBackend.
+  template <class B>
+  static bool sequential(const B& backend) {
+    (void)backend;
+    return false;
+  }
+
   /// Storage::store<Rounding>(src, D, row, rng): one row write of a write-back, flush,
   /// store update or set_weights; returns whether a value saturated.
   template <class Storage, class Rounding>
