@@ -28,6 +28,7 @@
 #endif
 
 #include "data.hpp"
+#include "divergence.hpp"
 #include "metrics.hpp"
 #include "run.hpp"
 #include "synthetic.hpp"
@@ -49,6 +50,8 @@ namespace {
 
 using namespace dlrm;
 
+constexpr int kBackoffTries = 4;  // --on-divergence backoff: the rate, then up to 3 retries at a third each
+
 struct Options {
   // data
   std::string data, train, test;
@@ -66,6 +69,7 @@ struct Options {
   int threads = 0;
   std::string json, plot;
   bool quiet = false;
+  std::string on_divergence = "stop";  // stop | backoff | ignore
 };
 
 std::string percent(double f) {
@@ -402,6 +406,7 @@ nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
                       {"hit_rate", num(r.hit_rate)}, {"hits", r.hits}, {"misses", r.misses},
                       {"evictions", r.evictions}, {"writebacks", r.writebacks},
                       {"saturated_rows", r.saturated_rows}, {"train_loss", r.train_loss},
+                      {"emb_lr", r.spec.emb_lr}, {"diverged", r.diverged},
                       {"train_seconds", r.train_seconds}, {"eval_seconds", r.eval_seconds},
                       {"bayes_logloss", r.bayes_logloss >= 0 ? nlohmann::json(r.bayes_logloss) : nlohmann::json(nullptr)}});
     }
@@ -578,12 +583,14 @@ int main(int argc, char** argv) {
   app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")->group(g_train)->delimiter(',');
   app.add_option("--shard", base.shard, "run under mpirun -np N: shard the tables table-wise, row-wise, column-wise or auto (mixed); one rank prints")->group(g_train)->check(CLI::IsMember({"none", "table", "row", "column", "auto"}));
   app.add_option("--comm-precision", base.comm_precision, "with --shard: pooled vectors and their gradients on the wire as fp32, fp16 or bf16 (rounded with --rounding)")->group(g_train)->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--on-divergence", o.on_divergence, "a run whose training loss returns to the label-mean baseline after learning: stop (exit 4 with the cause), backoff (retry it with the embedding lr divided by 3, up to 3 times, and report the largest stable rate tried), ignore (finish it)")->group(g_train)->check(CLI::IsMember({"stop", "backoff", "ignore"}));
   app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->group(g_train)->check(CLI::NonNegativeNumber);
 
   auto* g_out = "Output";
   app.add_option("--json", o.json, "write the results as a JSON list of records")->group(g_out);
   app.add_option("--plot", o.plot, "draw log loss vs memory with gnuplot (PNG, or SVG if the name ends in .svg)")->group(g_out);
   app.add_flag("--quiet", o.quiet, "no progress line")->group(g_out);
+  app.add_option("--loss-trace", base.loss_trace, "append one CSV line per training batch (config, seed, emb_lr, epoch, batch, size, positives, loss, logit_sd) to this file")->group(g_out);
 
   CLI11_PARSE(app, argc, argv);
   if (o.admission == "second-touch") {  // admission is part of the cache policy: Lru -> SecondTouchLru
@@ -618,6 +625,7 @@ int main(int argc, char** argv) {
     }
   }
   if (opt_lr->count() && !opt_emb_lr->count()) base.emb_lr = base.lr;
+  base.stop_on_divergence = o.on_divergence != "ignore";
   base.progress = !o.quiet;
   // OpenMP threads serve the library and the per-sample loops (interaction,
   // synthetic generation), all of which give the same bits for any thread
@@ -697,7 +705,23 @@ int main(int argc, char** argv) {
         sp.seed = base.seed + static_cast<std::uint64_t>(s);
         aggs[i].spec = sp;
         if (!o.quiet) std::cerr << "[" << ++k << "/" << total_runs << "] " << sp.label << " seed " << sp.seed << "\n";
-        RunResult r = run_one(sp, data);
+        RunResult r;
+        std::string backoff_notes;
+        for (int attempt = 0;; ++attempt) {
+          try {
+            r = run_one(sp, data);
+            break;
+          } catch (const Diverged& e) {
+            if (o.on_divergence != "backoff" || attempt + 1 == kBackoffTries) throw;
+            std::cerr << "warning: " << e.what() << "\n    retrying with the embedding lr divided by 3\n";
+            backoff_notes += std::string(backoff_notes.empty() ? "" : "; ") + "diverged at embedding lr " + fmt_g(sp.emb_lr);
+            sp.emb_lr /= 3.0f;
+          }
+        }
+        if (!backoff_notes.empty()) {
+          r.diverged = backoff_notes + "; trained at embedding lr " + fmt_g(sp.emb_lr) + ", the largest stable rate tried";
+          std::cerr << "    " << sp.label << " seed " << sp.seed << ": " << r.diverged << "\n";
+        }
         if (!o.quiet)
           std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
                     << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
@@ -729,6 +753,9 @@ int main(int argc, char** argv) {
               << (fp32_memory ? "the fp32 config's memory / this memory" : "4*D*rows (+ FP32 state) / this memory")
               << "\n";
     print_table(aggs, o.seeds, bayes);
+    for (const auto& a : aggs)
+      for (const auto& r : a.runs)
+        if (!r.diverged.empty()) std::cout << "note: " << a.spec.label << " seed " << r.spec.seed << ": " << r.diverged << "\n";
 
     if (!o.json.empty()) {
       std::ofstream js(o.json);
@@ -743,6 +770,11 @@ int main(int argc, char** argv) {
       title << "train_dlrm, D=" << base.dim << ", " << (world ? "synthetic" : "Criteo file") << ", " << o.seeds << " seed(s)";
       if (!write_plot(o.plot, aggs, bayes, title.str())) std::cerr << "warning: gnuplot failed; no plot written\n";
     }
+  } catch (const Diverged& e) {
+    std::cerr << "error: " << e.what() << "\n"
+              << "  the run was stopped; lower --emb-lr (a third is a usual step), or run with --on-divergence "
+                 "backoff to find the largest stable rate\n";
+    return 4;
   } catch (const DataError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

@@ -39,6 +39,9 @@ struct RunSpec {
   std::string comm_precision = "fp32";  // sharded: pooled vectors/gradients on the wire (fp32 | fp16 | bf16)
   std::string optimizer = "sgd";        // embeddings: sgd | adagrad | rowwise_adagrad | adam
   std::string state_precision = "fp32";  // embedding optimizer state: fp32 | bf16 | fp16
+  std::string loss_trace;               // --loss-trace: per-batch CSV of the training loss (empty: none)
+  bool stop_on_divergence = true;       // DivergenceMonitor: throw Diverged when the loss returns to the
+                                        // label-mean baseline (--on-divergence ignore: false)
 };
 
 struct RunResult {
@@ -55,6 +58,7 @@ struct RunResult {
   double bayes_logloss = -1;     // synthetic only: log loss of the true p on the same test set
   double train_loss = 0;         // mean training loss of the last epoch
   double train_seconds = 0, eval_seconds = 0;
+  std::string diverged;          // --on-divergence backoff: the divergences before the rate that trained
   std::uint64_t train_samples = 0, test_samples = 0;
 };
 

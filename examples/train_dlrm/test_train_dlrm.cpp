@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "data.hpp"
+#include "divergence.hpp"
 #include "hash.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
@@ -475,4 +477,69 @@ TEST_CASE("reshape: hashed ids, zero padding to D and the padding's gradient dro
   // (B, D_0 + D_1) = (2, 6): each table's first D_t values of its D-wide slot.
   const std::vector<float> want_g = {0, 1, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15};
   CHECK(md.last_grad == want_g);
+}
+
+TEST_CASE("divergence: label-mean baseline is the entropy of the positive rate") {
+  // H(p) written out: p = 0.25 gives 0.25 ln 4 + 0.75 ln(4/3)
+  CHECK(label_mean_log_loss(0.25) == doctest::Approx(0.25 * std::log(4.0) + 0.75 * std::log(4.0 / 3.0)).epsilon(1e-12));
+  CHECK(label_mean_log_loss(0.5) == doctest::Approx(std::log(2.0)).epsilon(1e-12));
+  // predicting 0.25 on labels with positive rate 0.5: 0.5 ln 4 + 0.5 ln(4/3)
+  CHECK(constant_prediction_log_loss(0.25, 0.5) ==
+        doctest::Approx(0.5 * std::log(4.0) + 0.5 * std::log(4.0 / 3.0)).epsilon(1e-12));
+  // clamped as the metrics clip probabilities: no NaN at a pure label set
+  CHECK(std::isfinite(label_mean_log_loss(0.0)));
+  CHECK(label_mean_log_loss(0.0) < 1e-5);
+}
+
+TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the run; noise does not") {
+  // Batches of 100 with 25 positives: every window's baseline is H(0.25) = 0.56234.
+  const double b = label_mean_log_loss(0.25);
+  auto no_sat = [] { return std::uint64_t{0}; };
+  SUBCASE("learns, then the predictions collapse at the baseline: flagged at the end of that window") {
+    DivergenceMonitor m;
+    for (int i = 0; i < 30; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, no_sat).empty());  // 20 % below: learnt
+    for (int i = 0; i < 9; ++i) CHECK(m.add(b, 100, 25, 0.001, no_sat).empty());       // window not complete
+    const std::string why = m.add(b, 100, 25, 0.001, no_sat);
+    CHECK(why.find("collapsed to one value at step 40") != std::string::npos);
+    CHECK(why.find("no row write saturated") != std::string::npos);
+  }
+  SUBCASE("at the baseline with spread predictions (a noisy stretch): not flagged") {
+    DivergenceMonitor m;
+    for (int i = 0; i < 30; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, no_sat).empty());
+    for (int i = 0; i < 100; ++i) CHECK(m.add(b, 100, 25, 1.0, no_sat).empty());
+  }
+  SUBCASE("the last three windows together 2 % above the baseline: flagged; one bad window: not") {
+    DivergenceMonitor m;
+    for (int i = 0; i < 30; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, no_sat).empty());
+    // one window 5 % above between windows 3 % below: (1.05 + 0.97 + 0.97) / 3 < 1.02
+    for (int i = 0; i < 10; ++i) CHECK(m.add(1.05 * b, 100, 25, 1.0, no_sat).empty());
+    for (int i = 0; i < 20; ++i) CHECK(m.add(0.97 * b, 100, 25, 1.0, no_sat).empty());
+    // then 1.0, 1.0, 1.07: the three together 2.33 % above; flagged at the end of the third
+    for (int i = 0; i < 20; ++i) CHECK(m.add(1.0 * b, 100, 25, 1.0, no_sat).empty());
+    for (int i = 0; i < 9; ++i) CHECK(m.add(1.07 * b, 100, 25, 1.0, no_sat).empty());
+    const std::string why = m.add(1.07 * b, 100, 25, 1.0, no_sat);
+    CHECK(why.find("over the last 30 batches is 2.3 % above the label-mean baseline at step 90") != std::string::npos);
+  }
+  SUBCASE("a window's baseline follows its own labels: more positives, a higher baseline") {
+    DivergenceMonitor m;
+    for (int i = 0; i < 30; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, no_sat).empty());
+    // 40 % positives at the running rate ~0.3: baseline CE(p, 0.4) > H(0.25); a loss of
+    // 1.1 H(0.25) is below it, so never "above the baseline"
+    for (int i = 0; i < 60; ++i) CHECK(m.add(1.1 * b, 100, 40, 1.0, no_sat).empty());
+  }
+  SUBCASE("never learnt (a hard data set): at the baseline from the start is not a divergence") {
+    DivergenceMonitor m;
+    for (int i = 0; i < 200; ++i) CHECK(m.add(1.05 * b, 100, 25, 0.001, no_sat).empty());
+  }
+  SUBCASE("a non-finite loss is flagged at once, with the saturated-row count as a cause") {
+    DivergenceMonitor m;
+    std::uint64_t sat = 0;
+    auto sat_now = [&] { return sat; };
+    for (int i = 0; i < 10; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, sat_now).empty());
+    sat = 7;
+    for (int i = 0; i < 2; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, sat_now).empty());
+    const std::string why = m.add(std::numeric_limits<double>::infinity(), 100, 25, 1.0, sat_now);
+    CHECK(why.find("not finite at step 13") != std::string::npos);
+    CHECK(why.find("7 row writes saturated the store format's range (7 in the last window)") != std::string::npos);
+  }
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "data.hpp"
+#include "divergence.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
 #include "reshape.hpp"
@@ -112,6 +113,15 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
                 static_cast<std::uint64_t>(spec.epochs) * train->size_hint(), spec.progress);
   if constexpr (kHasEmb) emb->reset_stats();
   const auto t0 = Clock::now();
+  DivergenceMonitor monitor;  // checked before this batch's update is applied
+  std::FILE* trace = nullptr;  // --loss-trace: one line per batch
+  if (!spec.loss_trace.empty()) {
+    trace = std::fopen(spec.loss_trace.c_str(), "a");
+    if (!trace) throw std::runtime_error("cannot open --loss-trace '" + spec.loss_trace + "'");
+    std::fseek(trace, 0, SEEK_END);
+    if (std::ftell(trace) == 0) std::fprintf(trace, "config,seed,emb_lr,epoch,batch,size,positives,loss,logit_sd\n");
+  }
+  std::uint64_t batch_no = 0;
   for (int e = 0; e < spec.epochs; ++e) {
     if (e > 0) train->reset();
     prog.mean_loss_and_reset();
@@ -123,9 +133,32 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
       if constexpr (kHasEmb)
         emb->forward(std::span<const std::int64_t>(batch.indices), std::span<const std::int64_t>(batch.offsets),
                      std::span<float>(emb_out), mpe::Pooling::Sum);
-      const double loss = bce_with_logits<float>(model.forward(batch.dense, emb_out.data()),
-                                                 batch.labels.data(), dlogit);
+      const MatT<float>& logit = model.forward(batch.dense, emb_out.data());
+      const double loss = bce_with_logits<float>(logit, batch.labels.data(), dlogit);
+      double logit_sd = 0;  // spread of this batch's logits (DivergenceMonitor: collapsed predictions)
+      if (spec.stop_on_divergence || trace) {
+        double s1 = 0, s2 = 0;
+        for (int b = 0; b < B; ++b) s1 += logit(0, b);
+        const double mean = s1 / B;
+        for (int b = 0; b < B; ++b) s2 += (logit(0, b) - mean) * (logit(0, b) - mean);
+        logit_sd = std::sqrt(s2 / B);
+      }
       model.backward(dlogit, emb_grad.data());
+      double positives = 0;
+      for (int b = 0; b < B; ++b) positives += batch.labels[b];
+      if (trace)
+        std::fprintf(trace, "%s,%llu,%g,%d,%llu,%d,%g,%.6f,%.6f\n", spec.label.c_str(),
+                     static_cast<unsigned long long>(spec.seed), spec.emb_lr, e,
+                     static_cast<unsigned long long>(batch_no), B, positives, loss, logit_sd);
+      ++batch_no;
+      if (spec.stop_on_divergence) {
+        const std::string why = monitor.add(loss, B, positives, logit_sd, [&]() -> std::uint64_t {
+          if constexpr (kHasEmb) return emb->stats().saturated_rows;
+          else return 0;
+        });
+        if (!why.empty()) throw Diverged(spec.label + " (seed " + std::to_string(spec.seed) + ", embedding lr " +
+                                         fmt_g(spec.emb_lr) + ", dense lr " + fmt_g(spec.lr) + ") diverged: " + why);
+      }
       if constexpr (kHasEmb) {
         const std::span<const float> g(emb_grad);
         if (spec.optimizer == "sgd") emb->backward(g, mpe::Sgd{spec.emb_lr});
@@ -140,6 +173,7 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
     }
     if (e + 1 == spec.epochs) res.train_loss = prog.mean_loss_and_reset();
   }
+  if (trace) std::fclose(trace);
   prog.finish();
   res.train_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
