@@ -6,7 +6,13 @@
 2. the folder graph has no cycle: a folder (each directory is its own node; a `detail/...`
    room is a node apart from its parent) never includes, directly or through other folders,
    a header of a folder that includes it; the umbrella headers mpe/mpe.hpp and mpe/mpe.cuh
-   are the only headers in include/mpe itself, and nothing includes them but mpe.cuh;
+   are the only headers in include/mpe itself, and nothing includes them but mpe.cuh.
+   A class's member bodies live in a detail room of their own (detail/embedding,
+   detail/io, detail/sharded: .inl files included at the end of the public header, e.g.
+   sharded/sharded_embedding.hpp -> detail/sharded/*.inl); a new room needs no entry here,
+   every directory is found and checked as a node, and as the public header includes its
+   room, the room's files never include the public header's folder (they see its
+   declarations through the includer);
 3. every header and .inl under include/mpe has a `@file mpe/<its path>` line;
 4. no header cites optimisation history (bench results or "rounds");
 5. the backend seam (issue #59, "Backends own their paths"): no file under
@@ -61,13 +67,11 @@ errors = []
 # Rule 7: comments and string or character literals (blanked before the search for `friend`).
 comment_or_string_re = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 friend_re = re.compile(r"\bfriend\b")
-# Rule 6's allow-list: the files still over max_lines, to be split; remove a line once its
-# file is under the limit (the check then keeps it there).
+# Rule 6's allow-list: the files still over max_lines, to be split, each as a line
+# "path",  # reason; remove a line once its file is under the limit (the check then keeps it
+# there). Empty: every file is within the limit.
 max_lines = 600
-long_files = {
-    "mpe/sharded/sharded_embedding.hpp",  # ShardedEmbedding: plans, exchange and checkpoints in one class
-    "mpe/embedding/mixed_dim_embedding.hpp",  # MixedDimEmbedding: tables of several D in one object
-}
+long_files = set()
 edges = collections.defaultdict(set)  # folder -> folders it includes (other than itself)
 why = {}
 for name, path in rel.items():

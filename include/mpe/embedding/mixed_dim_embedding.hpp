@@ -5,7 +5,6 @@
 /// TorchRec take them), built from one CachedEmbedding per distinct D.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -18,10 +17,10 @@
 #include <vector>
 
 #include "mpe/backend/host_backend.hpp"
-#include "mpe/embedding/cached_embedding.hpp"
-#include "mpe/detail/embedding/mixed_dim.hpp"
-#include "mpe/io/checkpoint.hpp"
 #include "mpe/core/types.hpp"
+#include "mpe/detail/embedding/mixed_dim.hpp"
+#include "mpe/embedding/cached_embedding.hpp"
+#include "mpe/io/checkpoint.hpp"
 
 namespace mpe {
 
@@ -116,12 +115,7 @@ class MixedDimEmbedding {
   /// one per table or with a value CachedEmbedding refuses (named config.row_keys[t] /
   /// config.column_keys[t], t in spec order), and what CachedEmbedding's constructor throws
   /// for the other fields.
-  explicit MixedDimEmbedding(const MixedDimConfig& config)
-      : config_(config), layout_(make_layout(config, "MixedDimEmbedding")) {
-    groups_.reserve(layout_.G());
-    for (std::size_t g = 0; g < layout_.G(); ++g) groups_.emplace_back(group_config(g));
-    batches_.resize(layout_.G());
-  }
+  explicit MixedDimEmbedding(const MixedDimConfig& config);
 
   /// The bytes memory() reports, but workspace, for an object built with `config` once it
   /// has applied one backward() step, computed from the configuration alone (nothing is
@@ -166,18 +160,7 @@ class MixedDimEmbedding {
 
   /// Populates every group's cache for the next forward() with the same batch (one
   /// prefetch ahead, as CachedEmbedding::prefetch). Validates the whole batch first.
-  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
-    if (groups_.size() == 1) {  // one group: it checks the batch itself, nothing to split
-      groups_[0].prefetch(indices, offsets);
-      return;
-    }
-    const std::int64_t B = detail::check_mixed_batch("prefetch", layout_, indices, offsets, {}, false);
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      detail::GroupBatch& b = batches_[g];
-      detail::split_mixed_batch(layout_, g, indices, offsets, {}, B, b);
-      groups_[g].prefetch(b.indices, b.offsets);
-    }
-  }
+  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
 
   /// Pooled lookup for training into `output` (B, sum D_t), as CachedEmbedding::forward
   /// per group; remembers the batch for backward(). Throws std::invalid_argument for
@@ -186,27 +169,7 @@ class MixedDimEmbedding {
   /// (unless NonFinite::Skip) or with Mean pooling; nothing changes then.
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
-               std::span<const float> per_sample_weights = {}) {
-    const std::int64_t B =
-        check("forward", indices, offsets, output.size(), pooling, per_sample_weights, /*training=*/true);
-    const bool was_pending = pending_;
-    pending_ = false;
-    bool any_done = false;  // a group's forward has returned
-    try {
-      each_group(indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
-                 [&](std::size_t g, auto i, auto o, auto out, auto w) {
-                   groups_[g].forward(i, o, out, pooling, w);
-                   any_done = true;
-                 });
-    } catch (const std::invalid_argument&) {
-      // Bad input refused by the first group's own checks (one group: check() leaves the
-      // indices to it) changed nothing there: the earlier forward still awaits backward.
-      if (!any_done) pending_ = was_pending;
-      throw;
-    }
-    pending_B_ = B;
-    pending_ = true;
-  }
+               std::span<const float> per_sample_weights = {});
 
   /// Like forward() but changes nothing (no populate, no stats): for evaluation. Same
   /// validation, except that a non-finite per-sample weight throws std::invalid_argument
@@ -214,15 +177,7 @@ class MixedDimEmbedding {
   /// per-call buffers, so const calls may run concurrently.
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
-                         std::span<const float> per_sample_weights = {}) const {
-    const std::int64_t B = check("forward_inference", indices, offsets, output.size(), pooling,
-                                 per_sample_weights, /*training=*/false);
-    detail::GroupBatch b;  // per call, so concurrent const calls share nothing
-    each_group(indices, offsets, output, per_sample_weights, B, &b, 0,
-               [&](std::size_t g, auto i, auto o, auto out, auto w) {
-                 groups_[g].forward_inference(i, o, out, pooling, w);
-               });
-  }
+                         std::span<const float> per_sample_weights = {}) const;
 
   /// Applies `optimizer` for the last forward() in every group: grad_output (B, sum D_t).
   /// Every group's step is checked and prepared before any is written; a non-finite or
@@ -231,57 +186,7 @@ class MixedDimEmbedding {
   /// applied. Throws std::logic_error without a pending forward() or if the optimizer
   /// type changed; std::invalid_argument for a wrong size or unusable parameters.
   template <Optimizer Opt>
-  void backward(std::span<const float> grad_output, const Opt& optimizer) {
-    const char* fn = "backward";
-    if (!pending_) throw std::logic_error(detail::md_prefix(fn) + "no forward() is awaiting backward()");
-    const std::int64_t B = pending_B_;
-    const auto expect = static_cast<std::size_t>(B * layout_.total_dim);
-    if (grad_output.size() != expect) {
-      invalid(fn, "grad_output.size() = " + std::to_string(grad_output.size()) +
-                      "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
-                      " = " + std::to_string(expect));
-    }
-    if (groups_.size() > 1 && config_.non_finite == NonFinite::Throw) {  // the caller's position
-      for (std::size_t i = 0; i < grad_output.size(); ++i) {
-        if (!std::isfinite(grad_output[i])) {
-          const auto W = static_cast<std::size_t>(layout_.total_dim);
-          invalid(fn, "grad_output[" + std::to_string(i / W) + ", " + std::to_string(i % W) +
-                          "] = " + std::to_string(grad_output[i]) + " is not finite");
-        }
-      }
-    }
-    bool apply = true, apply0 = true;
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      std::span<const float> go = grad_output;
-      if (groups_.size() > 1) {
-        detail::GroupBatch& b = batches_[g];
-        b.buffer.resize(group_elements(g, B));
-        detail::copy_mixed_columns<false>(layout_, g, b.buffer.data(), grad_output.data(), B);
-        go = b.buffer;
-      }
-      try {
-        const bool a = groups_[g].prepare_backward(go, optimizer);
-        if (g == 0) apply0 = a;
-        apply = apply && a;
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(detail::md_prefix(fn) + "group " + std::to_string(g) + " (D = " +
-                                    std::to_string(layout_.group_dim[g]) + ", tables " + tables_of(g) +
-                                    "): " + detail::caller_numbering(e.what(), layout_.group_tables[g]));
-      } catch (const std::logic_error& e) {  // e.g. a changed optimizer (the same in every group)
-        throw std::logic_error(detail::md_prefix(fn) +
-                               detail::caller_numbering(e.what(), layout_.group_tables[g]));
-      }
-    }
-    if (apply) {
-      for (auto& e : groups_) e.apply_prepared_backward(optimizer);
-    } else if (apply0) {
-      // Skipped because of another group's input: count it in group 0's counters, which
-      // stats() reports (a group counts only a skip of its own input).
-      groups_[0].count_skipped_step();
-    }
-    for (auto& e : groups_) e.finish_backward();
-    pending_ = false;
-  }
+  void backward(std::span<const float> grad_output, const Opt& optimizer);
 
   /// Writes every group's dirty cache rows back to the store (CachedEmbedding::flush: Rounding,
   /// site Flush); rows stay cached. Synchronous; never throws for valid state.
@@ -294,31 +199,11 @@ class MixedDimEmbedding {
   /// Replaces rows [first_row, first_row + weights.size() / D_t) of table t with
   /// `weights` ((rows, D_t) FP32, host memory), as CachedEmbedding::set_weights. Throws
   /// std::invalid_argument for t outside [0, T) and what set_weights throws.
-  void set_weights(std::int64_t t, std::span<const float> weights, std::int64_t first_row = 0) {
-    check_table("set_weights", t, first_row, weights.size());
-    const auto D = static_cast<std::size_t>(layout_.dims[static_cast<std::size_t>(t)]);
-    for (std::size_t r = 0; r < weights.size() / D; ++r) {  // named in the caller's table and row
-      if (const std::int32_t d =
-              Storage::find_unrepresentable(weights.data() + r * D, static_cast<std::int32_t>(D));
-          d >= 0) {
-        const std::size_t i = r * D + static_cast<std::size_t>(d);
-        invalid("set_weights", "weights[" + std::to_string(i) + "] = " + format_float(weights[i]) +
-                                   " (table " + std::to_string(t) + ", row " +
-                                   std::to_string(first_row + static_cast<std::int64_t>(r)) +
-                                   ") cannot be stored as " + Storage::name + " (non-finite or |x| > " +
-                                   format_float(Storage::limit) + ")");
-      }
-    }
-    group_of_table(t).set_weights(weights, global_row(t, first_row));
-  }
+  void set_weights(std::int64_t t, std::span<const float> weights, std::int64_t first_row = 0);
 
   /// Writes rows [first_row, first_row + out.size() / D_t) of table t into `out`
   /// ((rows, D_t) FP32), read through the cache. Throws like set_weights.
-  void get_weights(std::int64_t t, std::span<float> out, std::int64_t first_row = 0) const {
-    check_table("get_weights", t, first_row, out.size());
-    groups_[static_cast<std::size_t>(layout_.group_of[static_cast<std::size_t>(t)])].get_weights(
-        out, global_row(t, first_row));
-  }
+  void get_weights(std::int64_t t, std::span<float> out, std::int64_t first_row = 0) const;
 
   /// Initializes every row uniformly in [low, high), each group from its own seed
   /// (CachedEmbedding::init_uniform; drops the caches). Throws std::invalid_argument unless
@@ -334,33 +219,7 @@ class MixedDimEmbedding {
   /// this is init_uniform(l, h) bit for bit. Throws std::invalid_argument, nothing changed,
   /// if low.size() or high.size() is not T or for a table whose range breaks
   /// init_uniform()'s rules (naming the table t and its range).
-  void init_uniform(std::span<const float> low, std::span<const float> high) {
-    const char* fn = "init_uniform";
-    for (const auto& [name, v] : {std::pair{"low", low}, std::pair{"high", high}}) {
-      if (static_cast<std::int64_t>(v.size()) != layout_.T()) {
-        invalid(fn, std::string(name) + ".size() = " + std::to_string(v.size()) +
-                        "; expected one value per table, T = " + std::to_string(layout_.T()));
-      }
-    }
-    for (std::size_t t = 0; t < low.size(); ++t) {
-      if (!num::is_finite(low[t]) || !num::is_finite(high[t]) || !(low[t] < high[t]) ||
-          low[t] < -Storage::limit || high[t] > Storage::limit) {
-        invalid(fn, "table " + std::to_string(t) + ": [low[" + std::to_string(t) + "], high[" +
-                        std::to_string(t) + "]) = [" + format_float(low[t]) + ", " + format_float(high[t]) +
-                        ") must be finite, non-empty and within +-" + format_float(Storage::limit));
-      }
-    }
-    std::vector<float> lo, hi;
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      lo.clear();
-      hi.clear();
-      for (std::int64_t t : layout_.group_tables[g]) {
-        lo.push_back(low[static_cast<std::size_t>(t)]);
-        hi.push_back(high[static_cast<std::size_t>(t)]);
-      }
-      groups_[g].init_uniform(std::span<const float>(lo), std::span<const float>(hi));
-    }
-  }
+  void init_uniform(std::span<const float> low, std::span<const float> high);
 
   // ---- checkpoints ----
 
@@ -369,24 +228,7 @@ class MixedDimEmbedding {
   /// checkpoint (io::save_to_bytes) with its length, then a CRC-32C of everything before.
   /// Size: about the sum of the groups' checkpoint sizes (bytes); one group's checkpoint is
   /// held beside the container while it is appended. Throws std::bad_alloc.
-  std::vector<std::uint8_t> save_bytes() const {
-    detail::ckpt::Bytes b;
-    b.raw(kMagic, 8);
-    b.put(kVersion);
-    b.put(static_cast<std::uint32_t>(layout_.T()));
-    for (std::int64_t t = 0; t < layout_.T(); ++t) {
-      b.put(static_cast<std::int64_t>(layout_.rows[static_cast<std::size_t>(t)]));
-      b.put(static_cast<std::int32_t>(layout_.dims[static_cast<std::size_t>(t)]));
-    }
-    b.put(static_cast<std::uint32_t>(groups_.size()));
-    for (const auto& e : groups_) {
-      const std::vector<std::uint8_t> g = io::save_to_bytes(e);
-      b.put(static_cast<std::uint64_t>(g.size()));
-      b.raw(g.data(), g.size());
-    }
-    b.put(io::checkpoint::crc32c(b.v.data(), b.v.size()));
-    return std::move(b.v);
-  }
+  std::vector<std::uint8_t> save_bytes() const;
 
   /// Replaces the whole state with `bytes` (from save_bytes()) after verifying all of it:
   /// the container (magic, version, table specs equal to this object's, lengths,
@@ -396,6 +238,9 @@ class MixedDimEmbedding {
   /// memory for a second copy of the groups while loading. The checkpoint's seed replaces
   /// config().seed (training resumes exactly); its cache geometry must equal this object's
   /// (a group's mismatch is named as its num_sets), its cache_fraction is not stored.
+  // (Defined here rather than in detail/embedding/mixed_dim_checkpoint.inl: nvcc 13.0's front
+  // end repeats the class's default template argument (StatePrecision = StateFp32) on an
+  // out-of-class definition whose body holds a template lambda, which the host compiler rejects.)
   void load_bytes(std::span<const std::uint8_t> bytes, const std::string& source = "in-memory checkpoint") {
     const std::string prefix = "mpe::MixedDimEmbedding::load: '" + source + "': ";
     auto fail = [&](const std::string& what) { throw checkpoint_error(prefix + what); };
@@ -477,20 +322,11 @@ class MixedDimEmbedding {
   /// Writes save_bytes() to `path` atomically (temporary file, fsync, rename, directory
   /// fsync). Throws std::runtime_error (std::system_error) naming the path on I/O failure;
   /// a previous file at `path` is then untouched.
-  void save(const std::filesystem::path& path) const {
-    const std::vector<std::uint8_t> bytes = save_bytes();
-    detail::ckpt::AtomicWriter w(path);
-    w.write(bytes.data(), bytes.size());
-    w.commit();
-  }
+  void save(const std::filesystem::path& path) const;
 
   /// load_bytes() of the file at `path`. Throws mpe::checkpoint_error naming the path for
   /// an unreadable or bad file, or what load_bytes() throws; the object is then unchanged.
-  void load(const std::filesystem::path& path) {
-    const std::vector<std::uint8_t> bytes =
-        detail::ckpt::read_file(path, "mpe::MixedDimEmbedding::load: '" + path.string() + "': ");
-    load_bytes(bytes, path.string());
-  }
+  void load(const std::filesystem::path& path);
 
   // ---- statistics and memory ----
 
@@ -562,112 +398,16 @@ class MixedDimEmbedding {
 
   // Validates `config` (std::invalid_argument prefixed with mpe::MixedDimEmbedding::`fn`) and
   // groups its tables by D (see the class comment).
-  static detail::MixedLayout make_layout(const MixedDimConfig& config, const char* fn) {
-    if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
-    if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
-      invalid(fn, "config.cache_fraction = " + std::to_string(config.cache_fraction) + "; must be in [0, 1]");
-    }
-    for (const auto& [name, keys] :
-         {std::pair{"row_keys", &config.row_keys}, std::pair{"column_keys", &config.column_keys}}) {
-      if (!keys->empty() && keys->size() != config.tables.size()) {
-        invalid(fn, std::string("config.") + name + ".size() = " + std::to_string(keys->size()) +
-                        "; must be 0 or T = " + std::to_string(config.tables.size()));
-      }
-    }
-    for (std::size_t t = 0; t < config.row_keys.size(); ++t) {
-      const std::int64_t k = config.row_keys[t], rows = t < config.tables.size() ? config.tables[t].rows : 0;
-      if (k < 0 || (rows > 0 && k > INT64_MAX - rows)) {
-        invalid(fn, "config.row_keys[" + std::to_string(t) + "] = " + std::to_string(k) +
-                        "; must be >= 0 and leave room for the table's " + std::to_string(rows) + " rows");
-      }
-    }
-    for (std::size_t t = 0; t < config.column_keys.size(); ++t) {
-      const std::int64_t c = config.column_keys[t], dim = config.tables[t].dim;
-      if (c < 0 || c % 4 != 0 || c > (std::int64_t{1} << 26) - dim) {
-        invalid(fn, "config.column_keys[" + std::to_string(t) + "] = " + std::to_string(c) +
-                        "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - D = " +
-                        std::to_string((std::int64_t{1} << 26) - dim));
-      }
-    }
-    detail::MixedLayout L;
-    for (std::size_t t = 0; t < config.tables.size(); ++t) {
-      const TableSpec& s = config.tables[t];
-      if (s.rows < 1 || s.dim < 1 || s.dim > (1 << 20)) {
-        invalid(fn, "config.tables[" + std::to_string(t) + "] = {rows " + std::to_string(s.rows) + ", dim " +
-                        std::to_string(s.dim) + "}; rows must be >= 1 and dim in [1, 2^20]");
-      }
-      L.rows.push_back(s.rows);
-      L.dims.push_back(s.dim);
-      L.column.push_back(L.total_dim);
-      L.total_dim += s.dim;
-      std::size_t g = 0;
-      while (g < L.G() && L.group_dim[g] != s.dim) ++g;
-      if (g == L.G()) {
-        L.group_dim.push_back(s.dim);
-        L.group_tables.emplace_back();
-      }
-      L.group_of.push_back(static_cast<std::int64_t>(g));
-      L.local.push_back(static_cast<std::int64_t>(L.group_tables[g].size()));
-      L.group_tables[g].push_back(static_cast<std::int64_t>(t));
-    }
-    return L;
-  }
+  static detail::MixedLayout make_layout(const MixedDimConfig& config, const char* fn);
 
   EmbeddingConfig group_config(std::size_t g) const { return group_config(config_, layout_, g); }
   // Group g's EmbeddingConfig as the constructor builds it (also planned_memory's).
   static EmbeddingConfig group_config(const MixedDimConfig& config, const detail::MixedLayout& layout,
-                                      std::size_t g) {
-    EmbeddingConfig c;
-    std::int64_t rows = 0;
-    for (std::int64_t t : layout.group_tables[g]) {
-      c.table_rows.push_back(layout.rows[static_cast<std::size_t>(t)]);
-      rows += layout.rows[static_cast<std::size_t>(t)];
-    }
-    c.dim = layout.group_dim[g];
-    c.cache_rows = config.cache_fraction > 0
-                       ? std::max<std::int64_t>(
-                             Cache::ways, std::llround(config.cache_fraction * static_cast<double>(rows)))
-                       : 0;
-    // Row keys: the caller keys every row, so one seed for every group (class comment).
-    c.seed = g == 0 || !config.row_keys.empty()
-                 ? config.seed
-                 : config.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(g));
-    for (std::int64_t t : layout.group_tables[g]) {
-      if (!config.row_keys.empty()) c.row_keys.push_back(config.row_keys[static_cast<std::size_t>(t)]);
-      if (!config.column_keys.empty())
-        c.column_keys.push_back(config.column_keys[static_cast<std::size_t>(t)]);
-    }
-    c.row_alignment = config.row_alignment;
-    c.non_finite = config.non_finite;
-    c.slot_index = config.slot_index;
-    c.slot_index_in_rows = config.slot_index_in_rows;
-    c.defer_admission = config.defer_admission;
-    c.validation = Validation::Synchronous;
-    return c;
-  }
+                                      std::size_t g);
 
-  std::size_t table_index(const char* fn, std::int64_t t) const {
-    if (t < 0 || t >= layout_.T()) {
-      invalid(fn, "table t = " + std::to_string(t) + " is outside [0, T) = [0, " +
-                      std::to_string(layout_.T()) + ")");
-    }
-    return static_cast<std::size_t>(t);
-  }
+  std::size_t table_index(const char* fn, std::int64_t t) const;
 
-  void check_table(const char* fn, std::int64_t t, std::int64_t first_row, std::size_t n) const {
-    const std::size_t i = table_index(fn, t);
-    const auto D = static_cast<std::size_t>(layout_.dims[i]);
-    if (n % D != 0) {
-      invalid(fn, "size " + std::to_string(n) + " is not a multiple of table " + std::to_string(t) +
-                      "'s D = " + std::to_string(D));
-    }
-    const auto rows = static_cast<std::int64_t>(n / D);
-    if (first_row < 0 || first_row > layout_.rows[i] - rows) {
-      invalid(fn, "rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + rows) +
-                      ") leave table " + std::to_string(t) + " (" + std::to_string(layout_.rows[i]) +
-                      " rows)");
-    }
-  }
+  void check_table(const char* fn, std::int64_t t, std::int64_t first_row, std::size_t n) const;
 
   group_type& group_of_table(std::int64_t t) {
     return groups_[static_cast<std::size_t>(layout_.group_of[static_cast<std::size_t>(t)])];
@@ -688,27 +428,7 @@ class MixedDimEmbedding {
   /// does, so here in the caller's numbering.
   std::int64_t check(const char* fn, std::span<const std::int64_t> indices,
                      std::span<const std::int64_t> offsets, std::size_t output_size, Pooling pooling,
-                     std::span<const float> w, bool training) const {
-    if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
-      invalid(fn, "pooling = " + std::to_string(static_cast<int>(pooling)) + " is not a Pooling value");
-    }
-    if (pooling == Pooling::Mean && !w.empty()) {
-      invalid(fn, "per_sample_weights need Pooling::Sum (got Pooling::Mean with " + std::to_string(w.size()) +
-                      " weights)");
-    }
-    // One group: its own checks (atomic, in the caller's numbering) run in its call; no
-    // second pass over the batch. B as the group will find it (offsets' size checked there).
-    if (groups_.size() == 1)
-      return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size() - 1) / layout_.T();
-    const std::int64_t B = detail::check_mixed_batch(fn, layout_, indices, offsets, w,
-                                                     !training || config_.non_finite == NonFinite::Throw);
-    if (output_size != static_cast<std::size_t>(B * layout_.total_dim)) {
-      invalid(fn, "output.size() = " + std::to_string(output_size) +
-                      "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
-                      " = " + std::to_string(B * layout_.total_dim));
-    }
-    return B;
-  }
+                     std::span<const float> w, bool training) const;
 
   /// Elements of group g's buffer: (B, k_g * D_g).
   std::size_t group_elements(std::size_t g, std::int64_t B) const {
@@ -722,20 +442,7 @@ class MixedDimEmbedding {
   template <class Run>
   void each_group(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                   std::span<float> output, std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs,
-                  std::size_t buf_step, Run&& run) const {
-    if (groups_.size() == 1) {
-      run(0, indices, offsets, output, w);
-      return;
-    }
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      detail::GroupBatch& b = bufs[g * buf_step];
-      detail::split_mixed_batch(layout_, g, indices, offsets, w, B, b);
-      b.buffer.resize(group_elements(g, B));
-      run(g, std::span<const std::int64_t>(b.indices), std::span<const std::int64_t>(b.offsets),
-          std::span<float>(b.buffer), std::span<const float>(b.weights));
-      detail::copy_mixed_columns<true>(layout_, g, b.buffer.data(), output.data(), B);
-    }
-  }
+                  std::size_t buf_step, Run&& run) const;
 
   MixedDimConfig config_;
   detail::MixedLayout layout_;
@@ -746,3 +453,13 @@ class MixedDimEmbedding {
 };
 
 }  // namespace mpe
+
+// The member bodies, by concern (detail/embedding/mixed_dim.hpp holds the plumbing they share).
+// Each is declared `inline`, as a body written inside the class is, so the compiler treats
+// them as in-class definitions.
+// clang-format off
+#include "mpe/detail/embedding/mixed_dim_setup.inl"
+#include "mpe/detail/embedding/mixed_dim_train.inl"
+#include "mpe/detail/embedding/mixed_dim_weights.inl"
+#include "mpe/detail/embedding/mixed_dim_checkpoint.inl"
+// clang-format on

@@ -6,14 +6,10 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <span>
@@ -21,19 +17,16 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "mpe/core/types.hpp"
 #include "mpe/embedding/cached_embedding.hpp"
+#include "mpe/io/checkpoint.hpp"
+#include "mpe/optim/all.hpp"
 #include "mpe/sharded/comm.hpp"
 #include "mpe/sharded/plan.hpp"
-#include "mpe/io/checkpoint.hpp"
-#include "mpe/numeric/float_ops.hpp"
-#include "mpe/numeric/half.hpp"
-#include "mpe/numeric/philox.hpp"
-#include "mpe/optim/all.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::sharded {
 
@@ -153,88 +146,25 @@ class ShardedEmbedding {
   /// proportion to their rows (rounded up, at least Cache::ways when > 0). `plan` must match
   /// config (tables, rows, dim) and comm.size(). Collective: throws the same
   /// std::invalid_argument on every rank if any rank's arguments are wrong.
-  ShardedEmbedding(const EmbeddingConfig& config, ShardingPlan plan, Comm& comm, ShardOptions options = {})
-      : config_(config), plan_(std::move(plan)), comm_(&comm), options_(options) {
-    std::string err;
-    try {
-      plan_.validate();
-      if (plan_.world_size != comm.size())
-        throw std::invalid_argument("plan.world_size = " + std::to_string(plan_.world_size) +
-                                    " but the communicator has " + std::to_string(comm.size()) + " ranks");
-      if (plan_.table_rows != config.table_rows || plan_.dim != config.dim)
-        throw std::invalid_argument("the plan's tables/dim do not match config.table_rows/config.dim");
-      if (const std::string e = mpe::detail::stream_keys_error(config); !e.empty()) throw std::invalid_argument(e);
-      if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
-        throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
-    } catch (const std::exception& e) {
-      err = "ShardedEmbedding: rank " + std::to_string(comm.rank()) + ": " + e.what();
-    }
-    agree(kConstruct, err);
-    table_off_.assign(1, 0);
-    for (auto r : config_.table_rows) table_off_.push_back(table_off_.back() + r);
-    layouts_.resize(static_cast<std::size_t>(comm.size()));
-    for (int r = 0; r < comm.size(); ++r) {
-      std::map<std::int32_t, Group> by_dim;
-      for (const Piece& p : plan_.pieces_of(r)) by_dim[p.cols()].pieces.push_back(p);
-      for (auto& [d, g] : by_dim) {
-        g.dim = d;
-        g.first_row.assign(1, 0);
-        for (const Piece& p : g.pieces) g.first_row.push_back(g.first_row.back() + p.rows());
-        layouts_[static_cast<std::size_t>(r)].push_back(std::move(g));
-      }
-    }
-    for (const Group& g : my_groups()) {
-      EmbeddingConfig c = config_;
-      c.dim = g.dim;
-      c.table_rows.clear();
-      c.row_keys.clear();
-      c.column_keys.clear();
-      for (const Piece& p : g.pieces) {
-        c.table_rows.push_back(p.rows());
-        // Rounding streams keyed by the row and column in the global tables: one process's bits.
-        c.row_keys.push_back(row_key(p.table) + p.row_begin);
-        c.column_keys.push_back(keyed_columns(p) ? column_key(p) : 0);
-      }
-      c.cache_rows = 0;
-      if (config_.cache_rows > 0) {
-        const double share = static_cast<double>(config_.cache_rows) *
-                             static_cast<double>(g.first_row.back()) / static_cast<double>(table_off_.back());
-        c.cache_rows = std::max<std::int64_t>(static_cast<std::int64_t>(std::ceil(share)), Cache::ways);
-      }
-      locals_.push_back(std::make_unique<local_type>(c));
-    }
-  }
+  ShardedEmbedding(const EmbeddingConfig& config, ShardingPlan plan, Comm& comm, ShardOptions options = {});
 
   // ---- training and evaluation (collective) ----
 
   /// Routes this rank's batch to the owners and populates their caches for the next
   /// forward() of the same batch (the indices travel again with forward()).
-  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
-    agree(kPrefetch, check_batch("prefetch", indices, offsets, {}, Pooling::Sum, nullptr), {0, 0});
-    exchange_batch(indices, offsets, {}, Pooling::Sum, {}, Mode::Prefetch);
-  }
+  void prefetch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets);
 
   /// Pooled lookup for training. indices/offsets/per_sample_weights: this rank's batch as
   /// CachedEmbedding::forward takes it; output: (B_local, T*D) FP32. Remembers the batch
   /// for backward(). Throws (on every rank, nothing changed) as the class documents.
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> output, Pooling pooling = Pooling::Sum,
-               std::span<const float> per_sample_weights = {}) {
-    agree(kForward, check_batch("forward", indices, offsets, per_sample_weights, pooling, &output),
-          {static_cast<std::int64_t>(pooling), per_sample_weights.empty() ? 0 : 1});
-    exchange_batch(indices, offsets, per_sample_weights, pooling, output, Mode::Train);
-  }
+               std::span<const float> per_sample_weights = {});
 
   /// Like forward() but changes nothing (forward_inference on every owner): for evaluation.
   void forward_inference(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                          std::span<float> output, Pooling pooling = Pooling::Sum,
-                         std::span<const float> per_sample_weights = {}) const {
-    auto* self = const_cast<ShardedEmbedding*>(this);  // the communicator is not const; the tables are
-    self->agree(kInference,
-                check_batch("forward_inference", indices, offsets, per_sample_weights, pooling, &output),
-                {static_cast<std::int64_t>(pooling), per_sample_weights.empty() ? 0 : 1});
-    self->exchange_batch(indices, offsets, per_sample_weights, pooling, output, Mode::Inference);
-  }
+                         std::span<const float> per_sample_weights = {}) const;
 
   /// Sends grad_output ((B_local, T*D) FP32) to the owners, each applies `optimizer` (any
   /// mpe::Optimizer) to its rows for the last forward(). Throws std::logic_error on every
@@ -244,31 +174,7 @@ class ShardedEmbedding {
   /// only there, after the exchange: that owner throws (or skips) alone and the others
   /// apply their rows (not agreed across ranks).
   template <Optimizer Opt>
-  void backward(std::span<const float> grad_output, const Opt& optimizer) {
-    std::string err;
-    const std::string name = OptimizerRule<Opt>::name;
-    if (!fwd_.valid) {
-      err = "Lbackward: rank " + rank_str() + ": no forward() awaiting backward()";
-    } else if (!opt_name_.empty() && opt_name_ != name) {
-      err = "Lbackward: rank " + rank_str() + ": optimizer changed from " + opt_name_ + " to " + name;
-    } else if (const std::string oe = OptimizerRule<Opt>::check(optimizer); !oe.empty()) {
-      err = "backward: rank " + rank_str() + ": " + oe;
-    } else if (grad_output.size() != static_cast<std::size_t>(fwd_.B) * T() * D()) {
-      err = "backward: rank " + rank_str() + ": grad_output.size() = " + std::to_string(grad_output.size()) +
-            ", expected B*T*D = " + std::to_string(static_cast<std::size_t>(fwd_.B) * T() * D());
-    } else {
-      for (std::size_t i = 0; i < grad_output.size(); ++i)
-        if (!num::is_finite(grad_output[i])) {
-          err = "backward: rank " + rank_str() + ": grad_output[" + std::to_string(i) +
-                "] = " + format_float(grad_output[i]) + " is not finite";
-          break;
-        }
-    }
-    std::uint64_t name_hash = 14695981039346656037ull;  // FNV-1a of the optimizer's name: ranks must agree
-    for (const char ch : name) name_hash = (name_hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-    agree(kBackward, err, {static_cast<std::int64_t>(name_hash >> 1)});
-    exchange_grad(grad_output, optimizer);
-  }
+  void backward(std::span<const float> grad_output, const Opt& optimizer);
 
   // ---- weights (collective) ----
 
@@ -277,65 +183,12 @@ class ShardedEmbedding {
   /// with Rounding at site SetWeights, cache lines dropped). Throws std::invalid_argument
   /// on every rank (nothing changed) for a bad size or range, or a value that is not
   /// finite or beyond Storage::limit.
-  void set_weights(std::span<const float> weights, std::int64_t first_row = 0) {
-    std::string err = check_rows("set_weights", weights.size(), first_row);
-    for (std::size_t i = 0; err.empty() && i < weights.size(); ++i)
-      if (!num::is_finite(weights[i]) || weights[i] > Storage::limit || weights[i] < -Storage::limit)
-        err = "set_weights: rank " + rank_str() + ": weights[" + std::to_string(i) +
-              "] = " + format_float(weights[i]) + " is not finite or beyond the format's limit " +
-              format_float(Storage::limit);
-    agree(kSetWeights, err, {first_row, static_cast<std::int64_t>(weights.size())});
-    const std::int64_t count = static_cast<std::int64_t>(weights.size()) / D();
-    for_my_fragments(first_row, count,
-                     [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0, std::int64_t n) {
-                       std::vector<float> buf(static_cast<std::size_t>(n) * p.cols());
-                       for (std::int64_t i = 0; i < n; ++i)
-                         std::copy_n(weights.data() + (g0 - first_row + i) * D() + p.col_begin, p.cols(),
-                                     buf.data() + i * p.cols());
-                       locals_[gi]->set_weights(buf, local_row(gi, pi, p, g0));
-                     });
-  }
+  void set_weights(std::span<const float> weights, std::int64_t first_row = 0);
 
   /// Writes global rows [first_row, first_row + out.size() / D) into `out` ((rows, D)
   /// FP32, host) on every rank: each rank reads the rows and columns it owns (through its
   /// cache) and they are exchanged with one all-to-all. Throws like set_weights.
-  void get_weights(std::span<float> out, std::int64_t first_row = 0) const {
-    auto* self = const_cast<ShardedEmbedding*>(this);
-    self->agree(kGetWeights, check_rows("get_weights", out.size(), first_row),
-                {first_row, static_cast<std::int64_t>(out.size())});
-    const std::int64_t count = static_cast<std::int64_t>(out.size()) / D();
-    std::vector<float> mine;
-    for_my_fragments(first_row, count,
-                     [&](std::size_t gi, const Piece& p, std::size_t pi, std::int64_t g0, std::int64_t n) {
-                       const std::size_t at = mine.size();
-                       mine.resize(at + static_cast<std::size_t>(n) * p.cols());
-                       locals_[gi]->get_weights(std::span<float>(mine.data() + at, mine.size() - at),
-                                                local_row(gi, pi, p, g0));
-                     });
-    const int N = size();
-    std::vector<float> send;
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(N), static_cast<std::int64_t>(mine.size())),
-        rc(sc.size());
-    for (int r = 0; r < N; ++r) send.insert(send.end(), mine.begin(), mine.end());
-    for (int d = 0; d < N; ++d) {
-      std::int64_t n = 0;
-      for_fragments(
-          d, first_row, count,
-          [&](std::size_t, const Piece& p, std::size_t, std::int64_t, std::int64_t k) { n += k * p.cols(); });
-      rc[static_cast<std::size_t>(d)] = n;
-    }
-    std::vector<float> recv(static_cast<std::size_t>(sum(rc)));
-    comm_->alltoallv(std::span<const float>(send), std::span<const std::int64_t>(sc), std::span<float>(recv),
-                     std::span<const std::int64_t>(rc));
-    std::size_t at = 0;
-    for (int d = 0; d < N; ++d)
-      for_fragments(d, first_row, count,
-                    [&](std::size_t, const Piece& p, std::size_t, std::int64_t g0, std::int64_t n) {
-                      for (std::int64_t i = 0; i < n; ++i, at += static_cast<std::size_t>(p.cols()))
-                        std::copy_n(recv.data() + at, p.cols(),
-                                    out.data() + (g0 - first_row + i) * D() + p.col_begin);
-                    });
-  }
+  void get_weights(std::span<float> out, std::int64_t first_row = 0) const;
 
   /// Initializes every row uniformly in [low, high) as a single CachedEmbedding with the
   /// same seed does: each local table's init_uniform(), keyed by its pieces' row and column
@@ -345,37 +198,7 @@ class ShardedEmbedding {
   /// its columns (the full row drawn by its row key), stored with set_weights() (Rounding,
   /// site SetWeights). Throws std::invalid_argument like CachedEmbedding::init_uniform, on
   /// every rank (nothing changed).
-  void init_uniform(float low, float high) {
-    std::string err;
-    if (!num::is_finite(low) || !num::is_finite(high) || !(low < high) || low < -Storage::limit ||
-        high > Storage::limit)
-      err = "init_uniform: rank " + rank_str() + ": [low, high) = [" + format_float(low) + ", " +
-            format_float(high) + ") must be finite, non-empty and within the format's limit";
-    agree(kInit, err);
-    for (std::size_t gi = 0; gi < locals_.size(); ++gi) {
-      locals_[gi]->init_uniform(low, high);
-      const Group& g = my_groups()[gi];
-      for (std::size_t pi = 0; pi < g.pieces.size(); ++pi) {
-        const Piece& p = g.pieces[pi];
-        if (keyed_columns(p)) continue;
-        // A column piece its column key cannot place: the full rows' draws (the core's
-        // UniformRows, keyed by the row alone), its columns written with set_weights().
-        constexpr std::int64_t kChunk = 16384;
-        std::vector<float> row(static_cast<std::size_t>(D())), buf;
-        for (std::int64_t r0 = p.row_begin; r0 < p.row_end; r0 += kChunk) {
-          const std::int64_t n = std::min(kChunk, p.row_end - r0);
-          buf.resize(static_cast<std::size_t>(n) * p.cols());
-          for (std::int64_t i = 0; i < n; ++i) {
-            const mpe::detail::UniformRows draw{
-                num::RowStream{config_.seed}, row_key(p.table) + r0 + i, D(), low, high, row.data()};
-            draw(0);
-            std::copy_n(row.data() + p.col_begin, p.cols(), buf.data() + i * p.cols());
-          }
-          locals_[gi]->set_weights(buf, g.first_row[pi] + (r0 - p.row_begin));
-        }
-      }
-    }
-  }
+  void init_uniform(float low, float high);
 
   /// Writes every local dirty cache row back (local, no communication).
   void flush() {
@@ -391,15 +214,7 @@ class ShardedEmbedding {
     return s;
   }
   /// The counters summed over all ranks (collective: one MPI_Allreduce).
-  CacheStats stats_reduced() const {
-    const CacheStats s = stats();
-    std::array<std::uint64_t, 12> v{s.lookups,      s.unique_rows,        s.hits,
-                                    s.misses,       s.conflict_misses,    s.evictions,
-                                    s.writebacks,   s.lfu_rejections,     s.saturated_rows,
-                                    s.bytes_filled, s.bytes_written_back, s.skipped_steps};
-    comm_->allreduce_sum(std::span<std::uint64_t>(v));
-    return CacheStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
-  }
+  CacheStats stats_reduced() const;
   /// Zeroes this rank's counters (every local table's CacheStats and comm_stats()); local,
   /// no communication: call it on every rank for consistent stats_reduced().
   void reset_stats() {
@@ -415,23 +230,7 @@ class ShardedEmbedding {
     return m;
   }
   /// Every rank's memory() on every rank, indexed by rank (collective: one all-to-all).
-  std::vector<MemoryFootprint> memory_per_rank() const {
-    const MemoryFootprint m = memory();
-    const int N = size();
-    std::vector<std::uint64_t> send, recv(static_cast<std::size_t>(N) * 5);
-    for (int r = 0; r < N; ++r)
-      send.insert(send.end(),
-                  {m.store_bytes, m.cache_bytes, m.optimizer_bytes, m.metadata_bytes, m.workspace_bytes});
-    std::vector<std::int64_t> c(static_cast<std::size_t>(N), 5);
-    comm_->alltoallv(std::span<const std::uint64_t>(send), std::span<const std::int64_t>(c),
-                     std::span<std::uint64_t>(recv), std::span<const std::int64_t>(c));
-    std::vector<MemoryFootprint> out(static_cast<std::size_t>(N));
-    for (std::size_t r = 0; r < out.size(); ++r) {
-      const std::uint64_t* v = recv.data() + 5 * r;
-      out[r] = MemoryFootprint{v[0], v[1], v[2], v[3], v[4]};
-    }
-    return out;
-  }
+  std::vector<MemoryFootprint> memory_per_rank() const;
 
   // ---- checkpoints (collective) ----
 
@@ -446,43 +245,7 @@ class ShardedEmbedding {
   /// exactly as it was. Throws std::runtime_error on every rank if any rank failed (the
   /// previous manifest stays; the failed attempt's shard files are left behind, unnamed by
   /// any manifest). Files of earlier saves are not removed.
-  void save(const std::filesystem::path& dir) const {
-    auto* self = const_cast<ShardedEmbedding*>(this);
-    std::string err;
-    std::vector<std::int64_t> attempt{1};
-    try {
-      std::filesystem::create_directories(dir);
-      attempt[0] = next_save_number(dir, steps_);
-    } catch (const std::exception& e) {
-      err = "save: rank " + rank_str() + ": " + e.what();
-    }
-    self->agree(kSave, err, {}, /*runtime=*/true);
-    comm_->allreduce_max(std::span<std::int64_t>(attempt));  // every rank's view of dir
-    const std::string prefix = "step" + std::to_string(steps_) + ".save" + std::to_string(attempt[0]);
-    try {
-      for (std::size_t gi = 0; gi < locals_.size(); ++gi)
-        locals_[gi]->save(dir / shard_file(prefix, rank(), gi));
-    } catch (const std::exception& e) {
-      err = "save: rank " + rank_str() + ": " + e.what();
-    }
-    self->agree(kSave, err, {}, /*runtime=*/true);
-    err.clear();
-    if (rank() == 0) {
-      try {
-        const std::filesystem::path tmp = dir / "plan.txt.tmp";
-        {
-          std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-          f << manifest_text(prefix);
-          f.flush();
-          if (!f) throw std::system_error(errno, std::generic_category(), "writing " + tmp.string());
-        }
-        std::filesystem::rename(tmp, dir / "plan.txt");
-      } catch (const std::exception& e) {
-        err = "save: rank 0: manifest: " + std::string(e.what());
-      }
-    }
-    self->agree(kSave, err, {}, /*runtime=*/true);
-  }
+  void save(const std::filesystem::path& dir) const;
 
   /// Loads a checkpoint written by save() with the same plan and rank count (no
   /// re-sharding: a different plan or world size is a checkpoint_error). Every rank reads
@@ -493,38 +256,7 @@ class ShardedEmbedding {
   /// Throws mpe::checkpoint_error on every rank (nothing changed anywhere) if the manifest
   /// or any shard fails verification, its comm precision is not options().precision, or
   /// its step is 2^64 - 1 (no further step can be counted).
-  void load(const std::filesystem::path& dir) {
-    std::string err;
-    std::vector<std::unique_ptr<local_type>> fresh;
-    Manifest m;
-    try {
-      std::ifstream f(dir / "plan.txt", std::ios::binary);
-      if (!f) throw checkpoint_error("cannot read manifest " + (dir / "plan.txt").string());
-      std::ostringstream s;
-      s << f.rdbuf();
-      m = parse_manifest(s.str());
-      if (m.precision != sharded::to_string(options_.precision))
-        throw checkpoint_error("manifest comm_precision " + m.precision + " differs from this object's " +
-                               sharded::to_string(options_.precision) + " (ShardOptions::precision)");
-      if (m.plan.world_size != plan_.world_size)
-        throw checkpoint_error("checkpoint has " + std::to_string(m.plan.world_size) + " ranks, this run " +
-                               std::to_string(plan_.world_size) + " (re-sharding is not supported)");
-      if (!(m.plan == plan_)) throw checkpoint_error("checkpoint's sharding plan differs from this object's");
-      for (std::size_t gi = 0; gi < locals_.size(); ++gi) {
-        auto l = std::make_unique<local_type>(locals_[gi]->config());
-        l->load(dir / shard_file(m.shards, rank(), gi));
-        fresh.push_back(std::move(l));
-      }
-    } catch (const std::exception& e) {
-      err = "Cload: rank " + rank_str() + ": " + e.what();
-    }
-    agree(kLoad, err);
-    locals_ = std::move(fresh);
-    steps_ = m.step;
-    opt_name_ = m.optimizer;
-    exchanges_ = m.exchanges;
-    fwd_ = {};
-  }
+  void load(const std::filesystem::path& dir);
 
   /// The options given to the constructor.
   const ShardOptions& options() const { return options_; }
@@ -613,27 +345,8 @@ class ShardedEmbedding {
   }
   /// 1 + the largest k of the files `step<step>.save<k>.*` in dir (1 if none): a shard name
   /// no earlier save at this step used, so none of a committed checkpoint's files is written.
-  static std::int64_t next_save_number(const std::filesystem::path& dir, std::uint64_t step) {
-    const std::string head = "step" + std::to_string(step) + ".save";
-    std::int64_t k = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      const std::string n = entry.path().filename().string();
-      if (n.rfind(head, 0) != 0) continue;
-      std::int64_t v = 0;
-      std::size_t i = head.size();
-      for (; i < n.size() && n[i] >= '0' && n[i] <= '9' && v < (std::int64_t{1} << 58); ++i)
-        v = 10 * v + (n[i] - '0');
-      if (i > head.size()) k = std::max(k, v);
-    }
-    return k + 1;
-  }
-  std::string manifest_text(const std::string& shards) const {
-    return "mpe-sharded-checkpoint v2\nstep " + std::to_string(steps_) + "\nstorage " + Storage::name +
-           "\ncache " + Cache::name + "\nrounding " + Rounding::name + "\ncomm_precision " +
-           sharded::to_string(options_.precision) + "\noptimizer " +
-           (opt_name_.empty() ? "none" : opt_name_) + "\nexchanges " + std::to_string(exchanges_) +
-           "\nshards " + shards + "\n" + plan_.to_string();
-  }
+  static std::int64_t next_save_number(const std::filesystem::path& dir, std::uint64_t step);
+  std::string manifest_text(const std::string& shards) const;
   /// A manifest's contents. Version 1 (no optimizer, exchanges, shards lines) names its
   /// shards `step<S>` and has no optimizer (taken from the first backward) and counter 0.
   struct Manifest {
@@ -642,6 +355,9 @@ class ShardedEmbedding {
     std::uint64_t exchanges = 0;
     ShardingPlan plan;
   };
+  // Defined here rather than in detail/sharded/checkpoint.inl: nvcc 13.0's front end repeats the
+  // class's default template argument (Backend = HostBackend) on an out-of-class definition whose
+  // body holds a template lambda (KnownOptimizers::visit's), which the host compiler rejects.
   static Manifest parse_manifest(const std::string& text) {
     const auto split = text.find("mpe-sharding-plan");
     int version = 0;
@@ -713,89 +429,14 @@ class ShardedEmbedding {
   /// MPI_Allreduce(max) of {lowest failing rank, call kind, params}; on failure the lowest
   /// failing rank broadcasts its message and every rank throws it.
   void agree(std::int64_t kind, std::string local_error, std::vector<std::int64_t> params = {},
-             bool runtime = false) {
-    const int N = comm_->size(), me = comm_->rank();
-    // Fixed size whatever the call, so that ranks in different calls still match.
-    constexpr std::size_t kMaxParams = 4;
-    params.resize(kMaxParams, 0);
-    std::vector<std::int64_t> v{local_error.empty() ? 0 : N - me, kind, -kind};
-    for (auto p : params) v.push_back(p), v.push_back(-p);
-    comm_->allreduce_max(std::span<std::int64_t>(v));
-    if (v[1] != -v[2])
-      throw std::logic_error("ShardedEmbedding: ranks called different collective operations");
-    if (v[0] > 0) {
-      const int root = N - static_cast<int>(v[0]);
-      std::vector<char> buf(2048, '\0');
-      if (me == root)
-        std::copy_n(local_error.data(), std::min(local_error.size(), buf.size() - 1), buf.data());
-      comm_->broadcast(std::span<char>(buf), root);
-      std::string msg(buf.data());
-      const char tag = msg.empty() ? ' ' : msg[0];
-      if (tag == 'L') throw std::logic_error(msg.substr(1));
-      if (tag == 'C') throw checkpoint_error(msg.substr(1));
-      if (runtime) throw std::runtime_error(msg);
-      throw std::invalid_argument(msg);
-    }
-    for (std::size_t i = 0; i < params.size(); ++i)
-      if (v[3 + 2 * i] != -v[4 + 2 * i])
-        throw std::logic_error("ShardedEmbedding: ranks disagree on argument " + std::to_string(i) +
-                               " of the collective call (pooling, per-sample weights, optimizer, range)");
-  }
+             bool runtime = false);
 
   /// This rank's validation of its batch (empty = valid), in CachedEmbedding's words.
   std::string check_batch(const char* fn, std::span<const std::int64_t> indices,
                           std::span<const std::int64_t> offsets, std::span<const float> w, Pooling pooling,
-                          const std::span<float>* output) const {
-    const std::string who = std::string(fn) + ": rank " + rank_str() + ": ";
-    const std::int64_t t_count = T();
-    if (offsets.empty() || (offsets.size() - 1) % static_cast<std::size_t>(t_count) != 0)
-      return who + "offsets.size() = " + std::to_string(offsets.size()) +
-             " is not T*B + 1 (T = " + std::to_string(t_count) + ")";
-    const std::int64_t B = static_cast<std::int64_t>(offsets.size() - 1) / t_count;
-    if (offsets[0] != 0) return who + "offsets[0] = " + std::to_string(offsets[0]) + " must be 0";
-    for (std::size_t j = 1; j < offsets.size(); ++j)
-      if (offsets[j] < offsets[j - 1])
-        return who + "offsets[" + std::to_string(j) + "] = " + std::to_string(offsets[j]) +
-               " is less than offsets[" + std::to_string(j - 1) + "] = " + std::to_string(offsets[j - 1]);
-    if (offsets.back() != static_cast<std::int64_t>(indices.size()))
-      return who + "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(offsets.back()) +
-             " must equal indices.size() = " + std::to_string(indices.size());
-    for (std::int64_t j = 0; j < t_count * B; ++j) {
-      const std::int64_t t = j / std::max<std::int64_t>(B, 1);
-      const std::int64_t rows = config_.table_rows[static_cast<std::size_t>(t)];
-      for (std::int64_t i = offsets[static_cast<std::size_t>(j)];
-           i < offsets[static_cast<std::size_t>(j) + 1]; ++i)
-        if (indices[static_cast<std::size_t>(i)] < 0 || indices[static_cast<std::size_t>(i)] >= rows)
-          return who + "indices[" + std::to_string(i) +
-                 "] = " + std::to_string(indices[static_cast<std::size_t>(i)]) + " is outside table " +
-                 std::to_string(t) + " (" + std::to_string(rows) + " rows; bag " + std::to_string(j) + ")";
-    }
-    if (!w.empty()) {
-      if (pooling == Pooling::Mean) return who + "per_sample_weights need Pooling::Sum";
-      if (w.size() != indices.size())
-        return who + "per_sample_weights.size() = " + std::to_string(w.size()) +
-               ", expected indices.size() = " + std::to_string(indices.size());
-      for (std::size_t i = 0; i < w.size(); ++i)
-        if (!num::is_finite(w[i]))
-          return who + "per_sample_weights[" + std::to_string(i) + "] = " + format_float(w[i]) +
-                 " is not finite";
-    }
-    if (output && output->size() != static_cast<std::size_t>(B * t_count * D()))
-      return who + "output.size() = " + std::to_string(output->size()) +
-             ", expected B*T*D = " + std::to_string(B * t_count * D());
-    return {};
-  }
+                          const std::span<float>* output) const;
 
-  std::string check_rows(const char* fn, std::size_t size, std::int64_t first_row) const {
-    const std::string who = std::string(fn) + ": rank " + rank_str() + ": ";
-    if (size % static_cast<std::size_t>(D()) != 0)
-      return who + "size " + std::to_string(size) + " is not a multiple of D = " + std::to_string(D());
-    const std::int64_t n = static_cast<std::int64_t>(size) / D();
-    if (first_row < 0 || first_row > total_rows() || n > total_rows() - first_row)
-      return who + "rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + n) +
-             ") leave [0, " + std::to_string(total_rows()) + ")";
-    return {};
-  }
+  std::string check_rows(const char* fn, std::size_t size, std::int64_t first_row) const;
 
   std::int64_t local_row(std::size_t gi, std::size_t pi, const Piece& p, std::int64_t global) const {
     return my_groups()[gi].first_row[pi] +
@@ -823,47 +464,11 @@ class ShardedEmbedding {
   /// Counts messages in bytes (self excluded) and runs the all-to-all.
   template <class V>
   void a2a(std::span<const V> send, const std::vector<std::int64_t>& sc, std::span<V> recv,
-           const std::vector<std::int64_t>& rc, bool vectors) {
-    std::uint64_t bytes = 0;
-    for (int r = 0; r < size(); ++r)
-      if (r != rank()) bytes += static_cast<std::uint64_t>(sc[static_cast<std::size_t>(r)]) * sizeof(V);
-    (vectors ? comm_stats_.vector_bytes : comm_stats_.index_bytes) += bytes;
-    ++comm_stats_.calls;
-    comm_->alltoallv(send, std::span<const std::int64_t>(sc), recv, std::span<const std::int64_t>(rc));
-  }
+           const std::vector<std::int64_t>& rc, bool vectors);
 
   /// All-to-all of FP32 vectors, on the wire in options_.precision.
   void a2a_vectors(const std::vector<float>& send, const std::vector<std::int64_t>& sc,
-                   std::vector<float>& recv, const std::vector<std::int64_t>& rc) {
-    recv.assign(static_cast<std::size_t>(sum(rc)), 0.0f);
-    if (options_.precision == CommPrecision::Fp32) {
-      a2a(std::span<const float>(send), sc, std::span<float>(recv), rc, true);
-      return;
-    }
-    const bool half = options_.precision == CommPrecision::Fp16;
-    std::vector<std::uint16_t> s(send.size()), r(recv.size());
-    // Stochastic rounding words: Philox keyed by the seed (salted), counter {element block
-    // of this rank's message, rank, exchange number, site 6}: the same on every run.
-    const num::RowRng base{config_.seed ^ 0x5bd1e9955bd1e995ull, 0, static_cast<std::uint32_t>(exchanges_),
-                           num::RoundingSite{6}};
-    for (std::size_t i = 0; i < send.size(); i += 4) {
-      num::Uint4 w{};
-      if constexpr (Rounding::stochastic) {
-        num::RowRng rng = base;
-        rng.row = (static_cast<std::uint64_t>(rank()) << 40) | (i / 4);
-        w = rng.draw(0);
-      }
-      for (std::size_t k = i; k < std::min(i + 4, send.size()); ++k) {
-        const std::uint32_t word = num::word(w, static_cast<int>(k - i));
-        s[k] = half ? num::float_to_half<Rounding>(send[k], word).bits
-                    : num::float_to_bf16<Rounding>(send[k], word).bits;
-      }
-    }
-    ++exchanges_;
-    a2a(std::span<const std::uint16_t>(s), sc, std::span<std::uint16_t>(r), rc, true);
-    for (std::size_t k = 0; k < r.size(); ++k)
-      recv[k] = half ? num::half_to_float(r[k]) : num::bf16_to_float(r[k]);
-  }
+                   std::vector<float>& recv, const std::vector<std::int64_t>& rc);
 
   bool takes(const Piece& p, std::int64_t idx) const {
     return p.kind != ShardKind::Row || (idx >= p.row_begin && idx < p.row_end);
@@ -872,264 +477,10 @@ class ShardedEmbedding {
   /// Forward / inference / prefetch after agreement: route indices to the owners, pool
   /// locally, route the vectors back (not for prefetch) and assemble `output`.
   void exchange_batch(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
-                      std::span<const float> w, Pooling pooling, std::span<float> output, Mode mode) {
-    const int N = size();
-    const std::int64_t Tn = T(), B = static_cast<std::int64_t>(offsets.size() - 1) / Tn;
-    const bool has_w = !w.empty();
-    // 1. Messages: to rank d, for its groups and pieces in order, the bag lengths of the B
-    //    samples, then the indices (row-wise: rebased to the piece's first row), weights.
-    std::vector<std::vector<std::int64_t>> msg(static_cast<std::size_t>(N));
-    std::vector<std::vector<float>> wmsg(static_cast<std::size_t>(N));
-    for (int d = 0; d < N; ++d) {
-      auto& m = msg[static_cast<std::size_t>(d)];
-      m.push_back(B);
-      std::vector<std::int64_t> idx;
-      for (const Group& g : layouts_[static_cast<std::size_t>(d)])
-        for (const Piece& p : g.pieces)
-          for (std::int64_t b = 0; b < B; ++b) {
-            const std::size_t j = static_cast<std::size_t>(p.table * B + b);
-            std::int64_t L = 0;
-            for (std::int64_t i = offsets[j]; i < offsets[j + 1]; ++i) {
-              const std::int64_t x = indices[static_cast<std::size_t>(i)];
-              if (!takes(p, x)) continue;
-              idx.push_back(x - p.row_begin);
-              if (has_w) wmsg[static_cast<std::size_t>(d)].push_back(w[static_cast<std::size_t>(i)]);
-              ++L;
-            }
-            m.push_back(L);
-          }
-      m.insert(m.end(), idx.begin(), idx.end());
-    }
-    // 2. Sizes, then the messages.
-    std::vector<std::int64_t> two(static_cast<std::size_t>(N), 2), hsend,
-        hrecv(2 * static_cast<std::size_t>(N));
-    for (int d = 0; d < N; ++d) {
-      hsend.push_back(static_cast<std::int64_t>(msg[static_cast<std::size_t>(d)].size()));
-      hsend.push_back(static_cast<std::int64_t>(wmsg[static_cast<std::size_t>(d)].size()));
-    }
-    a2a(std::span<const std::int64_t>(hsend), two, std::span<std::int64_t>(hrecv), two, false);
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(N)), rc(sc.size()), wsc(sc.size()), wrc(sc.size());
-    std::vector<std::int64_t> send, wtmp;
-    std::vector<float> wsend;
-    for (int d = 0; d < N; ++d) {
-      const auto u = static_cast<std::size_t>(d);
-      sc[u] = static_cast<std::int64_t>(msg[u].size());
-      wsc[u] = static_cast<std::int64_t>(wmsg[u].size());
-      rc[u] = hrecv[2 * u];
-      wrc[u] = hrecv[2 * u + 1];
-      send.insert(send.end(), msg[u].begin(), msg[u].end());
-      wsend.insert(wsend.end(), wmsg[u].begin(), wmsg[u].end());
-    }
-    std::vector<std::int64_t> recv(static_cast<std::size_t>(sum(rc)));
-    std::vector<float> wrecv(static_cast<std::size_t>(sum(wrc)));
-    a2a(std::span<const std::int64_t>(send), sc, std::span<std::int64_t>(recv), rc, false);
-    if (has_w) a2a(std::span<const float>(wsend), wsc, std::span<float>(wrecv), wrc, false);
-
-    // 3. Owner side: one local batch per group, bags ordered (piece, rank, sample).
-    const auto& groups = my_groups();
-    std::vector<std::int64_t> B_of(static_cast<std::size_t>(N)), msg_at(static_cast<std::size_t>(N)),
-        w_at(static_cast<std::size_t>(N));
-    {
-      std::int64_t at = 0, wat = 0;
-      for (int s = 0; s < N; ++s) {
-        msg_at[static_cast<std::size_t>(s)] = at;
-        w_at[static_cast<std::size_t>(s)] = wat;
-        B_of[static_cast<std::size_t>(s)] =
-            rc[static_cast<std::size_t>(s)] > 0 ? recv[static_cast<std::size_t>(at)] : 0;
-        at += rc[static_cast<std::size_t>(s)];
-        wat += wrc[static_cast<std::size_t>(s)];
-      }
-    }
-    const std::int64_t Bg = sum(B_of);
-    std::vector<std::vector<float>> local_out(groups.size());
-    {
-      // Per source: cursor over its lengths and indices, in (group, piece, sample) order.
-      std::vector<std::int64_t> len_cur(static_cast<std::size_t>(N)), idx_cur(static_cast<std::size_t>(N));
-      for (int s = 0; s < N; ++s) {
-        const auto u = static_cast<std::size_t>(s);
-        std::int64_t lens = 0;
-        for (const Group& g : groups) lens += static_cast<std::int64_t>(g.pieces.size()) * B_of[u];
-        len_cur[u] = msg_at[u] + 1;
-        idx_cur[u] = msg_at[u] + 1 + lens;
-      }
-      std::vector<std::int64_t> widx_cur = w_at;
-      for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-        const Group& g = groups[gi];
-        const std::size_t np = g.pieces.size();
-        // Sources' lengths for this group are contiguous per source: (piece, sample).
-        std::vector<std::int64_t> loff{0}, lidx;
-        std::vector<float> lw;
-        std::vector<std::vector<std::int64_t>> start(np,
-                                                     std::vector<std::int64_t>(static_cast<std::size_t>(N)));
-        std::vector<std::int64_t> l_base = len_cur, i_base = idx_cur, w_base = widx_cur;
-        for (int s = 0; s < N; ++s) {  // index start of (piece, s)
-          const auto u = static_cast<std::size_t>(s);
-          std::int64_t at = i_base[u];
-          for (std::size_t pi = 0; pi < np; ++pi) {
-            start[pi][u] = at;
-            for (std::int64_t b = 0; b < B_of[u]; ++b)
-              at += recv[static_cast<std::size_t>(l_base[u] + static_cast<std::int64_t>(pi) * B_of[u] + b)];
-          }
-          len_cur[u] += static_cast<std::int64_t>(np) * B_of[u];
-          widx_cur[u] += at - i_base[u];
-          idx_cur[u] = at;
-        }
-        for (std::size_t pi = 0; pi < np; ++pi)
-          for (int s = 0; s < N; ++s) {
-            const auto u = static_cast<std::size_t>(s);
-            std::int64_t at = start[pi][u];
-            for (std::int64_t b = 0; b < B_of[u]; ++b) {
-              const std::int64_t L =
-                  recv[static_cast<std::size_t>(l_base[u] + static_cast<std::int64_t>(pi) * B_of[u] + b)];
-              lidx.insert(lidx.end(), recv.begin() + at, recv.begin() + at + L);
-              if (has_w)
-                lw.insert(lw.end(), wrecv.begin() + (w_base[u] + (at - i_base[u])),
-                          wrecv.begin() + (w_base[u] + (at - i_base[u]) + L));
-              at += L;
-              loff.push_back(loff.back() + L);
-            }
-          }
-        local_type& emb = *locals_[gi];
-        if (mode == Mode::Prefetch) {
-          emb.prefetch(lidx, loff);
-          continue;
-        }
-        local_out[gi].assign(static_cast<std::size_t>(Bg) * np * static_cast<std::size_t>(g.dim), 0.0f);
-        if (mode == Mode::Train)
-          emb.forward(lidx, loff, local_out[gi], Pooling::Sum, lw);
-        else
-          emb.forward_inference(lidx, loff, local_out[gi], Pooling::Sum, lw);
-      }
-    }
-    if (mode == Mode::Prefetch) return;
-
-    // 4. Vectors back: to rank s, for each group, piece, sample of s: dim floats.
-    std::vector<float> vsend, vrecv;
-    std::vector<std::int64_t> vsc(static_cast<std::size_t>(N)), vrc(static_cast<std::size_t>(N));
-    {
-      std::int64_t off = 0;
-      for (int s = 0; s < N; ++s) {
-        const auto u = static_cast<std::size_t>(s);
-        const std::size_t before = vsend.size();
-        for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-          const std::size_t np = groups[gi].pieces.size(), dl = static_cast<std::size_t>(groups[gi].dim);
-          for (std::size_t pi = 0; pi < np; ++pi)
-            for (std::int64_t b = 0; b < B_of[u]; ++b) {
-              const float* src = local_out[gi].data() + (static_cast<std::size_t>(off + b) * np + pi) * dl;
-              vsend.insert(vsend.end(), src, src + dl);
-            }
-        }
-        vsc[u] = static_cast<std::int64_t>(vsend.size() - before);
-        off += B_of[u];
-      }
-      for (int d = 0; d < N; ++d) {
-        std::int64_t n = 0;
-        for (const Group& g : layouts_[static_cast<std::size_t>(d)])
-          n += static_cast<std::int64_t>(g.pieces.size()) * g.dim * B;
-        vrc[static_cast<std::size_t>(d)] = n;
-      }
-    }
-    a2a_vectors(vsend, vsc, vrecv, vrc);
-
-    // 5. Assemble: table/column pieces copied, row-wise partials summed from 0 in rank order.
-    std::fill(output.begin(), output.end(), 0.0f);
-    const std::size_t TD = static_cast<std::size_t>(Tn) * static_cast<std::size_t>(D());
-    std::size_t at = 0;
-    for (int d = 0; d < N; ++d)
-      for (const Group& g : layouts_[static_cast<std::size_t>(d)])
-        for (const Piece& p : g.pieces)
-          for (std::int64_t b = 0; b < B; ++b, at += static_cast<std::size_t>(g.dim)) {
-            float* o = output.data() + static_cast<std::size_t>(b) * TD +
-                       static_cast<std::size_t>(p.table) * static_cast<std::size_t>(D()) +
-                       static_cast<std::size_t>(p.col_begin);
-            if (p.kind == ShardKind::Row)
-              for (std::int32_t k = 0; k < g.dim; ++k)
-                o[k] = num::add(o[k], vrecv[at + static_cast<std::size_t>(k)]);
-            else
-              std::copy_n(vrecv.data() + at, g.dim, o);
-          }
-    Forwarded f;
-    f.B = B;
-    f.mean = pooling == Pooling::Mean;
-    if (f.mean) {
-      f.inv_len.resize(static_cast<std::size_t>(Tn * B));
-      for (std::int64_t j = 0; j < Tn * B; ++j) {
-        const std::int64_t L =
-            offsets[static_cast<std::size_t>(j) + 1] - offsets[static_cast<std::size_t>(j)];
-        const float inv = L > 0 ? num::div(1.0f, static_cast<float>(L)) : 0.0f;
-        f.inv_len[static_cast<std::size_t>(j)] = inv;
-        if (L == 0) continue;
-        float* o =
-            output.data() + static_cast<std::size_t>(j % B) * TD + static_cast<std::size_t>(j / B) * D();
-        for (std::int32_t k = 0; k < D(); ++k) o[k] = num::mul(o[k], inv);
-      }
-    }
-    if (mode == Mode::Train) {
-      f.valid = true;
-      f.B_of = std::move(B_of);
-      fwd_ = std::move(f);
-    }
-  }
+                      std::span<const float> w, Pooling pooling, std::span<float> output, Mode mode);
 
   template <class Optimizer>
-  void exchange_grad(std::span<const float> grad, const Optimizer& opt) {
-    const int N = size();
-    const std::int64_t B = fwd_.B;
-    const std::size_t TD = static_cast<std::size_t>(T()) * static_cast<std::size_t>(D());
-    // To rank d: for each group, piece, own sample: the piece's columns of the gradient
-    // (times 1/L for Mean pooling, the single-process coefficient).
-    std::vector<float> send, recv;
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(N)), rc(static_cast<std::size_t>(N));
-    for (int d = 0; d < N; ++d) {
-      const std::size_t before = send.size();
-      for (const Group& g : layouts_[static_cast<std::size_t>(d)])
-        for (const Piece& p : g.pieces)
-          for (std::int64_t b = 0; b < B; ++b) {
-            const float* src = grad.data() + static_cast<std::size_t>(b) * TD +
-                               static_cast<std::size_t>(p.table) * static_cast<std::size_t>(D()) +
-                               static_cast<std::size_t>(p.col_begin);
-            if (fwd_.mean) {
-              const float inv = fwd_.inv_len[static_cast<std::size_t>(p.table * B + b)];
-              for (std::int32_t k = 0; k < p.cols(); ++k) send.push_back(num::mul(inv, src[k]));
-            } else {
-              send.insert(send.end(), src, src + p.cols());
-            }
-          }
-      sc[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(send.size() - before);
-    }
-    const auto& groups = my_groups();
-    for (int s = 0; s < N; ++s) {
-      std::int64_t n = 0;
-      for (const Group& g : groups)
-        n += static_cast<std::int64_t>(g.pieces.size()) * g.dim * fwd_.B_of[static_cast<std::size_t>(s)];
-      rc[static_cast<std::size_t>(s)] = n;
-    }
-    a2a_vectors(send, sc, recv, rc);
-    // Owner: (Bg, np*dim) per group, samples in (rank, sample) order.
-    const std::int64_t Bg = sum(fwd_.B_of);
-    std::vector<std::vector<float>> lg(groups.size());
-    for (std::size_t gi = 0; gi < groups.size(); ++gi)
-      lg[gi].resize(static_cast<std::size_t>(Bg) * groups[gi].pieces.size() *
-                    static_cast<std::size_t>(groups[gi].dim));
-    std::size_t at = 0;
-    std::int64_t off = 0;
-    for (int s = 0; s < N; ++s) {
-      const std::int64_t Bs = fwd_.B_of[static_cast<std::size_t>(s)];
-      for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-        const std::size_t np = groups[gi].pieces.size(), dl = static_cast<std::size_t>(groups[gi].dim);
-        for (std::size_t pi = 0; pi < np; ++pi)
-          for (std::int64_t b = 0; b < Bs; ++b, at += dl)
-            std::copy_n(recv.data() + at, dl,
-                        lg[gi].data() + (static_cast<std::size_t>(off + b) * np + pi) * dl);
-      }
-      off += Bs;
-    }
-    for (std::size_t gi = 0; gi < groups.size(); ++gi)
-      locals_[gi]->backward(std::span<const float>(lg[gi]), opt);
-    opt_name_ = OptimizerRule<Optimizer>::name;
-    fwd_ = {};
-    ++steps_;
-  }
+  void exchange_grad(std::span<const float> grad, const Optimizer& opt);
 
   EmbeddingConfig config_;
   ShardingPlan plan_;
@@ -1146,3 +497,13 @@ class ShardedEmbedding {
 };
 
 }  // namespace mpe::sharded
+
+// The member bodies, by concern (detail/sharded/setup.inl holds the agreement step the others
+// use). Each is declared `inline`, as a body written inside the class is, so the compiler
+// treats them as in-class definitions.
+// clang-format off
+#include "mpe/detail/sharded/setup.inl"
+#include "mpe/detail/sharded/exchange.inl"
+#include "mpe/detail/sharded/weights.inl"
+#include "mpe/detail/sharded/checkpoint.inl"
+// clang-format on
