@@ -137,7 +137,7 @@ TEST_CASE("the README's example runs and does what it says") {
   mpe::CacheStats s = emb.stats();                    // hits, misses, evictions, write-backs, bytes moved
   mpe::MemoryFootprint m = emb.memory();              // bytes: store, cache, optimizer, metadata, workspace
   emb.flush();                                        // write dirty cache rows back to the store
-  emb.save("table.mpe");                              // exact state, atomic
+  emb.save("table.mpe");                              // exact state, atomic (emb.state(): part by part)
   emb.load("table.mpe");                              // verifies everything before replacing anything
   // example-end readme
   // clang-format on
