@@ -15,6 +15,9 @@ namespace ckt {
 
 /// Every part of a TableState in host vectors (the store in state form).
 struct StateImage {
+  std::string storage, cache_policy, rounding, state_precision;
+  std::int32_t ways = 0, dim = 0;
+  std::vector<std::int64_t> table_rows;
   std::vector<std::uint8_t> store;
   std::size_t row_bytes = 0;
   std::vector<float> cache_rows;
@@ -36,6 +39,13 @@ struct StateImage {
   static StateImage of(const E& e) {
     const mpe::TableState s = e.state();
     StateImage m;
+    m.storage = s.storage;
+    m.cache_policy = s.cache_policy;
+    m.rounding = s.rounding;
+    m.state_precision = s.state_precision;
+    m.ways = s.ways;
+    m.dim = s.dim;
+    m.table_rows.assign(s.table_rows.begin(), s.table_rows.end());
     e.read_store_rows(0, static_cast<std::size_t>(e.total_rows()), m.store);
     m.row_bytes = e.state_row_bytes();
     const auto get = [&](auto& dst, auto src) {
@@ -65,6 +75,13 @@ struct StateImage {
   /// The image as restore_state() takes it (spans into this object).
   mpe::TableState view() const {
     mpe::TableState s;
+    s.storage = storage;
+    s.cache_policy = cache_policy;
+    s.rounding = rounding;
+    s.state_precision = state_precision;
+    s.ways = ways;
+    s.dim = dim;
+    s.table_rows = table_rows;
     s.store = store;
     s.store_stride = row_bytes;
     s.cache_rows = cache_rows;

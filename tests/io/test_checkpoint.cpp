@@ -2,6 +2,9 @@
 // Checkpoint format, verification and atomicity: CRC-32C known answers, an independent
 // parser of the documented layout, every single-bit flip and every truncation rejected with
 // the object unchanged, interrupted saves leaving the previous file intact.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <mpe/io/checkpoint_format.hpp>
 #include <stdexcept>
 #include <system_error>
@@ -427,6 +430,49 @@ TEST_CASE("an interrupted save leaves the previous checkpoint intact and loadabl
   } catch (const std::system_error& x) {
     CHECK(std::string(x.what()).find("no_such_dir") != std::string::npos);
   }
+}
+
+TEST_CASE("save refuses an empty path and a target that is not a regular file, writing nothing") {
+  const auto dir = ckt::temp_dir("targets");
+  const auto c = tiny_config();
+  E4 e = trained<E4>(c, 2);
+  const auto real = dir / "real.ckpt";
+  e.save(real);
+  const auto before = ckt::read_bytes(real);
+  const auto link = dir / "link.ckpt";
+  std::filesystem::create_symlink(real, link);
+  const auto fifo = dir / "fifo.ckpt";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const auto sub = dir / "sub";
+  std::filesystem::create_directory(sub);
+  auto refused = [&](const std::filesystem::path& p, const std::string& kind) {
+    CAPTURE(p);
+    try {
+      e.save(p);
+      FAIL("no exception");
+    } catch (const std::system_error& x) {
+      const std::string m = x.what();
+      CHECK(x.code().value() == EINVAL);
+      CHECK(m.find("'" + p.string() + "'") != std::string::npos);
+      CHECK(m.find(kind) != std::string::npos);
+    }
+  };
+  refused(link, "is a symbolic link, not a regular file");
+  refused(fifo, "is a FIFO, not a regular file");
+  refused(sub, "is a directory, not a regular file");
+  refused("", "the path is empty");
+  // Nothing was written or replaced: the link, the FIFO and the directory are as they were,
+  // the link's target holds the earlier checkpoint and no temporary file is left.
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(std::filesystem::is_fifo(std::filesystem::symlink_status(fifo)));
+  CHECK(std::filesystem::is_directory(sub));
+  CHECK(ckt::read_bytes(real) == before);
+  std::size_t entries = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    (void)f;
+    ++entries;
+  }
+  CHECK(entries == 4);  // real.ckpt, link.ckpt, fifo.ckpt, sub
 }
 
 TEST_CASE("a batch awaiting backward is not saved: after load the next call must be forward") {

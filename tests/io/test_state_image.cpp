@@ -40,6 +40,23 @@ TEST_CASE("state interface: restore_state refuses a part of the wrong size, nami
     std::function<void(ckt::StateImage&)> spoil;
   };
   const std::vector<Bad> bad = {
+      // What the bytes mean, before any size (an image of other policies may have equal sizes).
+      {"image.storage = 'fp16' but this table's Storage is '",
+       [](ckt::StateImage& m) { m.storage = "fp16"; }},
+      {"image.cache_policy = 'lru' but this table's Cache is 'lfu'",
+       [](ckt::StateImage& m) { m.cache_policy = "lru"; }},
+      {"image.rounding = 'nearest' but this table's Rounding is 'stochastic'",
+       [](ckt::StateImage& m) { m.rounding = "nearest"; }},
+      {"image.state_precision = 'fp16' but this table's StatePrecision is 'bf16'",
+       [](ckt::StateImage& m) { m.state_precision = "fp16"; }},
+      {"image.ways = 8", [](ckt::StateImage& m) { m.ways = 8; }},
+      {"image.dim = ", [](ckt::StateImage& m) { m.dim += 1; }},
+      {"image.table_rows = [", [](ckt::StateImage& m) { m.table_rows.back() += 1; }},
+      // The pending prefetch: a valid CSR batch of this table's rows.
+      {"image.pending_indices[0] = 1000000 is outside table 0",
+       [](ckt::StateImage& m) { m.pending_indices.at(0) = 1000000; }},
+      {"image.pending_offsets[0] = 1; pending offsets start at 0",
+       [](ckt::StateImage& m) { m.pending_offsets.at(0) = 1; }},
       {"image.store.size() = ", [](ckt::StateImage& m) { m.store.pop_back(); }},
       {"image.store_stride = ", [](ckt::StateImage& m) { m.row_bytes += 4; }},
       {"image.cache_rows.size() = ", [](ckt::StateImage& m) { m.cache_rows.push_back(0.0f); }},

@@ -201,7 +201,9 @@ class CachedEmbedding {
 
   /// Writes the exact state to `path` atomically (temporary file, fsync, rename, directory
   /// fsync); waits for queued work. Throws std::runtime_error (std::system_error) on I/O
-  /// failure; the previous file is then untouched. Format: docs/checkpoint_format.md.
+  /// failure, and for an empty `path` or one naming anything but a regular file (a symbolic
+  /// link, directory, FIFO or device: refused before writing); the previous file is then
+  /// untouched. Format: docs/checkpoint_format.md.
   /// Forwards to io::save() (mpe/io/checkpoint.hpp, included by mpe/mpe.hpp): a translation
   /// unit that includes only this header gets a compile error naming io::CheckpointFile.
   /// `Io`: leave the default.
@@ -240,22 +242,24 @@ class CachedEmbedding {
   TableState state() const;
 
   /// Replaces the whole state with `image` (every span in host memory, the store in state
-  /// form: see TableState). Checks first that every part has this table's size: store
+  /// form: see TableState). Checks first that the image is of this table's type and shape
+  /// (storage, cache_policy, ways, rounding, state_precision, dim, table_rows), then that every
+  /// part has this table's size: store
   /// R * state_row_bytes() bytes with store_stride = state_row_bytes() and no slot-index
   /// entries; cache_rows slots * D; tags, last_use and dirty slots; policy_words
   /// Cache::meta_words(slots); optimizer empty or one of KnownOptimizers with
   /// state_values_per_row its state_floats(D) (0 without one); optimizer_state
   /// R * S * StatePrecision::value_bytes bytes; cached_optimizer_state slots * S with a
   /// compact StatePrecision and a cache, else empty; pending_offsets empty (with
-  /// pending_indices empty) or T*B + 1 entries for some B >= 0.
-  /// A failing check throws std::invalid_argument naming the part, its size and the
-  /// expected one, and nothing changes; a pending deferred validation error is thrown first
-  /// (like set_weights()). The values are not checked beyond that: pass an image read by
-  /// state() from a table of this configuration, or one verified as io::load() verifies a
-  /// checkpoint (tags in their sets, values within Storage::limit, the optimizer's domain,
-  /// a valid pending batch). Allocates the optimizer state first (a failure leaves the
-  /// object unchanged), then copies; the batch awaiting backward() is dropped and the
-  /// pending prefetch becomes `image`'s. Adopts image.seed as config().seed. Synchronous.
+  /// pending_indices empty) or T*B + 1 entries for some B >= 0 forming, with pending_indices,
+  /// a valid batch of this table's rows (as prefetch() checks it). A failing check throws
+  /// std::invalid_argument naming the part, its size and the expected one, and nothing changes; a pending
+  /// deferred validation error is thrown first (like set_weights()). The values are not checked beyond that:
+  /// pass an image read by state() from a table of this configuration, or one verified as io::load() verifies
+  /// a checkpoint (tags in their sets, values within Storage::limit, the optimizer's domain). Allocates the
+  /// optimizer state first (a failure leaves the object unchanged), then copies; the batch awaiting
+  /// backward() is dropped and the pending prefetch becomes `image`'s. Adopts image.seed as config().seed.
+  /// Synchronous.
   void restore_state(const TableState& image);
 
   /// Bytes of one store row in state form (TableState::store, checkpoints, exports):
@@ -306,7 +310,7 @@ class CachedEmbedding {
   void apply_prepared_backward(const Opt& optimizer);
   /// Ends the step: the last forward()'s batch no longer awaits backward() (whether its
   /// step was applied or not). No wait, never throws.
-  void finish_backward();
+  void finish_backward() noexcept;
   /// Adds 1 to stats().skipped_steps (queued): for a container that skips this table's
   /// prepared step because of another table's input.
   void count_skipped_step();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "mpe/core/types.hpp"
 
@@ -35,11 +36,29 @@ namespace mpe {
 /// - To CachedEmbedding::restore_state(): every span in host memory, the store in state form
 ///   (`store_stride` = state_row_bytes(), `store_holds_slot_index` false).
 ///
-/// A forward() whose admission is still owed (EmbeddingConfig::defer_admission: it ran, its
-/// backward() has not) is not part of the state: nothing of it has changed the buffers yet,
-/// and `populate_counter` and `calls` leave it out (they count it once its admission runs),
-/// so the state is the one before that forward(), and a table restored from it repeats it.
+/// Exact resume: a state taken between steps (after backward(), a prefetch() may be pending)
+/// resumes bit for bit. A forward() whose admission is still owed (EmbeddingConfig::
+/// defer_admission, a forward() that used no prefetch(): it ran, its backward() has not) is
+/// not part of the state either: nothing of it has changed the buffers yet, `populate_counter`
+/// and `calls` leave it out (they count it once its admission runs), so the state is the one
+/// before that forward(), and a table restored from it repeats it. Any other forward() whose
+/// backward() has not run (its populate made, by itself or by the prefetch() it used; or a
+/// prepare_backward() that ran the owed admission) is in the counters and buffers, and its
+/// batch is not: such a state restores, but repeating that forward() does not give the
+/// uninterrupted run's bits.
+///
+/// The image names what its bytes mean (its policies, D and table rows, as a checkpoint's
+/// header does): restore_state() refuses an image of another type or shape before looking at
+/// any part's size.
 struct TableState {
+  // ---- identity: what the bytes mean ----
+  /// Storage::name, Cache::name, Rounding::name and StatePrecision::name of the table the
+  /// image is of (state() sets them to static strings; restore_state() refuses others).
+  std::string_view storage, cache_policy, rounding, state_precision;
+  std::int32_t ways = 0;                     ///< Cache::ways
+  std::int32_t dim = 0;                      ///< D, elements per row
+  std::span<const std::int64_t> table_rows;  ///< (T) rows of each table (host memory)
+
   // ---- rows ----
   /// Store rows: (R, store_stride) bytes, row r at [r * store_stride, + store_stride).
   /// In state form each row is its Storage encoding (Storage::data_bytes(D) bytes) followed

@@ -38,8 +38,10 @@ namespace mpe::io {
 /// Writes `e`'s exact state (CachedEmbedding::state()) to `path` atomically: a temporary
 /// file beside it, fsync, rename over `path`, fsync of the directory. `e`: a CachedEmbedding
 /// of any policies and backend. Waits for `e`'s queued work. Throws std::system_error (a
-/// std::runtime_error) naming the path on any I/O failure; the temporary file is removed and
-/// a previous file at `path` is untouched. Format: docs/checkpoint_format.md.
+/// std::runtime_error) naming the path on any I/O failure, and (EINVAL, before writing) for
+/// an empty `path` or one that exists and is not a regular file (a symbolic link, directory,
+/// FIFO or device: rename would replace the link or node itself); the temporary file is
+/// removed and a previous file at `path` is untouched. Format: docs/checkpoint_format.md.
 template <class Embedding>
 void save(const Embedding& e, const std::filesystem::path& path) {
   ::mpe::detail::ckpt::save_file(e, path);

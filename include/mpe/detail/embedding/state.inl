@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mpe/detail/embedding/state_rows.hpp"
@@ -21,6 +22,13 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, cla
           StatePrecisionPolicy StatePrecision>
 TableState CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::state() const {
   TableState s;
+  s.storage = Storage::name;
+  s.cache_policy = Cache::name;
+  s.rounding = Rounding::name;
+  s.state_precision = StatePrecision::name;
+  s.ways = static_cast<std::int32_t>(Cache::ways);
+  s.dim = config_.dim;
+  s.table_rows = config_.table_rows;
   s.store = {store_.data(), static_cast<std::size_t>(total_rows_) * stride_};
   s.store_stride = stride_;
   s.store_holds_slot_index = slot_offset_ > 0;
@@ -65,10 +73,37 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
                               std::to_string(want) + " (" + what + ")");
     }
   };
+  const auto same = [&](const char* part, std::string_view got, std::string_view want, const char* what) {
+    if (got != want) {
+      detail::invalid(fn, std::string("image.") + part + " = '" + std::string(got) + "' but this table's " +
+                              what + " is '" + std::string(want) +
+                              "'; an image restores only into a table of its own policies");
+    }
+  };
+  same("storage", in.storage, Storage::name, "Storage");
+  same("cache_policy", in.cache_policy, Cache::name, "Cache");
+  same("rounding", in.rounding, Rounding::name, "Rounding");
+  same("state_precision", in.state_precision, StatePrecision::name, "StatePrecision");
+  if (in.ways != static_cast<std::int32_t>(Cache::ways) || in.dim != config_.dim) {
+    detail::invalid(fn, "image.ways = " + std::to_string(in.ways) +
+                            ", image.dim = " + std::to_string(in.dim) + "; this table has " +
+                            std::to_string(Cache::ways) + " ways and D = " + std::to_string(config_.dim));
+  }
+  if (!std::equal(in.table_rows.begin(), in.table_rows.end(), config_.table_rows.begin(),
+                  config_.table_rows.end())) {
+    std::string rows;
+    for (std::size_t t = 0; t < in.table_rows.size() && t < 8; ++t) {
+      rows += (t ? ", " : "") + std::to_string(in.table_rows[t]);
+    }
+    if (in.table_rows.size() > 8) rows += ", ...";
+    detail::invalid(fn, "image.table_rows = [" + rows + "] (" + std::to_string(in.table_rows.size()) +
+                            " tables) differ from this table's config().table_rows (" +
+                            std::to_string(config_.table_rows.size()) + " tables)");
+  }
   if (in.store_holds_slot_index) {
     detail::invalid(fn,
-                    "image.store_holds_slot_index = true; the image's store rows are in state form "
-                    "(read_store_rows())");
+                    "image.store_holds_slot_index = true; the image's store rows must be in state form "
+                    "(no slot-index entries): copy them with read_store_rows()");
   }
   if (in.store_stride != fs) {
     detail::invalid(fn, "image.store_stride = " + std::to_string(in.store_stride) +
@@ -107,6 +142,31 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
   } else if ((in.pending_offsets.size() - 1) % static_cast<std::size_t>(num_tables()) != 0) {
     detail::invalid(fn, "image.pending_offsets.size() = " + std::to_string(in.pending_offsets.size()) +
                             "; expected T*B + 1 with T = " + std::to_string(num_tables()));
+  } else {  // a valid CSR batch of this table's rows, as prefetch() would have taken it
+    const auto& off = in.pending_offsets;
+    const auto n = static_cast<std::int64_t>(in.pending_indices.size());
+    const std::size_t B = (off.size() - 1) / static_cast<std::size_t>(num_tables());
+    for (std::size_t j = 0; j < off.size(); ++j) {
+      const std::int64_t lo = j == 0 ? 0 : off[j - 1];
+      if ((j == 0 && off[0] != 0) || (j > 0 && off[j] < lo) || off[j] > n ||
+          (j + 1 == off.size() && off[j] != n)) {
+        detail::invalid(
+            fn, "image.pending_offsets[" + std::to_string(j) + "] = " + std::to_string(off[j]) +
+                    "; pending offsets start at 0, never decrease and end at pending_indices.size() = " +
+                    std::to_string(n));
+      }
+    }
+    for (std::size_t j = 0; j + 1 < off.size(); ++j) {
+      const std::int64_t rows = config_.table_rows[j / B];
+      for (std::int64_t i = off[j]; i < off[j + 1]; ++i) {
+        const std::int64_t x = in.pending_indices[static_cast<std::size_t>(i)];
+        if (x < 0 || x >= rows) {
+          detail::invalid(fn, "image.pending_indices[" + std::to_string(i) + "] = " + std::to_string(x) +
+                                  " is outside table " + std::to_string(j / B) + " (" + std::to_string(rows) +
+                                  " rows)");
+        }
+      }
+    }
   }
   // ---- commit: allocation first (a failure leaves the object unchanged), then copies ----
   detail::Buffer<std::uint8_t, Backend> opt;

@@ -42,7 +42,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_p
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding, class Backend,
           StatePrecisionPolicy StatePrecision>
-void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::finish_backward() {
+void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::finish_backward() noexcept {
   current_.stage = detail::BatchStage::empty;
 }
 

@@ -338,6 +338,14 @@ void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string
   std::vector<std::int64_t> tags;
   std::vector<std::uint64_t> last_use;
   std::vector<std::uint32_t> words;
+  // The header named these policies and shapes and was verified against e's above.
+  image.storage = E::storage_type::name;
+  image.cache_policy = E::cache_policy::name;
+  image.rounding = E::rounding_type::name;
+  image.state_precision = E::state_precision::name;
+  image.ways = static_cast<std::int32_t>(E::cache_policy::ways);
+  image.dim = e.dim();
+  image.table_rows = e.config().table_rows;
   image.store = {payload[0], static_cast<std::size_t>(here_bytes[0])};
   image.store_stride = e.state_row_bytes();
   image.cache_rows = typed(payload[1], here_bytes[1], cache_rows);

@@ -57,10 +57,23 @@ struct Bytes {
 
 /// Writes a file atomically: a temporary file in the target's directory, fsync, rename
 /// over the target, fsync of the directory. The destructor removes the temporary file
-/// unless commit() finished.
+/// unless commit() finished. The target must be a path that does not exist or names a
+/// regular file: an empty path, or one naming a symbolic link, directory, FIFO, socket or
+/// device, is refused before anything is written (rename() would replace the link or the
+/// device node itself, not what it points to).
 class AtomicWriter {
  public:
   explicit AtomicWriter(const std::filesystem::path& target) : target_(target) {
+    if (target.empty()) {
+      errno = EINVAL;
+      fail("the path is empty");
+    }
+    struct stat st {};
+    if (::lstat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      errno = EINVAL;
+      fail(std::string("exists and is ") + kind_of(st.st_mode) +
+           ", not a regular file; save() replaces only regular files (pass the file's own path)");
+    }
     static std::atomic<unsigned long long> counter{0};
     dir_ = target.parent_path();
     tmp_ = target;
@@ -122,6 +135,14 @@ class AtomicWriter {
   }
 
  private:
+  static const char* kind_of(mode_t m) {
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    return "a special file";
+  }
   void hook(CheckpointIoOp op) {
     if (checkpoint_io_hook) checkpoint_io_hook(op, ops_);
     ++ops_;
