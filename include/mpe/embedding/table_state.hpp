@@ -52,9 +52,12 @@ namespace mpe {
 /// any part's size.
 struct TableState {
   // ---- identity: what the bytes mean ----
-  /// Storage::name, Cache::name, Rounding::name and StatePrecision::name of the table the
-  /// image is of (state() sets them to static strings; restore_state() refuses others).
-  std::string_view storage, cache_policy, rounding, state_precision;
+  /// Storage::name of the table the image is of (state() sets each name to the policy's
+  /// static string; restore_state() refuses an image whose names are not its own).
+  std::string_view storage;
+  std::string_view cache_policy;             ///< Cache::name
+  std::string_view rounding;                 ///< Rounding::name
+  std::string_view state_precision;          ///< StatePrecision::name
   std::int32_t ways = 0;                     ///< Cache::ways
   std::int32_t dim = 0;                      ///< D, elements per row
   std::span<const std::int64_t> table_rows;  ///< (T) rows of each table (host memory)
