@@ -55,8 +55,7 @@ TEST_CASE("state interface: restore_state refuses a part of the wrong size, nami
       // The pending prefetch: a valid CSR batch of this table's rows.
       {"image.pending_indices[0] = 1000000 is outside table 0",
        [](ckt::StateImage& m) { m.pending_indices.at(0) = 1000000; }},
-      {"image.pending_offsets[0] = 1; pending offsets start at 0",
-       [](ckt::StateImage& m) { m.pending_offsets.at(0) = 1; }},
+      {"image.pending_offsets[0] = 1; must be 0", [](ckt::StateImage& m) { m.pending_offsets.at(0) = 1; }},
       {"image.store.size() = ", [](ckt::StateImage& m) { m.store.pop_back(); }},
       {"image.store_stride = ", [](ckt::StateImage& m) { m.row_bytes += 4; }},
       {"image.cache_rows.size() = ", [](ckt::StateImage& m) { m.cache_rows.push_back(0.0f); }},

@@ -142,31 +142,10 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::restore
   } else if ((in.pending_offsets.size() - 1) % static_cast<std::size_t>(num_tables()) != 0) {
     detail::invalid(fn, "image.pending_offsets.size() = " + std::to_string(in.pending_offsets.size()) +
                             "; expected T*B + 1 with T = " + std::to_string(num_tables()));
-  } else {  // a valid CSR batch of this table's rows, as prefetch() would have taken it
-    const auto& off = in.pending_offsets;
-    const auto n = static_cast<std::int64_t>(in.pending_indices.size());
-    const std::size_t B = (off.size() - 1) / static_cast<std::size_t>(num_tables());
-    for (std::size_t j = 0; j < off.size(); ++j) {
-      const std::int64_t lo = j == 0 ? 0 : off[j - 1];
-      if ((j == 0 && off[0] != 0) || (j > 0 && off[j] < lo) || off[j] > n ||
-          (j + 1 == off.size() && off[j] != n)) {
-        detail::invalid(
-            fn, "image.pending_offsets[" + std::to_string(j) + "] = " + std::to_string(off[j]) +
-                    "; pending offsets start at 0, never decrease and end at pending_indices.size() = " +
-                    std::to_string(n));
-      }
-    }
-    for (std::size_t j = 0; j + 1 < off.size(); ++j) {
-      const std::int64_t rows = config_.table_rows[j / B];
-      for (std::int64_t i = off[j]; i < off[j + 1]; ++i) {
-        const std::int64_t x = in.pending_indices[static_cast<std::size_t>(i)];
-        if (x < 0 || x >= rows) {
-          detail::invalid(fn, "image.pending_indices[" + std::to_string(i) + "] = " + std::to_string(x) +
-                                  " is outside table " + std::to_string(j / B) + " (" + std::to_string(rows) +
-                                  " rows)");
-        }
-      }
-    }
+  } else if (const std::string why = detail::csr_batch_fault(config_.table_rows, in.pending_indices,
+                                                             in.pending_offsets);
+             !why.empty()) {  // a valid batch of this table's rows, as prefetch() took it
+    detail::invalid(fn, "image.pending_" + why);
   }
   // ---- commit: allocation first (a failure leaves the object unchanged), then copies ----
   detail::Buffer<std::uint8_t, Backend> opt;

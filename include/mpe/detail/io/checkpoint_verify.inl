@@ -166,27 +166,8 @@ void check_pending(const E& e, const Cursor& c, const std::uint8_t* p, std::uint
   offsets.resize(static_cast<std::size_t>(words) - indices.size());
   if (!indices.empty()) std::memcpy(indices.data(), p + 16, indices.size() * 8);  // n = 0: data() may be null
   std::memcpy(offsets.data(), p + 16 + indices.size() * 8, offsets.size() * 8);
-  if (offsets.front() != 0) c.fail(sec + "offsets[0] = " + std::to_string(offsets.front()) + "; must be 0");
-  if (offsets.back() != n) {
-    c.fail(sec + "offsets[" + std::to_string(offsets.size() - 1) + "] = " + std::to_string(offsets.back()) +
-           "; must equal n = " + std::to_string(n));
-  }
-  for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {
-    if (offsets[j] > offsets[j + 1]) {
-      c.fail(sec + "offsets[" + std::to_string(j + 1) + "] = " + std::to_string(offsets[j + 1]) +
-             " < offsets[" + std::to_string(j) + "] = " + std::to_string(offsets[j]));
-    }
-  }
-  for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {  // offsets are valid: every bag lies in [0, n)
-    const std::size_t t = j / static_cast<std::size_t>(B);
-    const std::int64_t rows = e.config().table_rows[t];
-    for (std::int64_t i = offsets[j]; i < offsets[j + 1]; ++i) {
-      const std::int64_t x = indices[static_cast<std::size_t>(i)];
-      if (x < 0 || x >= rows) {
-        c.fail(sec + "indices[" + std::to_string(i) + "] = " + std::to_string(x) + " is outside table " +
-               std::to_string(t) + " (" + std::to_string(rows) + " rows)");
-      }
-    }
+  if (const std::string why = csr_batch_fault(e.config().table_rows, indices, offsets); !why.empty()) {
+    c.fail(sec + why);
   }
 }
 
