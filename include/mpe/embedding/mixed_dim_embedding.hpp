@@ -61,7 +61,7 @@ struct MixedDimConfig {
 ///
 /// **Layout.** Tables are grouped by D: group g holds every table of dimension D_g (groups
 /// in order of D's first appearance in `config.tables`, tables inside a group in spec
-/// order), and each group is one `CachedEmbedding<Storage, Cache, Rounding, HostBackend,
+/// order), and each group is one `CachedEmbedding<Storage, Cache, Rounding, Backend,
 /// StatePrecision>` with EmbeddingConfig{its tables' rows, D_g}. A group's FP32 cache
 /// holds rows of its own D only: cache_rows_g = max(Ways, round(cache_fraction * rows_g))
 /// requested (0 when cache_fraction == 0), slots of 4*D_g bytes plus the policy's
@@ -103,11 +103,11 @@ struct MixedDimConfig {
 /// (backward() without a forward(), a changed optimizer). Not thread-safe; const members
 /// may run concurrently.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision = StateFp32>
+          StatePrecisionPolicy StatePrecision = StateFp32, class Backend = HostBackend>
 class MixedDimEmbedding {
  public:
   /// The type of each D-group.
-  using group_type = CachedEmbedding<Storage, Cache, Rounding, HostBackend, StatePrecision>;
+  using group_type = CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>;
 
   /// Builds one group per distinct D (see the class comment). Throws std::invalid_argument
   /// for an empty table list, a table with rows < 1 or D outside [1, 2^20], a
@@ -115,7 +115,9 @@ class MixedDimEmbedding {
   /// one per table or with a value CachedEmbedding refuses (named config.row_keys[t] /
   /// config.column_keys[t], t in spec order), and what CachedEmbedding's constructor throws
   /// for the other fields.
-  explicit MixedDimEmbedding(const MixedDimConfig& config);
+  /// `backend` runs every group (each group keeps a copy: CudaBackend's copies share its
+  /// stream and allocator).
+  explicit MixedDimEmbedding(const MixedDimConfig& config, Backend backend = Backend{});
 
   /// The bytes memory() reports, but workspace, for an object built with `config` once it
   /// has applied one backward() step, computed from the configuration alone (nothing is
@@ -147,6 +149,9 @@ class MixedDimEmbedding {
     (void)optimizer;
     return planned_memory(config, [](std::int32_t D) { return OptimizerRule<Opt>::state_floats(D); });
   }
+
+  /// The backend every group runs on (a copy).
+  const Backend& backend() const noexcept { return backend_; }
 
   /// Takes over the other object's groups and state (no copy of a table). The moved-from
   /// object may only be destroyed or assigned to. Not copyable.
@@ -309,7 +314,7 @@ class MixedDimEmbedding {
     std::vector<group_type> fresh;
     fresh.reserve(groups_.size());
     for (std::size_t g = 0; g < groups_.size(); ++g) {
-      fresh.emplace_back(group_config(g));
+      fresh.emplace_back(group_config(g), backend_);
       io::load_from_bytes(
           fresh.back(), parts[g],
           source + " group " + std::to_string(g) + " (D = " + std::to_string(layout_.group_dim[g]) + ")");
@@ -446,6 +451,7 @@ class MixedDimEmbedding {
 
   MixedDimConfig config_;
   detail::MixedLayout layout_;
+  Backend backend_;  // each group's copy is made from it (load_bytes builds fresh groups)
   std::vector<group_type> groups_;
   std::vector<detail::GroupBatch> batches_;  // per group: split batch and column buffer
   bool pending_ = false;

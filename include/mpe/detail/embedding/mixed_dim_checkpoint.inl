@@ -15,8 +15,8 @@
 namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline std::vector<std::uint8_t> MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::save_bytes()
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline std::vector<std::uint8_t> MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::save_bytes()
     const {
   detail::ckpt::Bytes b;
   b.raw(kMagic, 8);
@@ -37,8 +37,8 @@ inline std::vector<std::uint8_t> MixedDimEmbedding<Storage, Cache, Rounding, Sta
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::save(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::save(
     const std::filesystem::path& path) const {
   const std::vector<std::uint8_t> bytes = save_bytes();
   detail::ckpt::AtomicWriter w(path);
@@ -47,8 +47,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::save(
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::load(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::load(
     const std::filesystem::path& path) {
   const std::vector<std::uint8_t> bytes =
       detail::ckpt::read_file(path, "mpe::MixedDimEmbedding::load: '" + path.string() + "': ");

@@ -20,18 +20,18 @@
 namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::MixedDimEmbedding(
-    const MixedDimConfig& config)
-    : config_(config), layout_(make_layout(config, "MixedDimEmbedding")) {
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::MixedDimEmbedding(
+    const MixedDimConfig& config, Backend backend)
+    : config_(config), layout_(make_layout(config, "MixedDimEmbedding")), backend_(backend) {
   groups_.reserve(layout_.G());
-  for (std::size_t g = 0; g < layout_.G(); ++g) groups_.emplace_back(group_config(g));
+  for (std::size_t g = 0; g < layout_.G(); ++g) groups_.emplace_back(group_config(g), backend_);
   batches_.resize(layout_.G());
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline detail::MixedLayout MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::make_layout(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline detail::MixedLayout MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::make_layout(
     const MixedDimConfig& config, const char* fn) {
   if (config.tables.empty()) invalid(fn, "config.tables is empty; need T >= 1 tables");
   if (!(config.cache_fraction >= 0.0 && config.cache_fraction <= 1.0)) {
@@ -84,8 +84,8 @@ inline detail::MixedLayout MixedDimEmbedding<Storage, Cache, Rounding, StatePrec
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline EmbeddingConfig MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::group_config(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline EmbeddingConfig MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::group_config(
     const MixedDimConfig& config, const detail::MixedLayout& layout, std::size_t g) {
   EmbeddingConfig c;
   std::int64_t rows = 0;
@@ -116,8 +116,8 @@ inline EmbeddingConfig MixedDimEmbedding<Storage, Cache, Rounding, StatePrecisio
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline std::size_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::table_index(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline std::size_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::table_index(
     const char* fn, std::int64_t t) const {
   if (t < 0 || t >= layout_.T()) {
     invalid(fn, "table t = " + std::to_string(t) + " is outside [0, T) = [0, " + std::to_string(layout_.T()) +
@@ -127,8 +127,8 @@ inline std::size_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::check_table(const char* fn,
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::check_table(const char* fn,
                                                                                      std::int64_t t,
                                                                                      std::int64_t first_row,
                                                                                      std::size_t n) const {
@@ -146,8 +146,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::check_t
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline std::int64_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::check(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline std::int64_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::check(
     const char* fn, std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
     std::size_t output_size, Pooling pooling, std::span<const float> w, bool training) const {
   if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
@@ -172,9 +172,9 @@ inline std::int64_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>:
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
+          StatePrecisionPolicy StatePrecision, class Backend>
 template <class Run>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::each_group(
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::each_group(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs, std::size_t buf_step,
     Run&& run) const {

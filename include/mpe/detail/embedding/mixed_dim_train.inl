@@ -16,8 +16,8 @@
 namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::prefetch(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::prefetch(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets) {
   if (groups_.size() == 1) {  // one group: it checks the batch itself, nothing to split
     groups_[0].prefetch(indices, offsets);
@@ -32,8 +32,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::prefetc
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::forward(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::forward(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) {
   const std::int64_t B =
@@ -58,8 +58,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::forward
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::forward_inference(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::forward_inference(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) const {
   const std::int64_t B = check("forward_inference", indices, offsets, output.size(), pooling,
@@ -72,9 +72,9 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::forward
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
+          StatePrecisionPolicy StatePrecision, class Backend>
 template <Optimizer Opt>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::backward(
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::backward(
     std::span<const float> grad_output, const Opt& optimizer) {
   const char* fn = "backward";
   if (!pending_) throw std::logic_error(detail::md_prefix(fn) + "no forward() is awaiting backward()");

@@ -14,8 +14,8 @@
 namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::set_weights(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::set_weights(
     std::int64_t t, std::span<const float> weights, std::int64_t first_row) {
   check_table("set_weights", t, first_row, weights.size());
   const auto D = static_cast<std::size_t>(layout_.dims[static_cast<std::size_t>(t)]);
@@ -35,8 +35,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::set_wei
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::get_weights(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::get_weights(
     std::int64_t t, std::span<float> out, std::int64_t first_row) const {
   check_table("get_weights", t, first_row, out.size());
   groups_[static_cast<std::size_t>(layout_.group_of[static_cast<std::size_t>(t)])].get_weights(
@@ -44,8 +44,8 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::get_wei
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
-          StatePrecisionPolicy StatePrecision>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision>::init_uniform(
+          StatePrecisionPolicy StatePrecision, class Backend>
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::init_uniform(
     std::span<const float> low, std::span<const float> high) {
   const char* fn = "init_uniform";
   for (const auto& [name, v] : {std::pair{"low", low}, std::pair{"high", high}}) {
