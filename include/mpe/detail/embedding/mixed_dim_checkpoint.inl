@@ -16,8 +16,8 @@ namespace mpe {
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
           StatePrecisionPolicy StatePrecision, class Backend>
-inline std::vector<std::uint8_t> MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::save_bytes()
-    const {
+inline std::vector<std::uint8_t>
+MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::save_bytes() const {
   detail::ckpt::Bytes b;
   b.raw(kMagic, 8);
   b.put(kVersion);

@@ -128,10 +128,8 @@ inline std::size_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, B
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
           StatePrecisionPolicy StatePrecision, class Backend>
-inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::check_table(const char* fn,
-                                                                                     std::int64_t t,
-                                                                                     std::int64_t first_row,
-                                                                                     std::size_t n) const {
+inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::check_table(
+    const char* fn, std::int64_t t, std::int64_t first_row, std::size_t n) const {
   const std::size_t i = table_index(fn, t);
   const auto D = static_cast<std::size_t>(layout_.dims[i]);
   if (n % D != 0) {
