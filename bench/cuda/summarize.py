@@ -9,12 +9,14 @@ process, the cache hit rate, or steps per second for the pipelined steps.
 
     python3 bench/cuda/summarize.py gpu-out/bench_gpu.txt     # gpu_session.sh's output folder
     python3 bench/cuda/summarize.py --json bench/cuda/h100.json --commit SHA gpu-out/bench_gpu.txt
+    python3 bench/cuda/summarize.py --json h100.json --commit SHA --torch-step gpu-out/torch_step.json gpu-out/bench_gpu.txt
 
 With --json FILE, the headline cases of the GPU point (CASES below) are also written to FILE
 as one JSON object: the device, the copy bandwidth measured in the same process, the date,
 the commit, and per case the ms per call (per step for the pipelined step), GB/s and the
 fractions of the datasheet's bandwidth (H200 4.8 TB/s, H100 3.35 TB/s; DATASHEET_BPS) and of
-the measured copy bandwidth.
+the measured copy bandwidth. --torch-step FILE adds bench/torch_step/gpu_step.py's JSON (the
+mpe_torch training step at the GPU point) under "mpe_torch_step".
 """
 import datetime
 import json
@@ -121,10 +123,20 @@ def write_json(out, commit, reports):
 
 def main(paths):
     if paths and paths[0] == "--json":
-        out, commit, paths = paths[1], "unknown", paths[2:]
+        out, commit, torch_step, paths = paths[1], "unknown", None, paths[2:]
         if paths and paths[0] == "--commit":
             commit, paths = paths[1], paths[2:]
+        if paths and paths[0] == "--torch-step":
+            torch_step, paths = paths[1], paths[2:]
         write_json(out, commit, paths)
+        if torch_step:  # bench/torch_step/gpu_step.py's cases, under "mpe_torch_step"
+            with open(out, encoding="utf-8") as f:
+                doc = json.load(f)
+            with open(torch_step, encoding="utf-8") as f:
+                doc["mpe_torch_step"] = json.load(f)
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+                f.write("\n")
     for path in paths:
         context, rows = parse(path)
         print(f"\n{path}: " + ", ".join(f"{k} {v}" for k, v in context.items()
