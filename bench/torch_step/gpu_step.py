@@ -14,13 +14,20 @@ on torch's current stream over --steps steps after --warmup steps, median of --r
 the variants' order rotating round by round. Prints one line per variant and, with --json,
 writes {"device", "torch", "cases": {name: {"ms", "steps_per_s"}}}.
 
-Needs torch with a visible CUDA device and mpe_torch built with its CUDA module
-(mpe_torch.built_with_cuda()); exits with status 2 naming what is missing.
+Needs: torch with a visible CUDA device and mpe_torch built with its CUDA module
+(mpe_torch.built_with_cuda()); a missing one is named at start (exit status 2).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "examples"))
+from _needs import require  # noqa: E402
+
+require("torch", "mpe_torch")
 
 
 def zipf_ids(torch, n, rows, s, gen, device):
@@ -47,12 +54,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
     a = ap.parse_args()
-    try:
-        import torch
-        import mpe_torch
-    except ImportError as e:
-        print(f"gpu_step: {e}", file=sys.stderr)
-        return 2
+    import torch
+    import mpe_torch
     if not torch.cuda.is_available() or not mpe_torch.built_with_cuda():
         print("gpu_step: needs a CUDA device (torch.cuda.is_available()) and mpe_torch's CUDA module "
               "(mpe_torch.built_with_cuda())", file=sys.stderr)

@@ -32,6 +32,7 @@ runpy.run_path(script, run_name="__main__")
      r"mpe_torch is not installed \(needed for --kernel mpe\)", "./python"),
     ("bench/torch_step/step_side_by_side.py", "fbgemm_gpu", [], "the Python package fbgemm_gpu",
      "pip install fbgemm-gpu-cpu==1.9.*"),
+    ("bench/torch_step/gpu_step.py", "mpe_torch", [], "the Python package mpe_torch", "./python"),
     ("bench/torch_step/dmp_step.py", "torchrec", [], "the Python package torchrec", "pip install --no-deps torchrec"),
     ("bench/torch_step/dmp_step.py", "fbgemm_gpu,torchrec", [], "the Python package fbgemm_gpu", "fbgemm-gpu-cpu"),
     ("bench/torch_step/dmp_step.py", "torchrec,fbgemm_gpu", [], "the Python package fbgemm_gpu", "fbgemm-gpu-cpu"),
@@ -52,7 +53,8 @@ def test_each_missing_dependency_is_one_line_and_status_2(script, hidden, args, 
 
 def test_every_script_says_what_it_needs():
     for script in ("python/examples/torch_dlrm.py", "python/examples/torchrec_dlrm.py",
-                   "bench/torch_step/step_side_by_side.py", "bench/torch_step/dmp_step.py"):
+                   "bench/torch_step/step_side_by_side.py", "bench/torch_step/dmp_step.py",
+                   "bench/torch_step/gpu_step.py"):
         with open(os.path.join(REPO, script)) as f:
             text = f.read()
         doc = text.split('"""')[1]
