@@ -19,6 +19,7 @@
 #include "mpe/backend/host_backend.hpp"
 #include "mpe/core/types.hpp"
 #include "mpe/detail/embedding/mixed_dim.hpp"
+#include "mpe/detail/kernels/mixed_dim.hpp"
 #include "mpe/embedding/cached_embedding.hpp"
 #include "mpe/io/checkpoint.hpp"
 
@@ -97,11 +98,27 @@ struct MixedDimConfig {
 /// **Batches.** B = 0 (offsets = {0}) is a valid, empty batch. Not copyable (each group
 /// owns its tables); movable.
 ///
-/// **Memory space and sync.** Host memory only (HostBackend): every span is host memory
-/// and every call returns when its work is done. Errors: std::invalid_argument naming the
-/// argument and the value (the object unchanged); std::logic_error for misuse
-/// (backward() without a forward(), a changed optimizer). Not thread-safe; const members
-/// may run concurrently.
+/// **Memory space and sync.** As CachedEmbedding on `Backend`: with HostBackend every span
+/// is host memory and every call returns when its work is done; with a backend whose
+/// spans live in its own memory (`Backend::device_spans`: CudaBackend) indices, offsets,
+/// per-sample weights, output and grad_output are backend (device or managed) memory,
+/// while set_weights / get_weights / init_uniform / save / load take host memory. There,
+/// with G groups (G = num_groups()), each call waits on the backend (a copy_to_host) this
+/// many times, and only queues the rest of its work:
+/// - G = 1: the group's own waits: prefetch(), forward(), forward_inference() and
+///   backward() once each (its validation verdict), no extra pass;
+/// - G > 1: prefetch(), forward() and forward_inference() 1 + G (one verdict of the whole
+///   batch, read with its T + 1 table boundaries, which size each group's share; then each
+///   group's own verdict); backward() G + 1 under NonFinite::Throw (a count of grad_output's
+///   non-finite elements, then each group's verdict), G under NonFinite::Skip. The split
+///   (one backend copy per run of adjacent tables of a group, one offsets pass per group)
+///   and the column copies run as backend passes (detail/kernels/mixed_dim.hpp).
+/// A refused batch costs more waits (it is copied to the host to name the fault, with
+/// HostBackend's message). forward_inference() allocates its split buffers per call and
+/// frees them on return (CudaBackend without an allocator: cudaFree, which waits for the
+/// device). Errors: std::invalid_argument naming the argument and the value (the object
+/// unchanged); std::logic_error for misuse (backward() without a forward(), a changed
+/// optimizer). Not thread-safe; const members may run concurrently.
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
           StatePrecisionPolicy StatePrecision = StateFp32, class Backend = HostBackend>
 class MixedDimEmbedding {
@@ -140,6 +157,9 @@ class MixedDimEmbedding {
                                       static_cast<std::int64_t>(state_values_per_row(L.group_dim[g])));
     }
     m.metadata_bytes += L.bytes();
+    if constexpr (Backend::device_spans) {
+      if (L.G() > 1) m.metadata_bytes += device_layout_bytes(L);
+    }
     return m;
   }
   /// planned_memory(config, D -> OptimizerRule<Opt>::state_floats(D)): the footprint with
@@ -352,8 +372,9 @@ class MixedDimEmbedding {
   MemoryFootprint memory() const {
     MemoryFootprint m;
     for (const auto& e : groups_) m += e.memory();
-    m.metadata_bytes += layout_.bytes();
+    m.metadata_bytes += layout_.bytes() + meta_.bytes();
     for (const auto& b : batches_) m.workspace_bytes += b.bytes();
+    m.workspace_bytes += scratch_.dev.bytes();
     return m;
   }
 
@@ -394,6 +415,11 @@ class MixedDimEmbedding {
   const group_type& group(std::size_t g) const { return groups_.at(g); }
 
  private:
+  /// Where a group's share of a batch lives: host vectors, or backend buffers.
+  using batch_type =
+      std::conditional_t<Backend::device_spans, detail::MixedDeviceBatch<Backend>, detail::GroupBatch>;
+  using scratch_type = detail::MixedScratch<Backend>;
+
   static constexpr char kMagic[8] = {'M', 'P', 'E', 'M', 'I', 'X', 'D', '1'};
   static constexpr std::uint32_t kVersion = 1;
 
@@ -433,7 +459,7 @@ class MixedDimEmbedding {
   /// does, so here in the caller's numbering.
   std::int64_t check(const char* fn, std::span<const std::int64_t> indices,
                      std::span<const std::int64_t> offsets, std::size_t output_size, Pooling pooling,
-                     std::span<const float> w, bool training) const;
+                     std::span<const float> w, bool training, scratch_type& s) const;
 
   /// Elements of group g's buffer: (B, k_g * D_g).
   std::size_t group_elements(std::size_t g, std::int64_t B) const {
@@ -441,19 +467,72 @@ class MixedDimEmbedding {
            static_cast<std::size_t>(layout_.group_dim[g]);
   }
 
+  batch_type new_batch() const {
+    if constexpr (Backend::device_spans) {
+      return batch_type(backend_);
+    } else {
+      return batch_type{};
+    }
+  }
+  scratch_type new_scratch() const {
+    if constexpr (Backend::device_spans) {
+      if (groups_.size() > 1) return scratch_type(backend_, layout_.T());
+    }
+    return scratch_type{};
+  }
+
+  /// The whole batch's check (several groups), with messages in the caller's numbering;
+  /// returns B. Host spans: detail::check_mixed_batch. Backend spans: one backend pass and
+  /// one wait (the fault count and table boundaries into `s`); a fault is named by
+  /// detail::check_mixed_batch on a host copy. Throws std::invalid_argument.
+  std::int64_t check_batch(const char* fn, std::span<const std::int64_t> indices,
+                           std::span<const std::int64_t> offsets, std::span<const float> w,
+                           bool weights_finite_required, scratch_type& s) const;
+  /// Copies the batch to the host and throws check_mixed_batch's error for it.
+  [[noreturn]] void name_batch_fault(const char* fn, std::span<const std::int64_t> indices,
+                                     std::span<const std::int64_t> offsets, std::span<const float> w,
+                                     bool weights_finite_required) const;
+  /// Group g's share of a checked batch into `b` (queued on the backend for backend spans).
+  void split(std::size_t g, std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
+             std::span<const float> w, std::int64_t B, const scratch_type& s, batch_type& b) const;
+  /// Group g's (B, k*D_g) buffer into its tables' columns of `output` (B, sum D_t).
+  void scatter(std::size_t g, batch_type& b, std::span<float> output, std::int64_t B) const;
+  /// Group g's tables' columns of grad_output (B, sum D_t) into b's (B, k*D_g) buffer.
+  void gather(std::size_t g, std::span<const float> grad_output, std::int64_t B, batch_type& b) const;
+  /// Throws std::invalid_argument naming grad_output's first non-finite element.
+  void check_grad_finite(std::span<const float> grad_output);
+  /// Group g's first position in the flat table list (detail::MixedMeta::flat).
+  std::size_t flat_first(std::size_t g) const {
+    std::size_t f = 0;
+    for (std::size_t h = 0; h < g; ++h) f += layout_.group_tables[h].size();
+    return f;
+  }
+  /// detail::MixedMeta's arrays as uploaded (3T + G + 1 values), in bytes.
+  static std::size_t device_layout_bytes(const detail::MixedLayout& L) {
+    return (3 * static_cast<std::size_t>(L.T()) + L.G() + 1) * sizeof(index_t);
+  }
+  /// The table layout in backend memory (backend spans, several groups).
+  detail::MixedMeta device_layout() const;
+  /// Uploads the table layout (backend spans, several groups; once, by the constructor).
+  void upload_layout();
+
   /// Runs `run(g, indices, offsets, out, weights)` for every group on its share of a
   /// checked batch and scatters its out into `output`'s columns; group g uses
   /// bufs[g * buf_step] (buf_step 0: one buffer for all). One group: the caller's spans.
   template <class Run>
   void each_group(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
-                  std::span<float> output, std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs,
-                  std::size_t buf_step, Run&& run) const;
+                  std::span<float> output, std::span<const float> w, std::int64_t B, const scratch_type& s,
+                  batch_type* bufs, std::size_t buf_step, Run&& run) const;
 
   MixedDimConfig config_;
   detail::MixedLayout layout_;
   Backend backend_;  // each group's copy is made from it (load_bytes builds fresh groups)
   std::vector<group_type> groups_;
-  std::vector<detail::GroupBatch> batches_;  // per group: split batch and column buffer
+  std::vector<batch_type> batches_;  // per group: split batch and column buffer
+  // Backend spans, several groups: the table layout in backend memory (detail::MixedMeta)
+  // and the verdict of the last prefetch / forward / backward check.
+  detail::Buffer<index_t, Backend> meta_;
+  scratch_type scratch_;
   bool pending_ = false;
   std::int64_t pending_B_ = 0;
 };
@@ -468,4 +547,5 @@ class MixedDimEmbedding {
 #include "mpe/detail/embedding/mixed_dim_train.inl"
 #include "mpe/detail/embedding/mixed_dim_weights.inl"
 #include "mpe/detail/embedding/mixed_dim_checkpoint.inl"
+#include "mpe/detail/embedding/mixed_dim_device.inl"
 // clang-format on

@@ -4,7 +4,10 @@
 /// mpe/embedding/mixed_dim_embedding.hpp): the table -> group layout, the check of a whole
 /// batch, the split of a table-major CSR batch into one CSR per group, the column copies
 /// between (B, k*D_g) group buffers and the (B, sum D_t) caller buffers, and group messages
-/// in the caller's numbering. Plain loops over host memory.
+/// in the caller's numbering. Plain loops over host memory; with backend-resident spans
+/// (`Backend::device_spans`) the batch lives in MixedDeviceBatch buffers instead and the
+/// per-item code of detail/kernels/mixed_dim.hpp runs the checks, split and copies
+/// (detail/embedding/mixed_dim_device.inl), these loops naming a fault on a host copy.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +19,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "mpe/backend/buffer.hpp"
+#include "mpe/numeric/config.hpp"
 
 namespace mpe::detail {
 
@@ -75,6 +81,57 @@ struct GroupBatch {
     return (indices.capacity() + offsets.capacity()) * sizeof(std::int64_t) +
            (weights.capacity() + buffer.capacity()) * sizeof(float);
   }
+  std::span<const std::int64_t> idx() const { return indices; }
+  std::span<const std::int64_t> offs() const { return offsets; }
+  std::span<const float> wts() const { return weights; }
+  std::span<float> buf() { return buffer; }
+  /// The (B, k*D_g) buffer resized to n elements.
+  std::span<float> sized_buf(std::size_t n) {
+    buffer.resize(n);
+    return buffer;
+  }
+};
+
+/// GroupBatch in backend memory (`Backend::device_spans`): buffers that grow and are
+/// reused, and the sizes of the batch they hold.
+template <class Backend>
+struct MixedDeviceBatch {
+  Buffer<index_t, Backend> indices, offsets;  // (n), (k*B + 1)
+  Buffer<float, Backend> weights, buffer;     // (nw), (B, k*D_g)
+  std::size_t n = 0, m = 0, nw = 0, nbuf = 0;
+  explicit MixedDeviceBatch(const Backend& b) {
+    indices.set_backend(b);
+    offsets.set_backend(b);
+    weights.set_backend(b);
+    buffer.set_backend(b);
+  }
+  std::size_t bytes() const { return indices.bytes() + offsets.bytes() + weights.bytes() + buffer.bytes(); }
+  std::span<const std::int64_t> idx() const { return {indices.data(), n}; }
+  std::span<const std::int64_t> offs() const { return {offsets.data(), m}; }
+  std::span<const float> wts() const { return {weights.data(), nw}; }
+  std::span<float> buf() { return {buffer.data(), nbuf}; }
+  /// The (B, k*D_g) buffer resized to n elements (contents lost when it grows).
+  std::span<float> sized_buf(std::size_t n) {
+    buffer.reserve_discard(n);
+    nbuf = n;
+    return buf();
+  }
+};
+
+/// A call's batch verdict (`Backend::device_spans`, several groups): `dev` (backend memory,
+/// 2T + 2 values) holds the fault count, the T + 1 table boundaries offsets[t*B] and each
+/// table's base in its group's indices; `host` the first T + 2 of them, read in one wait.
+template <class Backend>
+struct MixedScratch {
+  Buffer<index_t, Backend> dev;
+  std::vector<index_t> host;
+  MixedScratch() = default;
+  MixedScratch(const Backend& b, std::int64_t T) {
+    dev.set_backend(b);
+    dev.reset(static_cast<std::size_t>(2 * T + 2));
+  }
+  /// offsets[t*B] for t in [0, T] (valid once the verdict was read and found clean).
+  index_t bound(std::int64_t t) const { return host[static_cast<std::size_t>(t) + 1]; }
 };
 
 /// The checks CachedEmbedding::forward makes, on the whole batch, before any group runs,
@@ -128,6 +185,19 @@ inline std::int64_t check_mixed_batch(const char* fn, const MixedLayout& L, std:
     }
   }
   return B;
+}
+
+/// Throws std::invalid_argument (prefixed with mpe::MixedDimEmbedding::`fn`) naming the
+/// first non-finite element of grad_output (B, W) by its row and column.
+inline void check_grad_finite(const char* fn, std::span<const float> grad, std::int64_t W) {
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    if (!std::isfinite(grad[i])) {
+      const auto w = static_cast<std::size_t>(W);
+      throw std::invalid_argument(md_prefix(fn) + "grad_output[" + std::to_string(i / w) + ", " +
+                                  std::to_string(i % w) + "] = " + std::to_string(grad[i]) +
+                                  " is not finite");
+    }
+  }
 }
 
 /// Group g's CSR share of a valid batch (B bags per table).

@@ -26,7 +26,12 @@ inline MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::Mix
     : config_(config), layout_(make_layout(config, "MixedDimEmbedding")), backend_(backend) {
   groups_.reserve(layout_.G());
   for (std::size_t g = 0; g < layout_.G(); ++g) groups_.emplace_back(group_config(g), backend_);
-  batches_.resize(layout_.G());
+  batches_.reserve(layout_.G());
+  for (std::size_t g = 0; g < layout_.G(); ++g) batches_.push_back(new_batch());
+  scratch_ = new_scratch();
+  if constexpr (Backend::device_spans) {
+    if (layout_.G() > 1) upload_layout();
+  }
 }
 
 template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
@@ -147,7 +152,8 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
           StatePrecisionPolicy StatePrecision, class Backend>
 inline std::int64_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::check(
     const char* fn, std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
-    std::size_t output_size, Pooling pooling, std::span<const float> w, bool training) const {
+    std::size_t output_size, Pooling pooling, std::span<const float> w, bool training,
+    scratch_type& s) const {
   if (pooling != Pooling::Sum && pooling != Pooling::Mean) {
     invalid(fn, "pooling = " + std::to_string(static_cast<int>(pooling)) + " is not a Pooling value");
   }
@@ -159,8 +165,8 @@ inline std::int64_t MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, 
   // second pass over the batch. B as the group will find it (offsets' size checked there).
   if (groups_.size() == 1)
     return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size() - 1) / layout_.T();
-  const std::int64_t B = detail::check_mixed_batch(fn, layout_, indices, offsets, w,
-                                                   !training || config_.non_finite == NonFinite::Throw);
+  const std::int64_t B =
+      check_batch(fn, indices, offsets, w, !training || config_.non_finite == NonFinite::Throw, s);
   if (output_size != static_cast<std::size_t>(B * layout_.total_dim)) {
     invalid(fn, "output.size() = " + std::to_string(output_size) +
                     "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
@@ -174,19 +180,17 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
 template <class Run>
 inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::each_group(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
-    std::span<const float> w, std::int64_t B, detail::GroupBatch* bufs, std::size_t buf_step,
+    std::span<const float> w, std::int64_t B, const scratch_type& s, batch_type* bufs, std::size_t buf_step,
     Run&& run) const {
   if (groups_.size() == 1) {
     run(0, indices, offsets, output, w);
     return;
   }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    detail::GroupBatch& b = bufs[g * buf_step];
-    detail::split_mixed_batch(layout_, g, indices, offsets, w, B, b);
-    b.buffer.resize(group_elements(g, B));
-    run(g, std::span<const std::int64_t>(b.indices), std::span<const std::int64_t>(b.offsets),
-        std::span<float>(b.buffer), std::span<const float>(b.weights));
-    detail::copy_mixed_columns<true>(layout_, g, b.buffer.data(), output.data(), B);
+    batch_type& b = bufs[g * buf_step];
+    split(g, indices, offsets, w, B, s, b);
+    run(g, b.idx(), b.offs(), b.sized_buf(group_elements(g, B)), b.wts());
+    scatter(g, b, output, B);
   }
 }
 

@@ -23,11 +23,11 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>
     groups_[0].prefetch(indices, offsets);
     return;
   }
-  const std::int64_t B = detail::check_mixed_batch("prefetch", layout_, indices, offsets, {}, false);
+  const std::int64_t B = check_batch("prefetch", indices, offsets, {}, false, scratch_);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    detail::GroupBatch& b = batches_[g];
-    detail::split_mixed_batch(layout_, g, indices, offsets, {}, B, b);
-    groups_[g].prefetch(b.indices, b.offsets);
+    batch_type& b = batches_[g];
+    split(g, indices, offsets, {}, B, scratch_, b);
+    groups_[g].prefetch(b.idx(), b.offs());
   }
 }
 
@@ -36,13 +36,13 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
 inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::forward(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) {
-  const std::int64_t B =
-      check("forward", indices, offsets, output.size(), pooling, per_sample_weights, /*training=*/true);
+  const std::int64_t B = check("forward", indices, offsets, output.size(), pooling, per_sample_weights,
+                               /*training=*/true, scratch_);
   const bool was_pending = pending_;
   pending_ = false;
   bool any_done = false;  // a group's forward has returned
   try {
-    each_group(indices, offsets, output, per_sample_weights, B, batches_.data(), 1,
+    each_group(indices, offsets, output, per_sample_weights, B, scratch_, batches_.data(), 1,
                [&](std::size_t g, auto i, auto o, auto out, auto w) {
                  groups_[g].forward(i, o, out, pooling, w);
                  any_done = true;
@@ -62,10 +62,11 @@ template <StoragePolicy Storage, CachePolicy Cache, RoundingPolicy Rounding,
 inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>::forward_inference(
     std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets, std::span<float> output,
     Pooling pooling, std::span<const float> per_sample_weights) const {
+  scratch_type s = new_scratch();  // per call, as the split buffer: concurrent const calls share nothing
   const std::int64_t B = check("forward_inference", indices, offsets, output.size(), pooling,
-                               per_sample_weights, /*training=*/false);
-  detail::GroupBatch b;  // per call, so concurrent const calls share nothing
-  each_group(indices, offsets, output, per_sample_weights, B, &b, 0,
+                               per_sample_weights, /*training=*/false, s);
+  batch_type b = new_batch();
+  each_group(indices, offsets, output, per_sample_weights, B, s, &b, 0,
              [&](std::size_t g, auto i, auto o, auto out, auto w) {
                groups_[g].forward_inference(i, o, out, pooling, w);
              });
@@ -85,23 +86,15 @@ inline void MixedDimEmbedding<Storage, Cache, Rounding, StatePrecision, Backend>
                     "; expected B*sum(D) = " + std::to_string(B) + "*" + std::to_string(layout_.total_dim) +
                     " = " + std::to_string(expect));
   }
-  if (groups_.size() > 1 && config_.non_finite == NonFinite::Throw) {  // the caller's position
-    for (std::size_t i = 0; i < grad_output.size(); ++i) {
-      if (!std::isfinite(grad_output[i])) {
-        const auto W = static_cast<std::size_t>(layout_.total_dim);
-        invalid(fn, "grad_output[" + std::to_string(i / W) + ", " + std::to_string(i % W) +
-                        "] = " + std::to_string(grad_output[i]) + " is not finite");
-      }
-    }
-  }
+  // The caller's position (each group would name its own).
+  if (groups_.size() > 1 && config_.non_finite == NonFinite::Throw) check_grad_finite(grad_output);
   bool apply = true, apply0 = true;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     std::span<const float> go = grad_output;
     if (groups_.size() > 1) {
-      detail::GroupBatch& b = batches_[g];
-      b.buffer.resize(group_elements(g, B));
-      detail::copy_mixed_columns<false>(layout_, g, b.buffer.data(), grad_output.data(), B);
-      go = b.buffer;
+      batch_type& b = batches_[g];
+      gather(g, grad_output, B, b);
+      go = b.buf();
     }
     try {
       const bool a = groups_[g].prepare_backward(go, optimizer);
