@@ -80,11 +80,11 @@ class BagPlan:
 
     def offsets(self, offsets):
         """The padded table-major offsets ``(T*B_pad + 1,)`` from the input's ``offsets``."""
-        return offsets.index_select(0, self.offsets_index)
+        return offsets.index_select(0, self.offsets_index.to(offsets.device))
 
     def output(self, pooled):
         """The output in the asked layout from mpe's ``(B_pad, sum D_t)`` ``pooled``."""
-        return pooled.reshape(-1).index_select(0, self.gather).view(self.out_shape)
+        return pooled.reshape(-1).index_select(0, self.gather.to(pooled.device)).view(self.out_shape)
 
 
 class BagPlanCache:
