@@ -20,6 +20,7 @@ bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import importlib.util
 import math
 import numbers
 import operator
@@ -123,8 +124,10 @@ def _device_type(device, name):
 def _cuda_unavailable():
     """Why a module cannot run on a CUDA device here, or None when it can."""
     if _C_cuda is None:
-        return (f"this mpe_torch was built without its CUDA module, mpe_torch._C_cuda ({_C_CUDA_ERROR}; "
-                "python/README.md: it is built when torch has CUDA and nvcc is found, unless MPE_TORCH_CUDA=0)")
+        if importlib.util.find_spec(f"{__name__}._C_cuda") is not None:
+            return f"this mpe_torch's CUDA module, mpe_torch._C_cuda, cannot be loaded ({_C_CUDA_ERROR})"
+        return ("this mpe_torch was built without its CUDA module, mpe_torch._C_cuda (python/README.md: it is "
+                "built when torch has CUDA and nvcc is found, unless MPE_TORCH_CUDA=0)")
     if not torch.cuda.is_available():
         return "torch.cuda.is_available() is False (no usable CUDA device or driver)"
     return None

@@ -90,9 +90,9 @@ void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::Sca
                          dtype_name(t.scalar_type()) + " (convert it yourself, e.g. " + name + ".to(" +
                          dtype_name(dtype) + "))");
   if (t.device() != device)
-    throw std::invalid_argument(where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
-                                " (this module's device; move the tensor, or the module with .to()), got device " +
-                                t.device().str());
+    throw std::invalid_argument(
+        where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
+        " (this module's device; move the tensor, or the module with .to()), got device " + t.device().str());
   if (t.layout() != at::kStrided) throw std::invalid_argument(where + " must be a dense (strided) tensor");
   if (t.dim() != dims)
     throw std::invalid_argument(where + " must have " + std::to_string(dims) + " dimension" +
@@ -117,8 +117,9 @@ std::span<T> mspan(at::Tensor& t) {
 /// from (and returns to) torch's pool, reused in stream order as mpe's contract asks.
 class TorchCudaAllocator final : public mpe::CudaAllocator {
  public:
+  /// Throws c10::OutOfMemoryError (a std::exception) when torch's pool cannot serve `bytes`.
   void* allocate(std::size_t bytes, mpe::MemoryPurpose, cudaStream_t stream) override {
-    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);  // throws when out of memory
+    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
   }
   void deallocate(void* p, std::size_t, mpe::MemoryPurpose, cudaStream_t) noexcept override {
     c10::cuda::CUDACachingAllocator::raw_delete(p);
@@ -381,8 +382,9 @@ class Tbe {
 #ifdef MPE_TORCH_CUDA
     const StorePlacement placement = parse_placement(store_placement);
     if (device_index < 0 || device_index >= c10::cuda::device_count())
-      throw std::invalid_argument("mpe_torch: device = cuda:" + std::to_string(device_index) + " is not one of the " +
-                                  std::to_string(c10::cuda::device_count()) + " CUDA device(s)");
+      throw std::invalid_argument("mpe_torch: device = cuda:" + std::to_string(device_index) +
+                                  " is not one of the " + std::to_string(c10::cuda::device_count()) +
+                                  " CUDA device(s)");
     device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
     c10::cuda::CUDAGuard guard(device_);
     stream_ = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
@@ -662,8 +664,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using mpe_torch::Tbe;
 #ifdef MPE_TORCH_CUDA
   m.doc() =
-      "mpe_torch._C_cuda: the C++ core of mpe_torch.TableBatchedEmbeddingBags on CUDA devices (use the Python "
-      "class with device='cuda').";
+      "mpe_torch._C_cuda: the C++ core of mpe_torch.TableBatchedEmbeddingBags on CUDA devices (use the "
+      "Python class with device='cuda').";
   // mpe's checkpoint errors arrive as the CPU module's class, mpe_torch.CheckpointError.
   {
     // A reference held for the process's life (never released at exit, when Python is gone).
