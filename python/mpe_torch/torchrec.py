@@ -145,7 +145,8 @@ class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
 
     Its tables start U(weight_init_min, weight_init_max) of their configs (``reset_parameters``'
     draw, made once at construction). CPU only: ``.to()``, ``.cuda()``, ``.half()`` and the like
-    raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s do);
+    raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s
+    conversions do; the kernel does not move, not even to CUDA);
     ``.cpu()``, ``.float()`` and ``.to("cpu")`` return it as it is.
     """
 
