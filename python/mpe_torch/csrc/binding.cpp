@@ -10,14 +10,15 @@
 //
 // Tensor arguments are checked, never converted: dtype (TypeError), device (the module's:
 // the CPU for _C, its CUDA device for _C_cuda), dimensions, shape and contiguity (ValueError).
+// mpe's exceptions pass through pybind11's translation: std::invalid_argument -> ValueError,
+// std::logic_error -> RuntimeError, mpe::checkpoint_error -> mpe_torch.CheckpointError (a
+// RuntimeError; _C_cuda raises _C's class).
 //
 // CUDA (_C_cuda): the groups queue their work on the CUDA stream that was current (torch's,
 // c10::cuda::getCurrentCUDAStream) when the module was built, their device memory from torch's
 // caching allocator (TorchCudaAllocator). A forward or backward called while another stream
 // is current is ordered after that stream's queued work and before its later work by CUDA
-// events (StreamOrder), with no host synchronization. mpe's exceptions pass through pybind11's translation:
-// std::invalid_argument -> ValueError, std::logic_error -> RuntimeError,
-// mpe::checkpoint_error -> mpe_torch.CheckpointError (a RuntimeError).
+// events (StreamOrder), with no host synchronization.
 #include <torch/extension.h>
 
 #include <charconv>
