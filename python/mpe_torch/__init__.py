@@ -20,6 +20,7 @@ bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import importlib.util
 import math
 import numbers
 import operator
@@ -123,8 +124,10 @@ def _device_type(device, name):
 def _cuda_unavailable():
     """Why a module cannot run on a CUDA device here, or None when it can."""
     if _C_cuda is None:
-        return (f"this mpe_torch was built without its CUDA module, mpe_torch._C_cuda ({_C_CUDA_ERROR}; "
-                "python/README.md: it is built when torch has CUDA and nvcc is found, unless MPE_TORCH_CUDA=0)")
+        if importlib.util.find_spec(f"{__name__}._C_cuda") is not None:
+            return f"this mpe_torch's CUDA module, mpe_torch._C_cuda, cannot be loaded ({_C_CUDA_ERROR})"
+        return ("this mpe_torch was built without its CUDA module, mpe_torch._C_cuda (python/README.md: it is "
+                "built when torch has CUDA and nvcc is found, unless MPE_TORCH_CUDA=0)")
     if not torch.cuda.is_available():
         return "torch.cuda.is_available() is False (no usable CUDA device or driver)"
     return None
@@ -139,7 +142,8 @@ def _resolve_device(device, name="device"):
         return torch.device("cpu")
     why = _cuda_unavailable()
     if why is not None:
-        raise RuntimeError(f"mpe_torch: {name} = {str(d)!r} cannot be used: {why}; mpe_torch runs on the CPU only here")
+        raise RuntimeError(f"mpe_torch: {name} = {str(d)!r} cannot be used: {why}; mpe_torch runs on the CPU only "
+                           "here")
     index = torch.cuda.current_device() if d.index is None else d.index
     if not 0 <= index < torch.cuda.device_count():
         raise ValueError(f"mpe_torch: {name} = {str(d)!r}: this machine has {torch.cuda.device_count()} CUDA "
@@ -419,8 +423,8 @@ class _Movable(_CpuOnly):
             if kind == "cuda" and _cuda_unavailable() is not None:
                 _refuse_device(self, str(device), _cuda_unavailable())
         if dtype is not None and dtype != torch.float32:
-            raise RuntimeError(f"mpe_torch: {type(self).__name__} cannot be converted to {dtype}: its tables live in "
-                               f"mpe's store in their own formats (the storage option); {self._conversion_advice}")
+            raise RuntimeError(f"mpe_torch: {type(self).__name__} cannot be converted to {dtype}: its tables live "
+                               f"in mpe's store in their own formats (the storage option); {self._conversion_advice}")
         return nn.Module.to(self, *args, **kwargs)
 
     def cuda(self, device=None):
@@ -445,9 +449,9 @@ class _TbeFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output):
         if ctx.module._tbe is not ctx.tbe:
-            raise RuntimeError(f"mpe_torch.TableBatchedEmbeddingBags.backward: the module moved to {ctx.module.device} "
-                               "after this forward (a move carries the state, not a pending forward); run backward "
-                               "before moving the module")
+            raise RuntimeError("mpe_torch.TableBatchedEmbeddingBags.backward: the module moved to "
+                               f"{ctx.module.device} after this forward (a move carries the state, not a pending "
+                               "forward); run backward before moving the module")
         # Autograd may hand over an expanded or otherwise strided gradient (e.g. from
         # out.sum()); the fused step needs it dense and row-major.
         ctx.tbe.backward(grad_output.contiguous(), ctx.forward_id)

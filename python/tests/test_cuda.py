@@ -75,15 +75,16 @@ def test_cuda_is_refused_naming_the_reason_without_a_device():
     why = ("torch.cuda.is_available\\(\\) is False" if mpe_torch.built_with_cuda()
            else "built without its CUDA module, mpe_torch._C_cuda")
     for device in ("cuda", "cuda:0", torch.device("cuda", 0)):
-        with pytest.raises(RuntimeError, match=f"device = '{torch.device(device)}' cannot be used: {why}.*CPU only"):
+        asked = torch.device(device)
+        with pytest.raises(RuntimeError, match=f"device = '{asked}' cannot be used: .*{why}.*CPU only"):
             mpe_torch.TableBatchedEmbeddingBags(SPECS, device=device)
-        with pytest.raises(RuntimeError, match=f"device = .* cannot be used: {why}"):
+        with pytest.raises(RuntimeError, match=f"device = .* cannot be used: .*{why}"):
             mpe_torch.TableBatchedEmbeddingBags(SPECS, device=device, store_placement="host_mapped")
     m = mpe_torch.TableBatchedEmbeddingBags(SPECS, seed=3)
     before = m.state_dict()["mpe_state"].clone()
     for move, asked in ((lambda m: m.cuda(), "cuda"), (lambda m: m.to("cuda"), "cuda"),
                         (lambda m: m.to(torch.device("cuda:0")), "cuda:0")):
-        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {asked}: {why}"):
+        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {asked}: .*{why}"):
             move(m)
     # A parent's move reaches the module through _apply: refused (torch's own error names no driver).
     parent = torch.nn.Sequential(m)

@@ -10,14 +10,15 @@
 //
 // Tensor arguments are checked, never converted: dtype (TypeError), device (the module's:
 // the CPU for _C, its CUDA device for _C_cuda), dimensions, shape and contiguity (ValueError).
+// mpe's exceptions pass through pybind11's translation: std::invalid_argument -> ValueError,
+// std::logic_error -> RuntimeError, mpe::checkpoint_error -> mpe_torch.CheckpointError (a
+// RuntimeError; _C_cuda raises _C's class).
 //
 // CUDA (_C_cuda): the groups queue their work on the CUDA stream that was current (torch's,
 // c10::cuda::getCurrentCUDAStream) when the module was built, their device memory from torch's
 // caching allocator (TorchCudaAllocator). A forward or backward called while another stream
 // is current is ordered after that stream's queued work and before its later work by CUDA
-// events (StreamOrder), with no host synchronization. mpe's exceptions pass through pybind11's translation:
-// std::invalid_argument -> ValueError, std::logic_error -> RuntimeError,
-// mpe::checkpoint_error -> mpe_torch.CheckpointError (a RuntimeError).
+// events (StreamOrder), with no host synchronization.
 #include <torch/extension.h>
 
 #include <charconv>
@@ -90,9 +91,9 @@ void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::Sca
                          dtype_name(t.scalar_type()) + " (convert it yourself, e.g. " + name + ".to(" +
                          dtype_name(dtype) + "))");
   if (t.device() != device)
-    throw std::invalid_argument(where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
-                                " (this module's device; move the tensor, or the module with .to()), got device " +
-                                t.device().str());
+    throw std::invalid_argument(
+        where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
+        " (this module's device; move the tensor, or the module with .to()), got device " + t.device().str());
   if (t.layout() != at::kStrided) throw std::invalid_argument(where + " must be a dense (strided) tensor");
   if (t.dim() != dims)
     throw std::invalid_argument(where + " must have " + std::to_string(dims) + " dimension" +
@@ -117,8 +118,9 @@ std::span<T> mspan(at::Tensor& t) {
 /// from (and returns to) torch's pool, reused in stream order as mpe's contract asks.
 class TorchCudaAllocator final : public mpe::CudaAllocator {
  public:
+  /// Throws c10::OutOfMemoryError (a std::exception) when torch's pool cannot serve `bytes`.
   void* allocate(std::size_t bytes, mpe::MemoryPurpose, cudaStream_t stream) override {
-    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);  // throws when out of memory
+    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
   }
   void deallocate(void* p, std::size_t, mpe::MemoryPurpose, cudaStream_t) noexcept override {
     c10::cuda::CUDACachingAllocator::raw_delete(p);
@@ -381,8 +383,9 @@ class Tbe {
 #ifdef MPE_TORCH_CUDA
     const StorePlacement placement = parse_placement(store_placement);
     if (device_index < 0 || device_index >= c10::cuda::device_count())
-      throw std::invalid_argument("mpe_torch: device = cuda:" + std::to_string(device_index) + " is not one of the " +
-                                  std::to_string(c10::cuda::device_count()) + " CUDA device(s)");
+      throw std::invalid_argument("mpe_torch: device = cuda:" + std::to_string(device_index) +
+                                  " is not one of the " + std::to_string(c10::cuda::device_count()) +
+                                  " CUDA device(s)");
     device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
     c10::cuda::CUDAGuard guard(device_);
     stream_ = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
@@ -662,8 +665,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using mpe_torch::Tbe;
 #ifdef MPE_TORCH_CUDA
   m.doc() =
-      "mpe_torch._C_cuda: the C++ core of mpe_torch.TableBatchedEmbeddingBags on CUDA devices (use the Python "
-      "class with device='cuda').";
+      "mpe_torch._C_cuda: the C++ core of mpe_torch.TableBatchedEmbeddingBags on CUDA devices (use the "
+      "Python class with device='cuda').";
   // mpe's checkpoint errors arrive as the CPU module's class, mpe_torch.CheckpointError.
   {
     // A reference held for the process's life (never released at exit, when Python is gone).

@@ -19,9 +19,9 @@ namespace mpe_torch {
 /// Where a CUDA module's store lives (mpe::CudaBackend::Placement); the cache, optimizer
 /// state, metadata and workspaces are device memory whatever this says.
 enum class StorePlacement {
-  Device,     ///< device memory, from `allocator` (torch's caching allocator)
-  HostMapped, ///< pinned host memory mapped into the device (cudaHostAlloc)
-  Managed     ///< cudaMallocManaged, preferred location host
+  Device,      ///< device memory, from `allocator` (torch's caching allocator)
+  HostMapped,  ///< pinned host memory mapped into the device (cudaHostAlloc)
+  Managed      ///< cudaMallocManaged, preferred location host
 };
 
 /// The CudaBackend of a CUDA module's groups: every call's work is queued on `stream` of

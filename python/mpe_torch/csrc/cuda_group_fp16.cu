@@ -5,6 +5,6 @@
 
 namespace mpe_torch {
 template std::unique_ptr<Group> make_cuda_group_of<mpe::Fp16, mpe::Lru<32>>(const PolicyNames&,
-                                                                          const mpe::MixedDimConfig&,
-                                                                          const CudaContext&);
+                                                                            const mpe::MixedDimConfig&,
+                                                                            const CudaContext&);
 }  // namespace mpe_torch

@@ -53,34 +53,36 @@ class GroupImpl final : public Group {
 
   std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& l, int target) const override {
     std::size_t bytes = 0;
-    if constexpr (kHost) with_format(target, l, [&]<class T>() {
-      const std::int32_t D = emb_.dim(table);
-      if (l.layout == Layout::Fused) {
-        if constexpr (has_fused_layout<T>)
-          bytes = mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
-      } else {
-        if constexpr (has_tbe_layout<T>)
-          bytes = mpe::interop::external_row_bytes<T>(
-              mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
-      }
-    });
+    if constexpr (kHost)
+      with_format(target, l, [&]<class T>() {
+        const std::int32_t D = emb_.dim(table);
+        if (l.layout == Layout::Fused) {
+          if constexpr (has_fused_layout<T>)
+            bytes = mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
+        } else {
+          if constexpr (has_tbe_layout<T>)
+            bytes = mpe::interop::external_row_bytes<T>(
+                mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
+        }
+      });
     else
       host_only("export_row_bytes");
     return bytes;
   }
   std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& l, int target) override {
     std::vector<std::uint8_t> out;
-    if constexpr (kHost) with_format(target, l, [&]<class T>() {
-      const auto [g, local] = emb_.locate(table);
-      if (l.layout == Layout::Fused) {
-        if constexpr (has_fused_layout<T>)
-          out = mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
-      } else {
-        if constexpr (has_tbe_layout<T>)
-          out = mpe::io::export_table<T>(emb_.group(g), local,
-                                         mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
-      }
-    });
+    if constexpr (kHost)
+      with_format(target, l, [&]<class T>() {
+        const auto [g, local] = emb_.locate(table);
+        if (l.layout == Layout::Fused) {
+          if constexpr (has_fused_layout<T>)
+            out = mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
+        } else {
+          if constexpr (has_tbe_layout<T>)
+            out = mpe::io::export_table<T>(emb_.group(g), local,
+                                           mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
+        }
+      });
     else
       host_only("export_table");
     return out;

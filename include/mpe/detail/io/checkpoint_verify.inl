@@ -141,7 +141,8 @@ void check_values(const E& e, const Cursor& c, const std::uint8_t* const* payloa
                     payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
                     S * 4);
         if (!Rule::state_ok(st.data(), D)) {
-          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) + ")");
+          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) +
+                 ")");
         }
       }
     }
