@@ -99,12 +99,14 @@ if(NOT last_opt STREQUAL opt)
   endif()
   file(WRITE "${opt_stamp}" "${opt}")
 endif()
-# setuptools rebuilds an object only when its .cpp changed: when any header (mpe's or the
-# extension's) is newer than the built module, drop the objects so everything recompiles.
-file(GLOB built_so "${site}/mpe_torch/_C*.so")
+# setuptools rebuilds an object only when its .cpp / .cu changed: when any header (mpe's or the
+# extension's) is newer than the built CPU module (_C; the CUDA module, _C_cuda, is built after
+# it), drop the objects so everything recompiles.
+file(GLOB built_so "${site}/mpe_torch/_C.*.so")
 if(built_so)
   file(GLOB_RECURSE headers "${MPE_SOURCE_DIR}/include/*.hpp" "${MPE_SOURCE_DIR}/include/*.inl"
-       "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.hpp")
+       "${MPE_SOURCE_DIR}/include/*.cuh" "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.hpp"
+       "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cuh")
   foreach(h ${headers})
     if("${h}" IS_NEWER_THAN "${built_so}")
       message(STATUS "mpe_torch: ${h} changed since the last build; rebuilding every object")
@@ -114,16 +116,19 @@ if(built_so)
     endif()
   endforeach()
 endif()
-# The build's progress: pip -v passes on ninja's "[k/N] c++ ... -c <file>.cpp" lines, shown as
-# "[k/N] <file>.cpp"; compiler errors and warnings pass through whole.
-file(GLOB mpe_torch_sources "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cpp")
+# The build's progress: pip -v passes on ninja's "[k/N] c++ ... -c <file>.cpp" (and nvcc's
+# <file>.cu) lines, shown as "[k/N] <file>.cpp"; compiler errors and warnings pass through whole.
+# The CUDA module (mpe_torch._C_cuda: cuda_*.cpp, cuda_group_*.cu) is built where torch has CUDA
+# and nvcc is found (python/setup.py; MPE_TORCH_CUDA=0 skips it).
+file(GLOB mpe_torch_sources "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cpp"
+     "${MPE_SOURCE_DIR}/python/mpe_torch/csrc/*.cu")
 list(LENGTH mpe_torch_sources n_sources)
-message(STATUS "mpe_torch: building ${n_sources} translation units (those out of date) at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
-               "(from scratch at -O1: ~5 CPU-minutes; at -O3 about twice that)")
+message(STATUS "mpe_torch: building up to ${n_sources} translation units (those out of date) at ${opt} with MAX_JOBS=$ENV{MAX_JOBS} "
+               "(from scratch at -O1: ~5 CPU-minutes, and ~3 more for the CUDA module; at -O3 about twice that)")
 # (pip -v writes the build's output to stderr: sh joins it to stdout for the filter.)
 execute_process(COMMAND sh -c "exec \"$@\" 2>&1" sh "${MPE_PYTHON}" -m pip install -v --no-build-isolation --no-deps
                         --upgrade --target "${site}" "${MPE_SOURCE_DIR}/python"
-                COMMAND sed -u -n -E -e "/byte-compiling is disabled/d" -e "s#^ *(\\[[0-9]+/[0-9]+\\]) .* -c ([^ ]*/)?([^ /]+[.]cpp) .*#  \\1 \\3#p"
+                COMMAND sed -u -n -E -e "/byte-compiling is disabled/d" -e "s#^ *(\\[[0-9]+/[0-9]+\\]) .* -c ([^ ]*/)?([^ /]+[.](cpp|cu)) .*#  \\1 \\3#p"
                                      -e "/(error|warning|Error|FAILED)/p"
                 RESULTS_VARIABLE rcs)
 list(GET rcs 0 rc)

@@ -8,16 +8,19 @@ second-touch LRU, LFU, direct-mapped or W-TinyLFU), takes FBGEMM TBE's input
 The optimizer is fused into backward, as in FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``:
 the tables are not ``nn.Parameter``\\ s and get no ``.grad``; ``loss.backward()`` updates them.
 
-Everything runs on the CPU (mpe's host backend, OpenMP); ``.to()``, ``.cuda()``, ``.half()`` and
-the like raise RuntimeError naming the reason rather than return the module unchanged
-(``.cpu()``, ``.float()`` and ``.to("cpu")`` return the module as it is: it is already CPU and
-its outputs float32). Tensors of the wrong dtype raise
+A module runs on the CPU (mpe's host backend, OpenMP) or, where the extension was built with
+its CUDA module (``built_with_cuda()``), on a CUDA device (``device="cuda"``: mpe's CUDA
+backend). ``.to(device)``, ``.cuda()`` and ``.cpu()`` move its exact state between the two;
+``.half()``, ``.double()`` and other conversions raise RuntimeError naming the reason rather than
+return the module unchanged (``.float()`` returns it as it is: its outputs are float32).
+Tensors of the wrong dtype raise
 ``TypeError``; of the wrong device, shape, number of dimensions or contiguity ``ValueError``;
 they are never converted. mpe's own errors arrive as ``ValueError`` (``std::invalid_argument``:
 bad input, bad hyperparameters, names not built), ``RuntimeError`` (``std::logic_error``:
 misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointError`` (a
 ``RuntimeError``: a state that fails mpe's checkpoint verification).
 """
+import importlib.util
 import math
 import numbers
 import operator
@@ -28,8 +31,16 @@ from torch import nn
 from . import _C
 from ._layout import BagPlanCache
 
-__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "planned_memory", "STORAGES", "CACHES",
-           "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS", "WEIGHTS_INITS"]
+try:  # the CUDA module: built where torch has CUDA and nvcc was found (python/setup.py)
+    from . import _C_cuda
+    _C_CUDA_ERROR = None
+except ImportError as e:  # not built (MPE_TORCH_CUDA=0, no nvcc, a CPU-only torch) or not loadable
+    _C_cuda = None
+    _C_CUDA_ERROR = e
+
+__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "built_with_cuda", "planned_memory",
+           "STORAGES", "CACHES", "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS", "WEIGHTS_INITS",
+           "STORE_PLACEMENTS"]
 
 CheckpointError = _C.CheckpointError
 
@@ -73,10 +84,71 @@ _STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
 WEIGHTS_INITS = ("uniform", "zeros")  # weights_init's names (it also takes (low, high) pairs)
 
 
-def built_combinations():
+# Where a CUDA module's store lives (mpe::CudaBackend::Placement): "device" (device memory, from
+# torch's caching allocator), "host_mapped" (pinned host memory mapped into the device),
+# "managed" (CUDA managed memory, preferred location host). The cache is device memory always.
+STORE_PLACEMENTS = ("device", "host_mapped", "managed")
+
+
+def built_with_cuda():
+    """Whether this build has the CUDA module (``mpe_torch._C_cuda``): modules with
+    ``device="cuda"`` need it (and a CUDA device). False where it was not built (python/setup.py:
+    torch without CUDA, no nvcc, ``MPE_TORCH_CUDA=0``) or cannot be loaded."""
+    return _C_cuda is not None
+
+
+def built_combinations(device="cpu"):
     """The storage/cache/rounding/state_precision combinations compiled into this build, as
-    strings ``"int8/lru/stochastic/fp32"``. Cache ``none`` is ``Lru<32>`` with no cache rows."""
+    strings ``"int8/lru/stochastic/fp32"``. Cache ``none`` is ``Lru<32>`` with no cache rows.
+
+    ``device``: ``"cpu"`` (default; the CPU module's) or ``"cuda"`` (the CUDA module's, a subset
+    of the CPU ones; empty when ``built_with_cuda()`` is False). Also a ``torch.device``."""
+    kind = _device_type(device, "device")
+    if kind == "cuda":
+        return list(_C_cuda.built_combinations()) if _C_cuda is not None else []
     return list(_C.built_combinations())
+
+
+def _device_type(device, name):
+    """``device``'s type, "cpu" or "cuda" (ValueError naming ``name`` for any other)."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"mpe_torch: {name} = {device!r} is not a device (give 'cpu', 'cuda', 'cuda:N' or a "
+                         "torch.device)") from None
+    if d.type not in ("cpu", "cuda"):
+        raise ValueError(f"mpe_torch: {name} = {device!r}: mpe_torch runs on 'cpu' or 'cuda' devices only")
+    return d.type
+
+
+def _cuda_unavailable():
+    """Why a module cannot run on a CUDA device here, or None when it can."""
+    if _C_cuda is None:
+        if importlib.util.find_spec(f"{__name__}._C_cuda") is not None:
+            return f"this mpe_torch's CUDA module, mpe_torch._C_cuda, cannot be loaded ({_C_CUDA_ERROR})"
+        return ("this mpe_torch was built without its CUDA module, mpe_torch._C_cuda (python/README.md: it is "
+                "built when torch has CUDA and nvcc is found, unless MPE_TORCH_CUDA=0)")
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False (no usable CUDA device or driver)"
+    return None
+
+
+def _resolve_device(device, name="device"):
+    """The torch.device a module runs on (``cuda`` without an index: the current CUDA device).
+    ValueError for a device type other than cpu/cuda, RuntimeError where CUDA cannot run."""
+    kind = _device_type(device, name)
+    d = torch.device(device)
+    if kind == "cpu":
+        return torch.device("cpu")
+    why = _cuda_unavailable()
+    if why is not None:
+        raise RuntimeError(f"mpe_torch: {name} = {str(d)!r} cannot be used: {why}; mpe_torch runs on the CPU only "
+                           "here")
+    index = torch.cuda.current_device() if d.index is None else d.index
+    if not 0 <= index < torch.cuda.device_count():
+        raise ValueError(f"mpe_torch: {name} = {str(d)!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         "device(s)")
+    return torch.device("cuda", index)
 
 
 # There is no build option for it: the compiled set is variants.hpp's is_built() (each
@@ -85,9 +157,12 @@ def built_combinations():
 _BUILD_HINT = (
     "to build it, allow it in is_built() in python/mpe_torch/csrc/variants.hpp and rebuild (python/README.md, "
     "compiled combinations)")
+_CUDA_BUILD_HINT = (
+    "to build it for CUDA, allow it in is_built_cuda() in python/mpe_torch/csrc/variants.hpp and rebuild "
+    "(python/README.md, compiled combinations)")
 
 
-def _short_not_built(error, asked):
+def _short_not_built(error, asked, device="cpu"):
     """The extension refuses a combination that is not compiled with a message listing all
     built ones (~1,400 characters). This returns a ValueError saying what was asked, the
     nearest built combinations (fewest fields changed; the storage, then the cache, kept
@@ -96,13 +171,17 @@ def _short_not_built(error, asked):
     if " is not built; built: " not in str(error):
         return None
     asked = tuple(asked)
-    built = [tuple(c.split("/")) for c in _C.built_combinations()]
+    built = [tuple(c.split("/")) for c in built_combinations(device)]
 
     def distance(c):
         differs = [a != b for a, b in zip(asked, c)]
         return (sum(differs), *differs)
 
     nearest = sorted(built, key=distance)[:3]  # stable: ties in built_combinations() order
+    if device == "cuda":
+        return ValueError(f"mpe_torch: storage/cache/rounding/state_precision = {'/'.join(asked)} is not built for "
+                          f"CUDA; nearest built: {', '.join('/'.join(c) for c in nearest)} (all: "
+                          f"built_combinations(device='cuda')); {_CUDA_BUILD_HINT}")
     return ValueError(f"mpe_torch: storage/cache/rounding/state_precision = {'/'.join(asked)} is not built; "
                       f"nearest built: {', '.join('/'.join(c) for c in nearest)} (all: built_combinations()); "
                       f"{_BUILD_HINT}")
@@ -247,18 +326,18 @@ def planned_memory(specs, storage="fp32", cache="none", cache_fraction=0.0, roun
         raise short from None
 
 
-def _refuse_device(module, device):
-    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved to {device}: its tables live in mpe's CPU "
-                       "store (mpe's host backend, OpenMP); it runs on the CPU only")
+def _refuse_device(module, device, why=None):
+    raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved to {device}: "
+                       f"{module._where_it_runs if why is None else why + '; it runs on the CPU only here'}")
 
 
-def _refuse_conversion(module, fn, instead="build the module with the options you want instead"):
+def _refuse_conversion(module, fn, instead="build the module with the options you want instead", probe=None):
     """nn.Module._apply's check for modules holding mpe tables (mpe's, CPU, their own formats;
     not torch tensors): .to() / .half() / .double() and friends cannot move or convert them. A
     conversion that leaves a CPU float32 tensor as it is (.cpu(), .float(), .to("cpu")) passes
     (the module is unchanged and returned); any other raises RuntimeError naming the module and
     what was asked, instead of returning the module unchanged."""
-    probe = torch.zeros(1)
+    probe = torch.zeros(1) if probe is None else probe
     try:
         out = fn(probe)
     except Exception as e:  # e.g. .to("cuda") on a machine without a GPU: torch's own error
@@ -278,6 +357,7 @@ class _CpuOnly:
     hide it). Put it before nn.Module in the bases."""
 
     _conversion_advice = "build the module with the options you want instead"
+    _where_it_runs = "its tables live in mpe's CPU store (mpe's host backend, OpenMP); it runs on the CPU only"
 
     def _apply(self, fn, recurse=True):
         _refuse_conversion(self, fn, self._conversion_advice)
@@ -311,27 +391,75 @@ class _CpuOnly:
         _refuse_device(self, "mtia")
 
 
+class _Movable(_CpuOnly):
+    """Mixin for modules whose mpe tables move between the CPU and CUDA devices (the class
+    keeps ``_device`` and implements ``_move(device)``): ``.to(device)``, ``.cuda()``, ``.cpu()``
+    and a parent's moves (``_apply``) move the exact state; a CUDA move where CUDA cannot run
+    raises RuntimeError naming the reason; dtype conversions and other devices are refused as
+    by _CpuOnly."""
+
+    _where_it_runs = ("mpe_torch runs its tables on the CPU only, or on CUDA devices with its CUDA module "
+                      "(mpe_torch.built_with_cuda())")
+
+    def _apply(self, fn, recurse=True):
+        probe = torch.zeros(1, device=self._device)
+        try:
+            out = fn(probe)
+        except Exception:  # e.g. a CUDA move without a device: refused below with torch's message
+            out = None
+        if not (torch.is_tensor(out) and out.dtype == probe.dtype and out.device.type in ("cpu", "cuda")):
+            _refuse_conversion(self, fn, self._conversion_advice, probe)
+        if out.device != self._device:
+            self._move(out.device)
+        return nn.Module._apply(self, fn, recurse)
+
+    def to(self, *args, **kwargs):
+        # Names the device or dtype asked for before torch would try (and fail) on a probe.
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None:
+            kind = torch.device(device).type
+            if kind not in ("cpu", "cuda"):
+                _refuse_device(self, str(device))
+            if kind == "cuda" and _cuda_unavailable() is not None:
+                _refuse_device(self, str(device), _cuda_unavailable())
+        if dtype is not None and dtype != torch.float32:
+            raise RuntimeError(f"mpe_torch: {type(self).__name__} cannot be converted to {dtype}: its tables live "
+                               f"in mpe's store in their own formats (the storage option); {self._conversion_advice}")
+        return nn.Module.to(self, *args, **kwargs)
+
+    def cuda(self, device=None):
+        why = _cuda_unavailable()
+        if why is not None:
+            _refuse_device(self, "cuda", why)
+        return nn.Module.cuda(self, device)
+
+
 class _TbeFunction(torch.autograd.Function):
     """Training forward; backward runs the fused optimizer step and returns no gradient."""
 
     @staticmethod
-    def forward(ctx, anchor, tbe, indices, offsets, per_sample_weights):
+    def forward(ctx, anchor, module, indices, offsets, per_sample_weights):
+        tbe = module._tbe
         out = tbe.forward(indices, offsets, per_sample_weights, True)
-        ctx.tbe = tbe
+        ctx.module, ctx.tbe = module, tbe
         ctx.forward_id = tbe.forward_id
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output):
+        if ctx.module._tbe is not ctx.tbe:
+            raise RuntimeError("mpe_torch.TableBatchedEmbeddingBags.backward: the module moved to "
+                               f"{ctx.module.device} after this forward (a move carries the state, not a pending "
+                               "forward); run backward before moving the module")
         # Autograd may hand over an expanded or otherwise strided gradient (e.g. from
         # out.sum()); the fused step needs it dense and row-major.
         ctx.tbe.backward(grad_output.contiguous(), ctx.forward_id)
         return None, None, None, None, None
 
 
-class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
-    r"""Table-batched embedding bags in mixed precision, with a fused optimizer (CPU).
+class TableBatchedEmbeddingBags(_Movable, nn.Module):
+    r"""Table-batched embedding bags in mixed precision, with a fused optimizer (CPU or CUDA).
 
     Args:
         specs: list of ``(rows, D)`` pairs, one per table (T tables), like FBGEMM TBE's
@@ -413,6 +541,19 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
 
             ``init_uniform`` and ``set_weights`` replace the weights later; ``load_state_dict``
             replaces them with the state's.
+        device: ``None`` or ``"cpu"`` (default: mpe's host backend), ``"cuda"``, ``"cuda:N"`` or a
+            ``torch.device``: mpe's CUDA backend on that device (``"cuda"``: the current one), for
+            the combinations of ``built_combinations(device="cuda")``. The module's work is queued
+            on the CUDA stream current when it is built; a call made while another stream is
+            current is ordered after that stream's work and before its later work by CUDA events
+            (no host wait). The same seed and inputs give the same bits as on the CPU.
+            ``.to(device)``, ``.cuda()`` and ``.cpu()`` move the exact state later.
+        store_placement: where a CUDA module's store lives (``STORE_PLACEMENTS``): ``"device"``
+            (default: device memory from torch's caching allocator), ``"host_mapped"`` (pinned host
+            memory mapped into the device: no device memory for the store, every access crosses
+            the interconnect) or ``"managed"`` (CUDA managed memory, preferred location host).
+            The cache, optimizer state and workspaces are device memory always. A CPU module takes
+            the default only; kept across moves (it applies while the module is on a CUDA device).
 
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
@@ -432,13 +573,25 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         ValueError: a ``weights_init`` that is not ``"uniform"``, ``"zeros"``, a (low, high) pair of
             numbers or a list of T of them, or a range that ``init_uniform`` refuses (not finite,
             low >= high, beyond the storage's range), naming ``weights_init`` and its value.
+        ValueError: a ``device`` that is not a CPU or CUDA device, a ``store_placement`` not in
+            ``STORE_PLACEMENTS`` or other than ``"device"`` on the CPU, or a combination not built
+            for CUDA (see ``built_combinations(device="cuda")``).
+        RuntimeError: ``device`` a CUDA device where this build has no CUDA module
+            (``built_with_cuda()``) or ``torch.cuda.is_available()`` is False.
     """
 
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
                  seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
-                 row_keys=None, column_keys=None, weights_init="uniform"):
+                 row_keys=None, column_keys=None, weights_init="uniform", device=None, store_placement="device"):
         super().__init__()
+        if not isinstance(store_placement, str) or store_placement not in STORE_PLACEMENTS:
+            raise ValueError(f"mpe_torch: store_placement = {store_placement!r} is not one of "
+                             f"{', '.join(map(repr, STORE_PLACEMENTS))}")
+        device = _resolve_device("cpu" if device is None else device)
+        if device.type == "cpu" and store_placement != "device":
+            raise ValueError(f"mpe_torch: store_placement = {store_placement!r} applies to CUDA modules only (a CPU "
+                             "module keeps its store in host memory); give device='cuda' or leave it 'device'")
         pairs = _specs(specs)
         init = _weights_init(weights_init, len(pairs))
         optimizer = _name(optimizer, "optimizer")
@@ -464,18 +617,61 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
                             defer_admission=defer_admission, row_keys=keys["row_keys"],
                             column_keys=keys["column_keys"])
+        self._store_placement = store_placement
+        self._tbe = self._new_tbe(device, dict(learning_rate=learning_rate, eps=eps, beta1=beta1, beta2=beta2))
+        self._device = device
+        # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
+        self._anchor = torch.empty(0, device=device, requires_grad=True)
+        self._init_weights(init, weights_init)
+
+    def _new_tbe(self, device, params):
+        """A new C++ core for ``device`` with this module's configuration and hyperparameters
+        ``params`` (learning_rate, eps, beta1, beta2); its tables as the core builds them."""
+        c = self._config
+        args = (c["specs"], c["storage"], c["cache"], c["cache_fraction"], c["rounding"], c["state_precision"],
+                c["pooling_mode"], c["optimizer"], params["learning_rate"], params["eps"], params["beta1"],
+                params["beta2"], c["seed"], c["non_finite"], c["slot_index"], c["defer_admission"],
+                c["row_keys"] or [], c["column_keys"] or [])
         try:
-            self._tbe = _C.Tbe(pairs, storage, cache, cache_fraction, rounding, state_precision, pooling_mode,
-                               optimizer, learning_rate, eps, beta1, beta2, seed, non_finite,
-                               slot_index, defer_admission, keys["row_keys"] or [], keys["column_keys"] or [])
+            if device.type == "cuda":
+                return _C_cuda.Tbe(*args, device.index, self._store_placement)
+            return _C.Tbe(*args)
         except ValueError as e:
-            short = _short_not_built(e, (storage, cache, rounding, state_precision))
+            short = _short_not_built(e, (c["storage"], c["cache"], c["rounding"], c["state_precision"]), device.type)
             if short is None:
                 raise
             raise short from None
-        # Anchor of the autograd graph (not a parameter: the tables are updated in backward).
-        self._anchor = torch.empty(0, requires_grad=True)
-        self._init_weights(init, weights_init)
+
+    def _move(self, device):
+        """Moves the exact state (mpe's checkpoint bytes) to a new core on ``device``; a pending
+        training forward is not carried (its backward then raises RuntimeError)."""
+        device = _resolve_device(device)
+        if device == self._device:
+            return
+        tbe = self._new_tbe(device, self.optimizer_params)
+        tbe.load_state(self._tbe.state())
+        self._tbe, self._device = tbe, device
+        self._anchor = torch.empty(0, device=device, requires_grad=True)
+
+    @property
+    def device(self):
+        """The ``torch.device`` the module runs on (``cpu`` or ``cuda:N``): its forward and
+        backward tensors live there."""
+        return self._device
+
+    @property
+    def store_placement(self):
+        """Where the store lives while the module is on a CUDA device (``STORE_PLACEMENTS``)."""
+        return self._store_placement
+
+    def _host_core(self):
+        """A CPU core holding this module's exact state (a CUDA module's FBGEMM exports and imports
+        run on it; the CUDA combinations are all built for the CPU). Flushes the cache first, as
+        export_table does."""
+        self._tbe.flush()
+        tbe = self._new_tbe(torch.device("cpu"), self.optimizer_params)
+        tbe.load_state(self._tbe.state())
+        return tbe
 
     def _init_weights(self, init, given):
         """Draws the tables as ``weights_init`` says (parsed: ``init``; as given: ``given``)."""
@@ -519,10 +715,11 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         r"""Pooled lookup of B bags per table.
 
         Args:
-            indices: ``(n,)`` torch.int64, CPU, contiguous: row ids local to their table.
-            offsets: ``(T*B + 1,)`` torch.int64, CPU, contiguous, table-major like FBGEMM TBE:
-                bag ``j = t*B + b`` holds ``indices[offsets[j]:offsets[j+1]]`` of table t.
-            per_sample_weights: ``None`` or ``(n,)`` torch.float32, CPU, contiguous, finite,
+            indices: ``(n,)`` torch.int64 on the module's device (``device``), contiguous: row ids
+                local to their table.
+            offsets: ``(T*B + 1,)`` torch.int64, the module's device, contiguous, table-major like
+                FBGEMM TBE: bag ``j = t*B + b`` holds ``indices[offsets[j]:offsets[j+1]]`` of table t.
+            per_sample_weights: ``None`` or ``(n,)`` torch.float32, the module's device, contiguous, finite,
                 not requiring grad (no gradient is computed for them); scales each index
                 (``pooling_mode="sum"`` only).
 
@@ -532,7 +729,7 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
                 table-major, each table's bags rank 0's first.
 
         Returns:
-            ``(B, sum D_t)`` torch.float32 on the CPU; sample b's table-t vector in columns
+            ``(B, sum D_t)`` torch.float32 on the module's device; sample b's table-t vector in columns
             ``[sum_{s<t} D_s, + D_t)``. Empty bags give zeros; mean pooling divides by the bag
             length. With ``batch_size_per_feature_per_rank``: ``(sum_r sum_t B[t][r] * D_t,)``,
             rank-major (for r, for t, B[t][r] rows of D_t), the VBE output TorchRec's
@@ -545,9 +742,14 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         must come before the next training forward. Otherwise (``eval()`` or ``torch.no_grad()``)
         it only reads (mpe's ``forward_inference``: no cache fill, no statistics).
 
+        On a CUDA device the work is queued (see the constructor's ``device``), but mpe checks
+        each batch before it runs: the call waits on the host for that verdict (a few bytes
+        copied back), and backward waits likewise for its step's (non-finite gradients, overflow).
+
         Raises:
             TypeError: an argument that is not a tensor, or a tensor of the wrong dtype.
-            ValueError: wrong device, shape, dimensions or contiguity; offsets not of length
+            ValueError: a tensor not on the module's device (naming it and both devices), wrong
+                shape, dimensions or contiguity; offsets not of length
                 T*B + 1, not starting at 0, decreasing or not ending at n; an index outside its
                 table; non-finite per-sample weights or per-sample weights with mean pooling.
         """
@@ -559,7 +761,7 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
             plan = self._vbe_plan(batch_size_per_feature_per_rank, offsets)
             return plan.output(self.forward(indices, plan.offsets(offsets), per_sample_weights))
         if self.training and torch.is_grad_enabled():
-            return _TbeFunction.apply(self._anchor, self._tbe, indices, offsets, per_sample_weights)
+            return _TbeFunction.apply(self._anchor, self, indices, offsets, per_sample_weights)
         return self._tbe.forward(indices, offsets, per_sample_weights, False)
 
     def _vbe_plan(self, batch, offsets):
@@ -648,14 +850,16 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         self._tbe.init_uniform_tables(ranges[0], ranges[1])
 
     def get_weights(self, table):
-        """Table ``table``'s rows as a new ``(rows, D)`` float32 CPU tensor, read through the
-        cache (cached rows in FP32, others dequantized). Raises IndexError for a bad table,
-        TypeError for a table that is not an integer."""
+        """Table ``table``'s rows as a new ``(rows, D)`` float32 tensor on the module's device, read
+        through the cache (cached rows in FP32, others dequantized; on a CUDA device read back to
+        the host first: the call waits for the module's stream). Raises IndexError for a bad
+        table, TypeError for a table that is not an integer."""
         return self._tbe.get_weights(_table_index(table))
 
     def set_weights(self, table, weights):
-        """Replaces table ``table`` with ``weights`` (``(rows, D)`` torch.float32, CPU,
-        contiguous), quantized with the module's rounding; its cache lines are dropped.
+        """Replaces table ``table`` with ``weights`` (``(rows, D)`` torch.float32 on the module's
+        device, contiguous), quantized with the module's rounding; its cache lines are dropped
+        (on a CUDA device the weights are copied to the host first: the call waits for them).
         Optimizer state is kept. Raises TypeError/ValueError for a wrong tensor, ValueError for
         a value the storage cannot hold, IndexError for a bad table (TypeError: not an integer)."""
         self._tbe.set_weights(_table_index(table), weights)
@@ -691,12 +895,15 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
                 op); ``tbe_inference``: row alignment (1 = the TBE's CPU default, 16 = CUDA).
             scale_bias_last: ``tbe_inference`` with FBGEMM's ``reverse_qparam``.
 
-        Flushes the cache first (dirty rows are written back, counted in ``stats()``).
+        Flushes the cache first (dirty rows are written back, counted in ``stats()``). Returns a
+        CPU tensor on every device (a CUDA module's rows are converted on the host, from a CPU
+        copy of its state).
         Raises ValueError (bad layout/format/alignment, a format without that layout, a value
         the format cannot hold), IndexError (bad table), TypeError (a table that is not an integer).
         """
-        return self._tbe.export_table(_table_index(table), layout, int(alignment), bool(scale_bias_last),
-                                      "" if format is None else str(format))
+        tbe = self._tbe if self._device.type == "cpu" else self._host_core()
+        return tbe.export_table(_table_index(table), layout, int(alignment), bool(scale_bias_last),
+                                "" if format is None else str(format))
 
     def import_table(self, table, data, layout="fbgemm_fused", alignment=1, scale_bias_last=False):
         """Replaces table ``table`` with ``data``: a ``(rows, row_bytes)`` torch.uint8 CPU
@@ -707,9 +914,16 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         rows decoding beyond the format's range by at most one quantization step (FBGEMM's
         quantizers near +-65504) are saturated and counted. Every row is validated before
         anything changes; the table's cache lines are dropped. Returns the number of saturated
-        rows. Raises TypeError/ValueError for a wrong tensor or a row the store cannot hold
+        rows. ``data`` is a CPU tensor on every device: a CUDA module imports on a CPU copy of its
+        state and then loads that state (as ``load_state_dict`` does: a pending training forward
+        is dropped). Raises TypeError/ValueError for a wrong tensor or a row the store cannot hold
         (naming row and value), IndexError for a bad table (TypeError: not an integer)."""
-        return self._tbe.import_table(_table_index(table), data, layout, int(alignment), bool(scale_bias_last))
+        if self._device.type == "cpu":
+            return self._tbe.import_table(_table_index(table), data, layout, int(alignment), bool(scale_bias_last))
+        host = self._host_core()
+        saturated = host.import_table(_table_index(table), data, layout, int(alignment), bool(scale_bias_last))
+        self._tbe.load_state(host.state())
+        return saturated
 
     # ---- statistics ----
     def stats(self):
@@ -741,8 +955,9 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         """State: ``mpe_state`` = mpe's checkpoint bytes (uint8, ``MixedDimEmbedding::save_bytes``,
         format MPEMIXD1: the table specs and, per D-group, its MPECKPT1 checkpoint with store,
-        cache, optimizer state, step, seed and counters), built in memory; ``_extra_state`` =
-        the configuration and the optimizer's hyperparameters."""
+        cache, optimizer state, step, seed and counters), built in memory, a CPU tensor on every
+        device (the same bytes on the CPU and on a CUDA device, so a state saved on one loads on
+        the other); ``_extra_state`` = the configuration and the optimizer's hyperparameters."""
         destination[prefix + "mpe_state"] = self._tbe.state()
         destination[prefix + "_extra_state"] = self.get_extra_state()
 
@@ -806,7 +1021,8 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
         old = self.optimizer_params
         self._tbe.set_hyperparameters(p["learning_rate"], p["eps"], p["beta1"], p["beta2"])  # checks them
         try:
-            self._tbe.load_state(state_dict[keys[0]])
+            state = state_dict[keys[0]]
+            self._tbe.load_state(state if state.device.type == "cpu" else state.cpu())  # bytes, wherever held
             self._config["seed"] = int(self._tbe.groups()[0]["seed"])  # the state's, as mpe's load does
         except BaseException:
             self._tbe.set_hyperparameters(old["learning_rate"], old["eps"], old["beta1"], old["beta2"])
@@ -820,4 +1036,6 @@ class TableBatchedEmbeddingBags(_CpuOnly, nn.Module):
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
                 f"learning_rate={self.get_learning_rate():g}, non_finite={c['non_finite']!r}, "
                 f"slot_index={c['slot_index']}, defer_admission={c['defer_admission']}, "
-                f"groups={self.num_groups}")
+                f"groups={self.num_groups}" +
+                ("" if self._device.type == "cpu" else
+                 f", device={str(self._device)!r}, store_placement={self._store_placement!r}"))

@@ -77,14 +77,28 @@ class BagPlan:
             B = bags_per_feature[0] if F else 0
             self.gather = torch.cat([block(f, 0, B) for f in range(F)], dim=1).reshape(-1)
             self.out_shape = (B, sum(dims[t] for t in feature_table))
+        self._on = {}  # (name, device) -> the index tensor copied there once
+
+    def _index(self, name, device):
+        """Index tensor ``name`` on ``device``: built on the host, copied to a CUDA device once
+        per plan (later batches of this shape reuse the copy: no per-call host transfer)."""
+        t = getattr(self, name)
+        if device == t.device:
+            return t
+        key = (name, device)
+        if key not in self._on:
+            self._on[key] = t.to(device)
+        return self._on[key]
 
     def offsets(self, offsets):
-        """The padded table-major offsets ``(T*B_pad + 1,)`` from the input's ``offsets``."""
-        return offsets.index_select(0, self.offsets_index)
+        """The padded table-major offsets ``(T*B_pad + 1,)`` from the input's ``offsets``, on
+        their device."""
+        return offsets.index_select(0, self._index("offsets_index", offsets.device))
 
     def output(self, pooled):
-        """The output in the asked layout from mpe's ``(B_pad, sum D_t)`` ``pooled``."""
-        return pooled.reshape(-1).index_select(0, self.gather).view(self.out_shape)
+        """The output in the asked layout from mpe's ``(B_pad, sum D_t)`` ``pooled``, on its
+        device."""
+        return pooled.reshape(-1).index_select(0, self._index("gather", pooled.device)).view(self.out_shape)
 
 
 class BagPlanCache:

@@ -10,9 +10,18 @@ with an FP32 cache, trained by mpe's fused backward::
         fused_params=dict(storage="int8", cache="lru", cache_fraction=0.05,
                           optimizer="rowwise_adagrad", learning_rate=0.05, seed=1),
         table_options={"t_small": dict(storage="fp16", cache="none")})
-    plan = planner(world_size=2, compute_device="cpu").collective_plan(model, [sharder], pg)
+    plan = planner(world_size=2, sharder=sharder, compute_device="cpu").collective_plan(model, [sharder], pg)
     model = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan,
                                      sharders=[sharder])
+
+**Devices.** The kernels run where DMP's ``device`` says: ``cpu`` (mpe's host backend) or
+``cuda:N`` (mpe's CUDA backend, ``TableBatchedEmbeddingBags(..., device="cuda:N")``; needs
+``mpe_torch.built_with_cuda()`` and a visible GPU, else ``shard`` raises RuntimeError naming
+the reason). On CUDA the per-table option ``store_placement`` (default ``"device"``) puts a
+kernel's store in HBM or in host memory (``"host_mapped"``, ``"managed"``); its cache,
+optimizer state and metadata are HBM always. A CPU kernel ignores ``store_placement`` (its
+store is host memory). Plan with ``planner(..., compute_device="cuda",
+hbm_bytes_per_rank=...)`` or ``sharding_plan(..., compute_device="cuda")``.
 
 It plugs in the way TorchRec admits third-party kernels: every table's ``ParameterSharding``
 has ``compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL``, the sharder returns
@@ -78,18 +87,22 @@ from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import PoolingType, pooling_type_to_pooling_mode
 from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 
-from . import TableBatchedEmbeddingBags, _CpuOnly
+import mpe_torch as _mpe
+from . import STORE_PLACEMENTS, TableBatchedEmbeddingBags, _Movable
 from ._layout import BagPlanCache
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
-           "SHARDING_TYPES", "OPTION_NAMES", "table_wise", "column_wise", "sharding_plan", "planner", "shard_bytes"]
+           "SHARDING_TYPES", "OPTION_NAMES", "COMPUTE_DEVICES", "table_wise", "column_wise", "sharding_plan", "planner",
+           "shard_bytes", "shard_storage"]
 
 MPE_KERNEL = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
 SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
 # TableBatchedEmbeddingBags' keyword arguments a table may set (the sharder sets specs,
 # pooling_mode, row_keys and column_keys itself).
 OPTION_NAMES = ("storage", "cache", "cache_fraction", "rounding", "optimizer", "learning_rate", "eps", "beta1",
-                "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission")
+                "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission", "store_placement")
+# Where the kernels run: DMP's device type and the planner's compute_device.
+COMPUTE_DEVICES = ("cpu", "cuda")
 _FUSED_KEY = "mpe_options"  # the resolved options in TorchRec's per-table fused_params
 
 
@@ -119,17 +132,40 @@ _EMB_OPTIM_TYPES = {"EXACT_SGD": "sgd", "SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "
                     "EXACT_ADAGRAD": "adagrad", "ADAM": "adam"}
 
 
-def _validate(options, where):
-    """Builds a tiny module with ``options``, so a bad value or a combination that is not built
-    is refused when the sharder is made, on every rank alike (not later by the rank that owns
-    the table)."""
+def _validate(options, where, device=None):
+    """Builds a tiny module with ``options`` (on ``device``: the CPU by default), so a bad value
+    or a combination that is not built is refused when the sharder is made (and, for a CUDA
+    device, when it shards: the CUDA module builds fewer combinations), on every rank alike
+    (not later by the rank that owns the table)."""
+    placement = options.get("store_placement", "device")
+    if not isinstance(placement, str) or placement not in STORE_PLACEMENTS:
+        raise ValueError(f"mpe_torch.torchrec: {where}: store_placement = {placement!r} is not one of "
+                         f"{', '.join(STORE_PLACEMENTS)}")
     try:
-        TableBatchedEmbeddingBags([(64, 4)], weights_init="zeros", **options)
+        TableBatchedEmbeddingBags([(64, 4)], weights_init="zeros", **_kernel_options(options, device))
     except (ValueError, TypeError) as e:
         raise type(e)(f"mpe_torch.torchrec: {where}: {e}") from None
 
 
-class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
+def _kernel_options(options, device):
+    """``options`` as TableBatchedEmbeddingBags takes them on ``device`` (None or a CPU/meta
+    device: the CPU, where store_placement does not apply and is dropped)."""
+    options = dict(options)
+    if device is not None and torch.device(device).type == "cuda":
+        options["device"] = torch.device(device)
+    else:
+        options.pop("store_placement", None)
+    return options
+
+
+def _device_kind(device_type, where):
+    if device_type not in COMPUTE_DEVICES:
+        raise ValueError(f"mpe_torch.torchrec: {where} = {device_type!r}: mpe's kernels run on "
+                         f"{' or '.join(COMPUTE_DEVICES)} devices only")
+    return device_type
+
+
+class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
     """TorchRec's kernel for one group of table shards: one ``TableBatchedEmbeddingBags``.
 
     Args:
@@ -137,21 +173,28 @@ class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
             holds the group's resolved options (a tuple of (name, value) pairs).
         table_keys: table name -> the row of its row 0 in the whole collection.
         sharding_type: the group's ``ShardingType`` (mean pooling as TorchRec's kernels do).
+        device: where the kernel runs: None, ``cpu`` or ``meta`` (mpe's host backend) or
+            ``cuda:N`` (mpe's CUDA backend, its store where the options' ``store_placement``
+            says; RuntimeError where CUDA cannot run, as ``TableBatchedEmbeddingBags`` raises).
 
     ``forward(features)`` takes the KeyedJaggedTensor TorchRec's input distribution gives this
-    rank (int64 values, CPU; weights when the EBC is weighted) and returns ``(B, sum_f D_f)``
-    float32, or with a variable batch per feature (``features.variable_stride_per_key()``) the
-    rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of TorchRec's VBE.
+    rank (int64 values on the kernel's device; weights when the EBC is weighted) and returns
+    ``(B, sum_f D_f)`` float32 on that device, or with a variable batch per feature
+    (``features.variable_stride_per_key()``) the rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of
+    TorchRec's VBE. On CUDA it queues its work (no host round trip; mpe's own waits are
+    ``TableBatchedEmbeddingBags``'); a new batch shape's index tensors are built on the host
+    once and copied to the device once (``BagPlanCache``).
 
     Its tables start U(weight_init_min, weight_init_max) of their configs (``reset_parameters``'
-    draw, made once at construction). CPU only: ``.to()``, ``.cuda()``, ``.half()`` and the like
-    raise RuntimeError naming the kernel and the reason (as ``TableBatchedEmbeddingBags``'s do);
-    ``.cpu()``, ``.float()`` and ``.to("cpu")`` return it as it is.
+    draw, made once at construction). ``.to(device)``, ``.cuda()`` and ``.cpu()`` move its exact
+    state between the CPU and a CUDA device (``TableBatchedEmbeddingBags``' moves; inside DMP a
+    kernel stays where the plan put it); dtype conversions (``.half()``, ...) and other devices
+    raise RuntimeError naming the kernel and the reason.
     """
 
     _conversion_advice = "choose the format in the sharder's fused_params or table_options instead"
 
-    def __init__(self, config, table_keys, sharding_type=None):
+    def __init__(self, config, table_keys, sharding_type=None, device=None):
         super().__init__()
         self._config = config
         options = dict(config.fused_params[_FUSED_KEY])
@@ -168,7 +211,8 @@ class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
         mode = pooling_type_to_pooling_mode(config.pooling, sharding_type)
         # Drawn once, at construction: reset_parameters()'s ranges as weights_init (the same bits).
         self.tbe = TableBatchedEmbeddingBags(specs, pooling_mode=mode.name.lower(), row_keys=row_keys,
-                                             column_keys=column_keys, weights_init=self._init_ranges(), **options)
+                                             column_keys=column_keys, weights_init=self._init_ranges(),
+                                             **_kernel_options(options, device))
         self._direct = feature_table == list(range(len(tables)))  # one feature per table
         self._plans = BagPlanCache(feature_table, [d for _, d in specs])
         self._optimizer = _MpeFusedOptimizer(self.tbe)
@@ -176,6 +220,13 @@ class MpeEmbeddingBag(_CpuOnly, BaseEmbedding, FusedOptimizerModule):
     @property
     def config(self):
         return self._config
+
+    @property
+    def _device(self):  # _Movable's: where the tables are (the child module moves them)
+        return self.tbe.device
+
+    def _move(self, device):
+        pass  # nn.Module._apply moves the child TableBatchedEmbeddingBags (its exact state)
 
     def _init_ranges(self):
         return [(t.get_weight_init_min(), t.get_weight_init_max()) for t in self._tables]
@@ -255,7 +306,7 @@ class _MpeLookup(GroupedPooledEmbeddingsLookup):
         if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
             raise ValueError(f"mpe_torch.torchrec: table(s) {config.table_names()} have compute kernel "
                              f"{config.compute_kernel.value}; mpe's sharder runs '{MPE_KERNEL}' only")
-        return MpeEmbeddingBag(config, self._mpe_table_keys, sharding_type)
+        return MpeEmbeddingBag(config, self._mpe_table_keys, sharding_type, device)
 
     def forward(self, sparse_features):
         # With a variable batch per feature and several kernels, each kernel's rank-major output
@@ -355,6 +406,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         local = {}
         for k in kernels:
             for t, w in zip(k._tables, k.weights()):
+                # On the shard's placement (cuda:N for a CUDA kernel; get_weights reads back to it).
+                w = w.to(t.local_metadata.placement.device())
                 local.setdefault(t.name, []).append(Shard(tensor=w, metadata=t.local_metadata))
         pg = self._env.process_group
         for c in self._embedding_bag_configs:
@@ -381,7 +434,7 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
             missing_keys.extend(k for k in self._mpe_state_keys(prefix) if k not in state_dict)
             return
         theirs, mine = state_dict[plan_key], self._mpe_plan()
-        if theirs != mine:
+        if _plan_placement(theirs) != _plan_placement(mine):
             raise ValueError(f"mpe_torch.torchrec: the state was saved with another sharding plan or world size; "
                              f"nothing was loaded.\n  state:  {_describe_plan(theirs)}\n  module: "
                              f"{_describe_plan(mine)}")
@@ -412,7 +465,9 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                     loaded += 1
             except Exception as e:  # restore below, then raise on every rank
                 error = e
-        failed = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+        # NCCL reduces CUDA tensors only; gloo takes either.
+        flag_device = self._device if self._device is not None and self._device.type == "cuda" else "cpu"
+        failed = torch.tensor([0 if error is None else 1], dtype=torch.int64, device=flag_device)
         pg = self._env.process_group
         if pg is not None and dist.get_world_size(pg) > 1:
             dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=pg)
@@ -433,6 +488,19 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         incompatible_keys.unexpected_keys[:] = [
             k for k in incompatible_keys.unexpected_keys
             if not (k.endswith(weights) or "_mpe.rank" in k or k.endswith("_mpe_plan"))]
+
+
+def _plan_placement(text):
+    """The plan ``text`` (``_mpe_plan``'s JSON) with each shard's placement as its rank only, so
+    a state saved on CUDA devices loads into the CPU model of the same plan and back; text that
+    is not such a plan is returned as it is (and then differs)."""
+    try:
+        p = json.loads(text)
+        for v in p["tables"].values():
+            v["shards"] = [[o, s, str(where).split("/")[0]] for o, s, where in v["shards"]]
+        return json.dumps(p, sort_keys=True)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return text
 
 
 def _describe_plan(text):
@@ -484,9 +552,15 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         return resolved
 
     def sharding_types(self, compute_device_type):
+        """``SHARDING_TYPES`` for a ``cpu`` or ``cuda`` compute device; ValueError naming any
+        other device type."""
+        _device_kind(compute_device_type, "compute_device_type")
         return list(SHARDING_TYPES)
 
     def compute_kernels(self, sharding_type, compute_device_type):
+        """``[MPE_KERNEL]`` for a sharding type of ``SHARDING_TYPES`` on ``cpu`` or ``cuda``
+        ([] for another sharding type); ValueError naming any other device type."""
+        _device_kind(compute_device_type, "compute_device_type")
         return [MPE_KERNEL] if sharding_type in SHARDING_TYPES else []
 
     def shard(self, module, params, env, device=None, module_fqn=None):
@@ -495,8 +569,16 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         if unknown:
             raise ValueError(f"mpe_torch.torchrec: table_options names table(s) {unknown} that the "
                              f"EmbeddingBagCollection does not have (its tables: {names})")
-        if device is not None and torch.device(device).type not in ("cpu", "meta"):
-            raise ValueError(f"mpe_torch.torchrec: mpe's kernels run on the CPU; DMP asked for device {device}")
+        device = None if device is None else torch.device(device)
+        if device is not None and device.type not in ("cpu", "meta", "cuda"):
+            raise ValueError(f"mpe_torch.torchrec: DMP asked for device {device}; mpe's kernels run on "
+                             f"{' or '.join(COMPUTE_DEVICES)} devices only")
+        if device is not None and device.type == "cuda":
+            why = _mpe._cuda_unavailable()
+            if why is not None:
+                raise RuntimeError(f"mpe_torch.torchrec: the plan puts mpe's kernels on {device}, but {why}; shard "
+                                   "onto the CPU instead (DMP device=torch.device('cpu'), a plan made with "
+                                   "compute_device='cpu')")
         for name in names:
             p = params.get(name)
             if p is None:
@@ -518,6 +600,11 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         if module.is_weighted() and mean:
             raise ValueError(f"mpe_torch.torchrec: the EmbeddingBagCollection is weighted and table(s) {mean} pool by "
                              "MEAN; mpe takes per-sample weights with SUM pooling only")
+        if device is not None and device.type == "cuda":
+            # The CUDA module builds fewer combinations: every table's options are checked on
+            # every rank alike before any kernel is built.
+            for name in names:
+                _validate(self.options(name), f"table {name!r} on {device}", device)
         return ShardedEmbeddingBagCollection(module, params, env, self.options, fused_params=self.fused_params,
                                              device=device, qcomm_codecs_registry=self.qcomm_codecs_registry,
                                              module_fqn=module_fqn)
@@ -539,18 +626,22 @@ def column_wise(ranks=None, size_per_rank=None):
     return sp.column_wise(ranks=ranks, size_per_rank=size_per_rank, compute_kernel=MPE_KERNEL)
 
 
-def sharding_plan(module, per_table, sharder, world_size, path=""):
+def sharding_plan(module, per_table, sharder, world_size, path="", compute_device="cpu", local_size=None):
     """A ``ShardingPlan`` placing ``module`` (an EmbeddingBagCollection at ``path`` in the
     model, "" for the model itself) as ``per_table`` says (table name -> ``table_wise(r)`` or
-    ``column_wise([...])`` of this module), for ``world_size`` CPU processes."""
+    ``column_wise([...])`` of this module), for ``world_size`` processes on ``compute_device``
+    (``"cpu"``, or ``"cuda"``: rank r's shards placed on ``cuda:(r % local_size)``;
+    ``local_size``: processes per host, default ``world_size``)."""
+    _device_kind(compute_device, "compute_device")
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingPlan
     names = [c.name for c in module.embedding_bag_configs()]
     missing = [n for n in names if n not in per_table]
     if missing:
         raise ValueError(f"mpe_torch.torchrec: sharding_plan has no entry for table(s) {missing}")
-    plan = construct_module_sharding_plan(module, per_table, sharder=sharder, local_size=world_size,
-                                          world_size=world_size, device_type="cpu")
+    local_size = world_size if local_size is None else int(local_size)
+    plan = construct_module_sharding_plan(module, per_table, sharder=sharder, local_size=local_size,
+                                          world_size=world_size, device_type=compute_device)
     for name, p in plan.items():
         bad = [r for r in (p.ranks or []) if not 0 <= r < world_size]
         if bad:
@@ -559,7 +650,15 @@ def sharding_plan(module, per_table, sharder, world_size, path=""):
 
 
 # Options that change no byte of the footprint (planned_memory takes the rest).
-_NOT_MEMORY = ("learning_rate", "eps", "beta1", "beta2", "seed", "non_finite", "defer_admission")
+# (store_placement moves the store between memories, not its size: shard_storage.)
+_NOT_MEMORY = ("learning_rate", "eps", "beta1", "beta2", "seed", "non_finite", "defer_admission", "store_placement")
+
+
+def _planned(rows, dim, options, column_key):
+    from . import planned_memory
+    kw = {k: v for k, v in options.items() if k not in _NOT_MEMORY}
+    # A kernel always keys its rows (row_keys: 8 bytes of metadata a table).
+    return planned_memory([(rows, dim)], row_keys=[0], column_keys=[column_key] if column_key else None, **kw)
 
 
 def shard_bytes(rows, dim, options, column_key=0):
@@ -567,31 +666,55 @@ def shard_bytes(rows, dim, options, column_key=0):
     resolved options: store + cache + metadata + optimizer state, as the built module's
     ``memory()`` reports them after its first step (``mpe_torch.planned_memory``; nothing is
     allocated). Tables sharing a kernel share one cache, sized from their rows together."""
-    from . import planned_memory
-    kw = {k: v for k, v in options.items() if k not in _NOT_MEMORY}
-    # A kernel always keys its rows (row_keys: 8 bytes of metadata a table).
-    m = planned_memory([(rows, dim)], row_keys=[0], column_keys=[column_key] if column_key else None, **kw)
+    m = _planned(rows, dim, options, column_key)
     return m["store_bytes"] + m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
 
 
-def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_bytes_per_rank=None):
-    """TorchRec's ``EmbeddingShardingPlanner`` for ``world_size`` CPU processes whose storage
-    estimate of a shard on mpe's kernel is mpe's own bytes (``shard_bytes``: a 4x smaller
-    INT8 row, the cache, the optimizer state) plus TorchRec's input/output buffers, so the
-    planner fits as many tables as mpe's memory allows. Its performance estimate is TorchRec's
-    for its fused kernel on the same shard. ``ddr_bytes_per_rank`` sets each rank's memory
-    capacity (TorchRec's default otherwise); ``constraints`` are TorchRec's
-    ``ParameterConstraints`` by table name."""
+def shard_storage(rows, dim, options, column_key=0, compute_device="cpu"):
+    """``shard_bytes`` split by memory: ``(hbm, ddr)`` bytes of the shard's kernel on
+    ``compute_device``. ``"cpu"``: ``(0, shard_bytes)``. ``"cuda"``: cache, optimizer state and
+    metadata in HBM; the store in HBM with ``store_placement`` ``"device"`` (the default), in
+    host memory (DDR) with ``"host_mapped"`` or ``"managed"`` (mpe's CudaBackend placements)."""
+    _device_kind(compute_device, "compute_device")
+    m = _planned(rows, dim, options, column_key)
+    rest = m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
+    if compute_device == "cpu":
+        return 0, m["store_bytes"] + rest
+    if options.get("store_placement", "device") == "device":
+        return m["store_bytes"] + rest, 0
+    return rest, m["store_bytes"]
+
+
+def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_bytes_per_rank=None,
+            compute_device="cpu", hbm_bytes_per_rank=None, local_world_size=None):
+    """TorchRec's ``EmbeddingShardingPlanner`` for ``world_size`` processes on
+    ``compute_device`` (``"cpu"`` or ``"cuda"``: one GPU a process) whose storage estimate of a
+    shard on mpe's kernel is mpe's own bytes (``shard_storage``: a 4x smaller INT8 row, the
+    cache, the optimizer state; on ``cuda`` the store in HBM or, with ``store_placement``
+    ``"host_mapped"``/``"managed"``, in DDR) plus TorchRec's input/output buffers (DDR on the
+    CPU, HBM on CUDA), so the planner fits as many tables as mpe's memory allows. Its
+    performance estimate is TorchRec's for its fused kernel on the same shard (on CUDA with a
+    host store: its UVM kernel, UVM-caching with mpe's ``cache_fraction`` as the load factor
+    when the table has a cache). ``ddr_bytes_per_rank`` and ``hbm_bytes_per_rank`` set each
+    rank's capacities (TorchRec's defaults otherwise); ``constraints`` are TorchRec's
+    ``ParameterConstraints`` by table name; ``local_world_size``: processes per host (TorchRec's
+    default: ``world_size``). The planner needs no GPU. ValueError for another compute device."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.planner.constants import BATCH_SIZE
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    _device_kind(compute_device, "compute_device")
     batch_size = BATCH_SIZE if batch_size is None else batch_size
-    kw = dict(world_size=world_size, compute_device="cpu")
+    kw = dict(world_size=world_size, compute_device=compute_device)
     if ddr_bytes_per_rank is not None:
         kw["ddr_cap"] = int(ddr_bytes_per_rank)
+    if hbm_bytes_per_rank is not None:
+        kw["hbm_cap"] = int(hbm_bytes_per_rank)
+    if local_world_size is not None:
+        kw["local_world_size"] = int(local_world_size)
     topology = Topology(**kw)
     sharder = sharder if sharder is not None else EmbeddingBagCollectionSharder()
-    estimators = [_PerfEstimator(topology, constraints), _StorageEstimator(topology, constraints, sharder)]
+    estimators = [_PerfEstimator(topology, constraints, sharder),
+                  _StorageEstimator(topology, constraints, sharder)]
     enumerator = EmbeddingEnumerator(topology=topology, batch_size=batch_size, constraints=constraints,
                                      estimator=estimators)
     return EmbeddingShardingPlanner(topology=topology, batch_size=batch_size, enumerator=enumerator,
@@ -599,28 +722,50 @@ def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_byt
 
 
 class _AsFused:
-    """Presents mpe's sharding options as TorchRec's fused kernel to TorchRec's estimators."""
+    """Presents mpe's sharding options as TorchRec's fused kernel to TorchRec's estimators (on
+    CUDA, a table whose store is in host memory as its UVM kernel, UVM-caching with mpe's
+    cache_fraction as load factor when it has a cache, for the performance estimate)."""
 
-    def __init__(self, options):
+    def __init__(self, options, sharder=None, compute_device="cpu"):
         self.options = [o for o in options if o.compute_kernel == MPE_KERNEL]
+        self._sharder, self._device = sharder, compute_device
+        self._cache_params = []
+
+    def _kernel(self, o):
+        if self._sharder is None or self._device != "cuda":
+            return EmbeddingComputeKernel.FUSED.value, None
+        opts = self._sharder.options(o.name)
+        if opts.get("store_placement", "device") == "device":
+            return EmbeddingComputeKernel.FUSED.value, None
+        fraction = float(opts.get("cache_fraction", 0.0)) if opts.get("cache", "none") != "none" else 0.0
+        if fraction > 0:
+            return EmbeddingComputeKernel.FUSED_UVM_CACHING.value, fraction
+        return EmbeddingComputeKernel.FUSED_UVM.value, None
 
     def __enter__(self):
+        from torchrec.distributed.types import CacheParams
         for o in self.options:
-            o.compute_kernel = EmbeddingComputeKernel.FUSED.value
+            kernel, fraction = self._kernel(o)
+            self._cache_params.append(o.cache_params)
+            if fraction is not None and o.cache_params is None:
+                o.cache_params = CacheParams(load_factor=fraction)
+            o.compute_kernel = kernel
         return self
 
     def __exit__(self, *exc):
-        for o in self.options:
+        for o, params in zip(self.options, self._cache_params):
             o.compute_kernel = MPE_KERNEL
+            o.cache_params = params
 
 
 class _PerfEstimator:
-    def __init__(self, topology, constraints):
+    def __init__(self, topology, constraints, sharder=None):
         from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
         self._inner = EmbeddingPerfEstimator(topology=topology, constraints=constraints)
+        self._sharder, self._device = sharder, topology.compute_device
 
     def estimate(self, sharding_options, sharder_data_map=None):
-        with _AsFused(sharding_options):
+        with _AsFused(sharding_options, self._sharder, self._device):
             self._inner.estimate(sharding_options, sharder_data_map)
 
 
@@ -628,11 +773,11 @@ class _StorageEstimator:
     def __init__(self, topology, constraints, sharder):
         from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
         self._inner = EmbeddingStorageEstimator(topology=topology, constraints=constraints)
-        self._sharder = sharder
+        self._sharder, self._device = sharder, topology.compute_device
 
     def estimate(self, sharding_options, sharder_data_map=None):
         from torchrec.distributed.planner.types import Storage
-        with _AsFused(sharding_options) as mine:
+        with _AsFused(sharding_options) as mine:  # TorchRec's FUSED estimate: its FP32 slice + I/O
             self._inner.estimate(sharding_options, sharder_data_map)
         for o in mine.options:
             opts = self._sharder.options(o.name)
@@ -640,8 +785,13 @@ class _StorageEstimator:
             fp32 = 4 * rows * dim
             for shard in o.shards:
                 srows, scols = shard.size
-                # TorchRec's estimate is its FP32 tensor slice + its input/output buffers;
-                # mpe's bytes replace the tensor slice.
+                # TorchRec's estimate is its FP32 tensor slice + its input/output buffers (DDR on
+                # the CPU, HBM on CUDA); mpe's bytes replace the tensor slice.
                 tensor_part = -(-fp32 * srows * scols // (rows * dim))
-                io = shard.storage.ddr - tensor_part
-                shard.storage = Storage(hbm=0, ddr=io + shard_bytes(srows, scols, opts, shard.offset[1]))
+                hbm, ddr = shard_storage(srows, scols, opts, shard.offset[1], self._device)
+                if self._device == "cuda":
+                    io = shard.storage.hbm - tensor_part
+                    shard.storage = Storage(hbm=io + hbm, ddr=shard.storage.ddr + ddr)
+                else:
+                    io = shard.storage.ddr - tensor_part
+                    shard.storage = Storage(hbm=shard.storage.hbm + hbm, ddr=io + ddr)

@@ -134,14 +134,14 @@ def reference(case, world, steps, division=True, keys=None):
     return outs, {c.name: tbe.get_weights(t) for t, c in enumerate(cfgs)}, tbe
 
 
-def run_worker(rank, world, port, case, out_dir, body):
-    """Runs body(rank, world, case) in a gloo process group and saves what it returns (or its
-    traceback) to out_dir/rank<r>.pt."""
+def run_worker(rank, world, port, case, out_dir, body, backend="gloo"):
+    """Runs body(rank, world, case) in a process group of ``backend`` (gloo; "cpu:gloo,cuda:nccl"
+    for the CUDA tests) and saves what it returns (or its traceback) to out_dir/rank<r>.pt."""
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     result = {}
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group(backend, rank=rank, world_size=world)
         result = body(rank, world, case)
     except BaseException:
         result = {"error": traceback.format_exc()}
@@ -151,12 +151,12 @@ def run_worker(rank, world, port, case, out_dir, body):
             dist.destroy_process_group()
 
 
-def spawn(body, case, world, out_dir):
+def spawn(body, case, world, out_dir, backend="gloo"):
     """Runs body on `world` processes; returns each rank's result dict (raises on an error)."""
     import torch.multiprocessing as mp
     port = free_port()
     try:
-        mp.start_processes(run_worker, args=(world, port, case, str(out_dir), body), nprocs=world, join=True,
+        mp.start_processes(run_worker, args=(world, port, case, str(out_dir), body, backend), nprocs=world, join=True,
                            start_method="spawn")
     except mp.ProcessExitedException:
         pass  # a rank died before saving its result: reported below
@@ -171,7 +171,9 @@ def spawn(body, case, world, out_dir):
     return results
 
 
-def build_dmp(case, world):
+def build_dmp(case, world, device=None):
+    """DMP over the case's EBC with mpe's sharder, on ``device`` (default CPU; ``cuda:r`` puts
+    rank r's kernels on its GPU)."""
     import torchrec
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.types import ShardingEnv
@@ -181,9 +183,10 @@ def build_dmp(case, world):
     sharder = mt.EmbeddingBagCollectionSharder(fused_params=case["options"], table_options=case.get("table_options"))
     per_table = {name: (mt.table_wise(spec[1]) if spec[0] == "tw" else mt.column_wise(spec[1]))
                  for name, spec in case["plan"].items()}
-    plan = mt.sharding_plan(ebc, per_table, sharder, world)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    plan = mt.sharding_plan(ebc, per_table, sharder, world, compute_device=device.type)
     model = DistributedModelParallel(ebc, env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                     device=torch.device("cpu"), plan=plan, sharders=[sharder])
+                                     device=device, plan=plan, sharders=[sharder])
     return model
 
 
@@ -201,19 +204,22 @@ def local_weights(model):
     for k in sharded_module(model).kernels():
         for t, w in zip(k._tables, k.weights()):
             off = t.local_metadata.shard_offsets
-            out.setdefault(t.name, []).append((off[0], off[1], w))
+            out.setdefault(t.name, []).append((off[0], off[1], w.cpu()))
     return out
 
 
-def train_steps(model, case, rank, world, steps, first=0):
+def train_steps(model, case, rank, world, steps, first=0, device=None):
+    """``steps`` training steps; returns each step's output on the CPU. ``device``: where the
+    batch and the gradient go (the DMP's device; default the CPU)."""
     outs = []
     B = case["batch"]
     for step in range(first, first + steps):
-        kt = model(local_kjt(case, step, rank, world))
+        kjt = local_kjt(case, step, rank, world)
+        kt = model(kjt if device is None else kjt.to(device))
         out = torch.cat([kt[f] for f in features(case)], dim=1)  # the KeyedTensor's keys come in plan order
-        outs.append(out.detach().clone())
+        outs.append(out.detach().cpu().clone())
         grad = upstream_grad(case, step, B * world)[rank * B:(rank + 1) * B]
-        (out * grad).sum().backward()
+        (out * (grad if device is None else grad.to(device))).sum().backward()
     return outs
 
 

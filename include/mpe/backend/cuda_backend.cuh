@@ -25,28 +25,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpe/backend/cuda_allocator.hpp"
 #include "mpe/backend/memory_purpose.hpp"
 #include "mpe/numeric/config.hpp"
 
 namespace mpe {
-
-/// A user-supplied device memory pool for CudaBackend (e.g. a framework's caching
-/// allocator). allocate() returns device memory usable on `stream` (or throws);
-/// deallocate() may be called while work on `stream` that used the memory is still
-/// queued, so the pool must reuse it in stream order (as cudaFreeAsync does).
-/// Not used for the store under the Managed and HostMapped placements.
-class CudaAllocator {
- public:
-  virtual ~CudaAllocator() = default;
-  /// Returns `bytes` (>= 1) of device memory for `purpose`, usable by work queued on
-  /// `stream` from now on and 64-byte aligned at least (the ExecutionBackend contract);
-  /// throws, never returns null, when it cannot.
-  virtual void* allocate(std::size_t bytes, MemoryPurpose purpose, cudaStream_t stream) = 0;
-  /// Takes back `p` from allocate() (same `bytes`, `purpose` and `stream`). Work on
-  /// `stream` that uses `p` may still be queued: reuse it in stream order. Must not throw.
-  virtual void deallocate(void* p, std::size_t bytes, MemoryPurpose purpose,
-                          cudaStream_t stream) noexcept = 0;
-};
 
 namespace detail {
 

@@ -1,15 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch._C: the tensor-facing core of mpe_torch.TableBatchedEmbeddingBags.
+// mpe_torch._C: the tensor-facing core of mpe_torch.TableBatchedEmbeddingBags. Compiled a
+// second time with MPE_TORCH_CUDA defined (cuda_binding.cpp) as mpe_torch._C_cuda: the same
+// class over the CUDA module's groups (cuda_group.hpp), its tensors on one CUDA device.
 //
 // One `Tbe` holds one mpe::MixedDimEmbedding over T tables given as (rows, D) specs (any
 // mix of D: the core groups them by D, one CachedEmbedding per distinct D, and splits,
 // scatters and gathers the batch, all groups stepping together or none). The binding checks
 // tensors and keeps the autograd bookkeeping (which forward a backward belongs to).
 //
-// Tensor arguments are checked, never converted: dtype (TypeError), device, dimensions,
-// shape and contiguity (ValueError). mpe's exceptions pass through pybind11's translation:
-// std::invalid_argument -> ValueError, std::logic_error -> RuntimeError,
-// mpe::checkpoint_error -> mpe_torch.CheckpointError (a RuntimeError).
+// Tensor arguments are checked, never converted: dtype (TypeError), device (the module's:
+// the CPU for _C, its CUDA device for _C_cuda), dimensions, shape and contiguity (ValueError).
+// mpe's exceptions pass through pybind11's translation: std::invalid_argument -> ValueError,
+// std::logic_error -> RuntimeError, mpe::checkpoint_error -> mpe_torch.CheckpointError (a
+// RuntimeError; _C_cuda raises _C's class).
+//
+// CUDA (_C_cuda): the groups queue their work on the CUDA stream that was current (torch's,
+// c10::cuda::getCurrentCUDAStream) when the module was built, their device memory from torch's
+// caching allocator (TorchCudaAllocator). A forward or backward called while another stream
+// is current is ordered after that stream's queued work and before its later work by CUDA
+// events (StreamOrder), with no host synchronization.
 #include <torch/extension.h>
 
 #include <charconv>
@@ -22,6 +31,15 @@
 #include <vector>
 
 #include "group.hpp"
+
+#ifdef MPE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda_group.hpp"
+#endif
 
 namespace py = pybind11;
 
@@ -62,18 +80,20 @@ std::string shape_str(const at::Tensor& t) {
   return s + (t.dim() == 1 ? ",)" : ")");
 }
 
-/// Refuses (never converts) a tensor that is not a contiguous CPU tensor of `dtype` with
-/// `dims` dimensions.
-void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::ScalarType dtype, int64_t dims) {
+/// Refuses (never converts) a tensor that is not a contiguous tensor on `device` of `dtype`
+/// with `dims` dimensions.
+void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::ScalarType dtype, int64_t dims,
+                  const at::Device& device = at::Device(at::kCPU)) {
   const std::string where = std::string("mpe_torch.TableBatchedEmbeddingBags.") + fn + ": " + name;
   if (!t.defined()) throw std::invalid_argument(where + " is undefined");
   if (t.scalar_type() != dtype)
     throw py::type_error(where + " must have dtype " + dtype_name(dtype) + ", got " +
                          dtype_name(t.scalar_type()) + " (convert it yourself, e.g. " + name + ".to(" +
                          dtype_name(dtype) + "))");
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(where + " must be on the CPU (mpe_torch runs the host backend), got device " +
-                                t.device().str());
+  if (t.device() != device)
+    throw std::invalid_argument(
+        where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
+        " (this module's device; move the tensor, or the module with .to()), got device " + t.device().str());
   if (t.layout() != at::kStrided) throw std::invalid_argument(where + " must be a dense (strided) tensor");
   if (t.dim() != dims)
     throw std::invalid_argument(where + " must have " + std::to_string(dims) + " dimension" +
@@ -92,6 +112,69 @@ template <class T>
 std::span<T> mspan(at::Tensor& t) {
   return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
 }
+
+#ifdef MPE_TORCH_CUDA
+/// mpe::CudaAllocator over torch's CUDA caching allocator: the groups' device memory comes
+/// from (and returns to) torch's pool, reused in stream order as mpe's contract asks.
+class TorchCudaAllocator final : public mpe::CudaAllocator {
+ public:
+  /// Throws c10::OutOfMemoryError (a std::exception) when torch's pool cannot serve `bytes`.
+  void* allocate(std::size_t bytes, mpe::MemoryPurpose, cudaStream_t stream) override {
+    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
+  }
+  void deallocate(void* p, std::size_t, mpe::MemoryPurpose, cudaStream_t) noexcept override {
+    c10::cuda::CUDACachingAllocator::raw_delete(p);
+  }
+};
+
+/// `waiter` waits (on the device) for the work queued so far on `producer`.
+void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
+  cudaEvent_t e = nullptr;
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(e, producer);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(waiter, e, 0);
+  cudaEventDestroy(e);  // released once the waits on it are done
+  C10_CUDA_CHECK(err);
+}
+
+/// For one call's scope: when torch's current stream differs from the module's own, the
+/// module's stream first waits for the current one (the inputs it produced) and, at the end
+/// of the scope, the current stream waits for the module's (the outputs, and the reuse of the
+/// inputs' memory). Events only: the host never waits here.
+class StreamOrder {
+ public:
+  StreamOrder(cudaStream_t own, const at::Device& device)
+      : guard_(device), own_(own), user_(c10::cuda::getCurrentCUDAStream(device.index()).stream()) {
+    if (user_ != own_) stream_wait(own_, user_);
+  }
+  ~StreamOrder() {
+    if (user_ == own_) return;
+    try {
+      stream_wait(user_, own_);
+    } catch (...) {  // a destructor cannot throw; the next CUDA call reports a sticky error
+    }
+  }
+  StreamOrder(const StreamOrder&) = delete;
+  StreamOrder& operator=(const StreamOrder&) = delete;
+
+ private:
+  c10::cuda::CUDAGuard guard_;
+  cudaStream_t own_, user_;
+};
+
+StorePlacement parse_placement(const std::string& p) {
+  if (p == "device") return StorePlacement::Device;
+  if (p == "host_mapped") return StorePlacement::HostMapped;
+  if (p == "managed") return StorePlacement::Managed;
+  throw std::invalid_argument("mpe_torch: store_placement = '" + p +
+                              "' is not one of 'device', 'host_mapped', 'managed'");
+}
+#else
+/// The host module's stand-in: nothing to order.
+struct StreamOrder {
+  StreamOrder(std::nullptr_t, const at::Device&) {}
+};
+#endif
 
 mpe::Pooling parse_pooling(const std::string& p) {
   if (p == "sum") return mpe::Pooling::Sum;
@@ -246,6 +329,7 @@ ModuleSpec module_spec(const std::vector<std::pair<int64_t, int64_t>>& specs, co
   return m;
 }
 
+#ifndef MPE_TORCH_CUDA
 /// mpe_torch.planned_memory: memory() of the module these arguments build, after one training
 /// step (workspace 0), from the configuration alone (MixedDimEmbedding::planned_memory through
 /// the registry): nothing is built or allocated.
@@ -258,6 +342,7 @@ py::dict planned_memory_dict(const std::vector<std::pair<int64_t, int64_t>>& spe
                                    slot_index, row_keys, column_keys);
   return memory_dict(planned_memory(m.names, m.cfg, parse_optimizer(optimizer)));
 }
+#endif
 
 }  // namespace
 
@@ -268,7 +353,12 @@ class Tbe {
       const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
       double learning_rate, double eps, double beta1, double beta2, uint64_t seed,
       const std::string& non_finite, bool slot_index, bool defer_admission,
-      const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys)
+      const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys
+#ifdef MPE_TORCH_CUDA
+      ,
+      int64_t device_index, const std::string& store_placement
+#endif
+      )
       : pooling_(parse_pooling(pooling)) {
     if (non_finite != "raise" && non_finite != "skip")
       throw std::invalid_argument("mpe_torch: non_finite = '" + non_finite +
@@ -290,7 +380,24 @@ class Tbe {
     cfg.seed = seed;
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
     cfg.defer_admission = defer_admission;
+#ifdef MPE_TORCH_CUDA
+    const StorePlacement placement = parse_placement(store_placement);
+    if (device_index < 0 || device_index >= c10::cuda::device_count())
+      throw std::invalid_argument("mpe_torch: device = cuda:" + std::to_string(device_index) +
+                                  " is not one of the " + std::to_string(c10::cuda::device_count()) +
+                                  " CUDA device(s)");
+    device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+    c10::cuda::CUDAGuard guard(device_);
+    stream_ = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    CudaContext ctx;
+    ctx.stream = stream_;
+    ctx.device = static_cast<int>(device_index);
+    ctx.placement = placement;
+    ctx.allocator = std::make_shared<TorchCudaAllocator>();
+    emb_ = make_cuda_group(m.names, cfg, ctx);
+#else
     emb_ = make_group(m.names, cfg);
+#endif
   }
 
   int64_t num_tables() const { return static_cast<int64_t>(rows_.size()); }
@@ -300,12 +407,12 @@ class Tbe {
   /// the caches, remembered for backward); else forward_inference (changes nothing).
   at::Tensor forward(const at::Tensor& indices, const at::Tensor& offsets,
                      const c10::optional<at::Tensor>& psw_opt, bool training) {
-    check_tensor("forward", "indices", indices, at::kLong, 1);
-    check_tensor("forward", "offsets", offsets, at::kLong, 1);
+    check_tensor("forward", "indices", indices, at::kLong, 1, device_);
+    check_tensor("forward", "offsets", offsets, at::kLong, 1, device_);
     at::Tensor psw;
     if (psw_opt.has_value() && psw_opt->defined()) {
       psw = *psw_opt;
-      check_tensor("forward", "per_sample_weights", psw, at::kFloat, 1);
+      check_tensor("forward", "per_sample_weights", psw, at::kFloat, 1, device_);
       if (psw.numel() != indices.numel())
         throw std::invalid_argument("mpe_torch.TableBatchedEmbeddingBags.forward: per_sample_weights has " +
                                     std::to_string(psw.numel()) + " elements but indices has " +
@@ -323,12 +430,13 @@ class Tbe {
           "mpe_torch.TableBatchedEmbeddingBags.forward: offsets has " + std::to_string(m) +
           " elements; it must have T*B + 1 with T = " + std::to_string(T) + " tables");
     const int64_t B = (m - 1) / T;
-    at::Tensor out = at::empty({B, total_dim()}, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor out = at::empty({B, total_dim()}, at::TensorOptions().dtype(at::kFloat).device(device_));
     const std::span<const std::int64_t> idx = cspan<std::int64_t>(indices),
                                         off = cspan<std::int64_t>(offsets);
     const std::span<const float> w = psw.defined() ? cspan<float>(psw) : std::span<const float>{};
     {
       py::gil_scoped_release nogil;
+      StreamOrder order(stream_, device_);
       if (training) {
         // A refused batch leaves the forward awaiting backward as it was (MixedDimEmbedding
         // keeps it for bad input; after any other error its backward() refuses).
@@ -346,7 +454,7 @@ class Tbe {
   /// Fused optimizer step for the last training forward: grad_output (B, sum D_t) float32.
   /// All groups step or none (MixedDimEmbedding::backward).
   void backward(const at::Tensor& grad_output, int64_t forward_id) {
-    check_tensor("backward", "grad_output", grad_output, at::kFloat, 2);
+    check_tensor("backward", "grad_output", grad_output, at::kFloat, 2, device_);
     if (!pending_ || forward_id != forward_id_)
       throw std::logic_error(
           "mpe_torch.TableBatchedEmbeddingBags.backward: this output is not from the module's last training "
@@ -359,6 +467,7 @@ class Tbe {
     const std::span<const float> g = cspan<float>(grad_output);
     {
       py::gil_scoped_release nogil;
+      StreamOrder order(stream_, device_);
       try {
         emb_->backward(g, opt_);
       } catch (const std::invalid_argument& e) {
@@ -464,20 +573,23 @@ class Tbe {
   at::Tensor get_weights(int64_t t) const {
     check_table(t);
     at::Tensor out = at::empty({rows_[t], dims_[t]}, at::TensorOptions().dtype(at::kFloat));
-    py::gil_scoped_release nogil;
-    emb_->get_weights(t, mspan<float>(out));
-    return out;
+    {
+      py::gil_scoped_release nogil;
+      emb_->get_weights(t, mspan<float>(out));  // host memory (waits for the module's stream)
+    }
+    return device_.is_cpu() ? out : out.to(device_);
   }
 
   void set_weights(int64_t t, const at::Tensor& w) {
     check_table(t);
-    check_tensor("set_weights", "weights", w, at::kFloat, 2);
+    check_tensor("set_weights", "weights", w, at::kFloat, 2, device_);
     if (w.size(0) != rows_[t] || w.size(1) != dims_[t])
       throw std::invalid_argument("mpe_torch.TableBatchedEmbeddingBags.set_weights: weights has shape " +
                                   shape_str(w) + ", table " + std::to_string(t) + " is (" +
                                   std::to_string(rows_[t]) + ", " + std::to_string(dims_[t]) + ")");
+    const at::Tensor host = w.cpu();  // mpe reads weights from host memory (waits for the tensor)
     py::gil_scoped_release nogil;
-    emb_->set_weights(t, cspan<float>(w));
+    emb_->set_weights(t, cspan<float>(host));
   }
 
   void init_uniform(double low, double high) {
@@ -533,6 +645,12 @@ class Tbe {
   }
 
   mpe::Pooling pooling_;
+  at::Device device_ = at::Device(at::kCPU);  // where this module's tensors live
+#ifdef MPE_TORCH_CUDA
+  cudaStream_t stream_ = nullptr;  // the stream the groups queue on (current at construction)
+#else
+  std::nullptr_t stream_ = nullptr;
+#endif
   OptSpec opt_;
   std::vector<int64_t> rows_, dims_;
   std::unique_ptr<Group> emb_;
@@ -545,10 +663,36 @@ class Tbe {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using mpe_torch::Tbe;
+#ifdef MPE_TORCH_CUDA
+  m.doc() =
+      "mpe_torch._C_cuda: the C++ core of mpe_torch.TableBatchedEmbeddingBags on CUDA devices (use the "
+      "Python class with device='cuda').";
+  // mpe's checkpoint errors arrive as the CPU module's class, mpe_torch.CheckpointError.
+  {
+    // A reference held for the process's life (never released at exit, when Python is gone).
+    static py::handle checkpoint_error =
+        py::object(py::module_::import("mpe_torch._C").attr("CheckpointError")).release();
+    py::register_exception_translator([](std::exception_ptr p) {
+      try {
+        if (p) std::rethrow_exception(p);
+      } catch (const mpe::checkpoint_error& e) {
+        PyErr_SetString(checkpoint_error.ptr(), e.what());
+      }
+    });
+  }
+  m.def("built_combinations", &mpe_torch::built_cuda_combinations,
+        "The storage/cache/rounding/state_precision combinations compiled into the CUDA module.");
+#else
   m.doc() = "mpe_torch._C: the C++ core of mpe_torch.TableBatchedEmbeddingBags (use the Python class).";
   py::register_exception<mpe::checkpoint_error>(m, "CheckpointError", PyExc_RuntimeError);
   m.def("built_combinations", &mpe_torch::built_combinations,
         "The storage/cache/rounding/state_precision combinations compiled into this build.");
+  m.def("planned_memory", &mpe_torch::planned_memory_dict, py::arg("specs"), py::arg("storage"),
+        py::arg("cache"), py::arg("cache_fraction"), py::arg("rounding"), py::arg("optimizer"),
+        py::arg("state_precision"), py::arg("slot_index"), py::arg("row_keys"), py::arg("column_keys"),
+        "memory() of the module these arguments build, after one training step (workspace 0), "
+        "computed without building it (use mpe_torch.planned_memory).");
+#endif
   // The variant lists (csrc/variants.hpp), as the Python API names them.
   m.def("storages", [] { return mpe_torch::names(mpe_torch::Storages{}); });
   m.def("caches", &mpe_torch::cache_names);
@@ -557,12 +701,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("optimizers", [] { return mpe_torch::names(mpe_torch::Optimizers{}); });
   m.def("export_formats", [] { return mpe_torch::names(mpe_torch::ExportFormats{}); });
   m.def("default_eps", &mpe_torch::default_eps, py::arg("optimizer"));
-  m.def("planned_memory", &mpe_torch::planned_memory_dict, py::arg("specs"), py::arg("storage"),
-        py::arg("cache"), py::arg("cache_fraction"), py::arg("rounding"), py::arg("optimizer"),
-        py::arg("state_precision"), py::arg("slot_index"), py::arg("row_keys"), py::arg("column_keys"),
-        "memory() of the module these arguments build, after one training step (workspace 0), "
-        "computed without building it (use mpe_torch.planned_memory).");
-  py::class_<Tbe>(m, "Tbe")
+  // module_local: the CPU and the CUDA module each register their own mpe_torch::Tbe.
+  py::class_<Tbe>(m, "Tbe", py::module_local())
+#ifdef MPE_TORCH_CUDA
+      .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
+                    double, const std::string&, const std::string&, const std::string&, const std::string&,
+                    double, double, double, double, uint64_t, const std::string&, bool, bool,
+                    const std::vector<int64_t>&, const std::vector<int64_t>&, int64_t, const std::string&>(),
+           py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
+           py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
+           py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
+           py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"), py::arg("row_keys"),
+           py::arg("column_keys"), py::arg("device_index"), py::arg("store_placement"))
+#else
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,
                     double, double, double, double, uint64_t, const std::string&, bool, bool,
@@ -572,6 +723,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
            py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"), py::arg("row_keys"),
            py::arg("column_keys"))
+#endif
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
       .def_property_readonly("forward_id", &Tbe::forward_id)

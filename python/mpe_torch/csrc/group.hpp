@@ -38,7 +38,12 @@ O make_optimizer(const OptSpec& s) {
 }
 
 /// Returns mpe's message for unusable hyperparameters (OptimizerRule<Opt>::check), or "".
-std::string check_optimizer(const OptSpec& o);
+inline std::string check_optimizer(const OptSpec& o) {
+  std::string why = "unknown optimizer index " + std::to_string(o.optimizer);
+  visit_index(Optimizers{}, o.optimizer,
+              [&]<class O>() { why = mpe::OptimizerRule<O>::check(make_optimizer<O>(o)); });
+  return why;
+}
 
 /// FBGEMM / TorchRec row layouts of mpe::interop.
 enum class Layout { Fused, TbeInference };

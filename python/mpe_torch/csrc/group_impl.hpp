@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: GroupImpl<Storage, Cache, Rounding, StatePrecision>, the Group over one
-// MixedDimEmbedding instantiation, and make_group_of<S, C>. Included by the
-// group_<storage>*.cpp translation units only.
+// mpe_torch: GroupImpl<Storage, Cache, Rounding, StatePrecision, Backend>, the Group over one
+// MixedDimEmbedding instantiation, and make_group_of<S, C> (HostBackend). Included by the
+// group_<storage>*.cpp translation units, and through cuda_group_impl.cuh by the
+// cuda_group_<storage>.cu ones (Backend = mpe::CudaBackend).
 #pragma once
 
 #include <mpe/io/fbgemm.hpp>
@@ -15,12 +16,19 @@
 
 namespace mpe_torch {
 
-template <class S, class C, class R, class P>
+/// The Group over MixedDimEmbedding<S, C, R, P, Backend>. With a device backend
+/// (Backend::device_spans) the spans of forward, forward_inference and backward are device
+/// memory of the backend's device, the others host memory (MixedDimEmbedding's contract), and
+/// export_table / import_table throw std::logic_error: FBGEMM layouts are converted on the
+/// host (mpe_torch runs them on a CPU copy of the state, see __init__.py).
+template <class S, class C, class R, class P, class Backend = mpe::HostBackend>
 class GroupImpl final : public Group {
  public:
-  using Emb = mpe::MixedDimEmbedding<S, C, R, P>;
+  using Emb = mpe::MixedDimEmbedding<S, C, R, P, Backend>;
+  static constexpr bool kHost = !Backend::device_spans;
 
-  explicit GroupImpl(const mpe::MixedDimConfig& cfg) : emb_(cfg) {}
+  explicit GroupImpl(const mpe::MixedDimConfig& cfg, Backend backend = Backend{})
+      : emb_(cfg, std::move(backend)) {}
 
   void forward(std::span<const std::int64_t> indices, std::span<const std::int64_t> offsets,
                std::span<float> out, mpe::Pooling pooling, std::span<const float> psw) override {
@@ -45,47 +53,58 @@ class GroupImpl final : public Group {
 
   std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& l, int target) const override {
     std::size_t bytes = 0;
-    with_format(target, l, [&]<class T>() {
-      const std::int32_t D = emb_.dim(table);
-      if (l.layout == Layout::Fused) {
-        if constexpr (has_fused_layout<T>)
-          bytes = mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
-      } else {
-        if constexpr (has_tbe_layout<T>)
-          bytes = mpe::interop::external_row_bytes<T>(
-              mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
-      }
-    });
+    if constexpr (kHost)
+      with_format(target, l, [&]<class T>() {
+        const std::int32_t D = emb_.dim(table);
+        if (l.layout == Layout::Fused) {
+          if constexpr (has_fused_layout<T>)
+            bytes = mpe::interop::external_row_bytes<T>(mpe::interop::FbgemmFused{l.alignment}, D);
+        } else {
+          if constexpr (has_tbe_layout<T>)
+            bytes = mpe::interop::external_row_bytes<T>(
+                mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, D);
+        }
+      });
+    else
+      host_only("export_row_bytes");
     return bytes;
   }
   std::vector<std::uint8_t> export_table(std::int64_t table, const LayoutSpec& l, int target) override {
     std::vector<std::uint8_t> out;
-    with_format(target, l, [&]<class T>() {
-      const auto [g, local] = emb_.locate(table);
-      if (l.layout == Layout::Fused) {
-        if constexpr (has_fused_layout<T>)
-          out = mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
-      } else {
-        if constexpr (has_tbe_layout<T>)
-          out = mpe::io::export_table<T>(emb_.group(g), local,
-                                         mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
-      }
-    });
+    if constexpr (kHost)
+      with_format(target, l, [&]<class T>() {
+        const auto [g, local] = emb_.locate(table);
+        if (l.layout == Layout::Fused) {
+          if constexpr (has_fused_layout<T>)
+            out = mpe::io::export_table<T>(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment});
+        } else {
+          if constexpr (has_tbe_layout<T>)
+            out = mpe::io::export_table<T>(emb_.group(g), local,
+                                           mpe::interop::TbeInference{l.alignment, l.scale_bias_last});
+        }
+      });
+    else
+      host_only("export_table");
     return out;
   }
   std::int64_t import_table(std::int64_t table, const LayoutSpec& l,
                             std::span<const std::uint8_t> bytes) override {
-    check_layout<S>(kSameFormat, l);
-    const auto [g, local] = emb_.locate(table);
-    if (l.layout == Layout::Fused) {
-      if constexpr (has_fused_layout<S>)
-        return mpe::io::import_table(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment}, bytes);
+    if constexpr (kHost) {
+      check_layout<S>(kSameFormat, l);
+      const auto [g, local] = emb_.locate(table);
+      if (l.layout == Layout::Fused) {
+        if constexpr (has_fused_layout<S>)
+          return mpe::io::import_table(emb_.group(g), local, mpe::interop::FbgemmFused{l.alignment}, bytes);
+      } else {
+        if constexpr (has_tbe_layout<S>)
+          return mpe::io::import_table(emb_.group(g), local,
+                                       mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, bytes);
+      }
     } else {
-      if constexpr (has_tbe_layout<S>)
-        return mpe::io::import_table(emb_.group(g), local,
-                                     mpe::interop::TbeInference{l.alignment, l.scale_bias_last}, bytes);
+      (void)table, (void)l, (void)bytes;
+      host_only("import_table");
     }
-    return 0;  // not reached: check_layout threw
+    return 0;  // not reached: check_layout or host_only threw
   }
 
   void get_weights(std::int64_t table, std::span<float> out) const override { emb_.get_weights(table, out); }
@@ -112,6 +131,10 @@ class GroupImpl final : public Group {
   }
 
  private:
+  [[noreturn]] static void host_only(const char* fn) {
+    throw std::logic_error(std::string("mpe_torch: ") + fn + " runs on the host backend only (backend '" +
+                           Backend::name + "')");
+  }
   /// Throws std::invalid_argument unless row format T (`target`: kSameFormat for the store's
   /// own) has `l`'s layout.
   template <class T>

@@ -129,17 +129,21 @@ void check_values(const E& e, const Cursor& c, const std::uint8_t* const* payloa
         st[k] = num::decode_state(P::format, row, static_cast<std::int64_t>(k));
       if (!Rule::state_ok(st.data(), D)) refuse("section 'optimizer': row " + std::to_string(r));
     }
-    // From version 3, compact precisions: the FP32 state of the occupied cache slots.
-    if (!P::cached || payload[io::checkpoint::kOptimizerCacheSection] == nullptr) return;
-    for (index_t s = 0; s < e.cache_slots(); ++s) {
-      index_t tag;
-      std::memcpy(&tag, payload[2] + s * 8, 8);
-      if (tag < 0) continue;  // an empty slot's state is never read
-      std::memcpy(st.data(),
-                  payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
-                  S * 4);
-      if (!Rule::state_ok(st.data(), D)) {
-        refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) + ")");
+    // From version 3, compact precisions: the FP32 state of the occupied cache slots (a
+    // constexpr branch: with FP32 state nvcc would flag the loop as unreachable).
+    if constexpr (P::cached) {
+      if (payload[io::checkpoint::kOptimizerCacheSection] == nullptr) return;
+      for (index_t s = 0; s < e.cache_slots(); ++s) {
+        index_t tag;
+        std::memcpy(&tag, payload[2] + s * 8, 8);
+        if (tag < 0) continue;  // an empty slot's state is never read
+        std::memcpy(st.data(),
+                    payload[io::checkpoint::kOptimizerCacheSection] + static_cast<std::size_t>(s) * S * 4,
+                    S * 4);
+        if (!Rule::state_ok(st.data(), D)) {
+          refuse("section 'optimizer_cache': slot " + std::to_string(s) + " (row " + std::to_string(tag) +
+                 ")");
+        }
       }
     }
   });
