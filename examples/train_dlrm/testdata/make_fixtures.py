@@ -41,14 +41,14 @@ class Rng:
 
 
 FIELDS = 6           # categorical fields of the libsvm/libfm fixtures
-VOCAB = [40, 25, 12, 8, 30, 5]
+VOCAB = [6, 4, 3, 8, 30, 5]
 
 
 def effect(field, value):
     """Hidden effect of a value of fields 0-2 (the others carry none)."""
     if field > 2:
         return 0.0
-    scale = [2.0, 1.2, 0.8][field]
+    scale = [2.5, 1.5, 1.0][field]
     return scale * (2.0 * Rng(1000 * field + value).uniform() - 1.0)
 
 
