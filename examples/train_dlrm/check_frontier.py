@@ -5,15 +5,19 @@ every record has the frontier's fields; memory_ratio is the fp32 record's memory
 the record's own; memory_bytes is store + cache + metadata + optimizer state; the fp32
 record's paired log-loss delta is 0 and every other delta is the mean of its runs' paired
 deltas against the fp32 runs of the same seeds; the hashed configs (@h<k>) exist and store
-fewer bytes as k grows.
+fewer bytes as k grows. With --trains (file input) the fp32 record's log loss must also be
+below its label_mean_logloss, the test log loss of predicting the training positive rate.
 
-    python3 check_frontier.py frontier.json
+    python3 check_frontier.py [--trains] frontier.json
 """
 import json
 import math
 import sys
 
-recs = json.load(open(sys.argv[1]))
+args = sys.argv[1:]
+trains = "--trains" in args
+args = [a for a in args if a != "--trains"]
+recs = json.load(open(args[0]))
 errors = []
 need = ["config", "memory_bytes", "memory_ratio", "logloss", "logloss_delta_pct", "auc", "dim", "runs"]
 by = {r["config"]: r for r in recs}
@@ -48,6 +52,14 @@ if len(hashed) != 3 or any(r["large_hash"] < 2 or r["large_dim"] != fp32["dim"] 
 by_k = sorted(hashed, key=lambda r: r["large_hash"])
 if any(a["store_bytes"] <= b["store_bytes"] for a, b in zip(by_k, by_k[1:])):
     errors.append("a larger @h<k> must store fewer bytes")
+if trains:
+    base = fp32.get("label_mean_logloss")
+    if base is None:
+        errors.append("--trains: the records have no label_mean_logloss (file input only)")
+    elif not fp32["logloss"] < base:
+        errors.append(f"fp32 log loss {fp32['logloss']:.5f} is not below the label-mean {base:.5f}: it did not learn")
+    else:
+        print(f"check_frontier: fp32 log loss {fp32['logloss']:.5f} < label-mean {base:.5f}")
 if errors:
     print("\n".join(errors))
     sys.exit(1)

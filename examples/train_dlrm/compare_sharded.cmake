@@ -2,7 +2,8 @@
 # the same small synthetic job, and compares the test log loss from the --json outputs:
 # identical for table, row and column (SGD; one index per bag).
 # cmake -DEXE=... -DMPIEXEC=... -DFLAGS="..." -DSHARD=table -DNP=2 -DOUT=dir
-#       [-DSTORAGE=fp32 -DCACHE_KIND=lru -DROUNDING=stochastic] -P compare_sharded.cmake
+#       [-DSTORAGE=fp32 -DCACHE_KIND=lru -DROUNDING=stochastic] [-DFORMAT=libfm -DDATA=file]
+#       -P compare_sharded.cmake
 # STORAGE, CACHE_KIND and ROUNDING default to an FP32 store with a 5 % LRU cache; with CACHE_KIND=none
 # a quantized store with stochastic rounding must match too (one rounding stream per row,
 # keyed by its table and row, whoever holds it).
@@ -17,6 +18,10 @@ if(NOT DEFINED ROUNDING)
 endif()
 set(args --scale 0.0005 --train-samples 4000 --test-samples 2000 --dim 8 --storage ${STORAGE} --cache ${CACHE_KIND}
          --cache-fraction 0.05 --rounding ${ROUNDING} --quiet)
+if(DEFINED FORMAT)  # a file instead: -DFORMAT=libfm -DDATA=path (its last quarter the test set)
+  set(args --format ${FORMAT} --data ${DATA} --test-fraction 0.25 --epochs 2 --dim 8 --storage ${STORAGE}
+           --cache ${CACHE_KIND} --cache-fraction 0.05 --rounding ${ROUNDING} --quiet)
+endif()
 file(MAKE_DIRECTORY "${OUT}")
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 execute_process(COMMAND ${EXE} ${args} --json ${OUT}/one.json RESULT_VARIABLE rc OUTPUT_QUIET)

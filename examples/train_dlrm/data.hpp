@@ -1,4 +1,5 @@
-// Criteo text-format reader and the batch type fed to the model.
+// Criteo text-format reader, the line stream every file reader uses, and the batch type fed
+// to the model (the other CTR formats: formats.hpp, ctr_source.hpp).
 //
 // Format: one sample a line, 40 tab-separated fields: label (0/1), 13 integer
 // features (may be negative or empty), 26 categorical features as 8-hex-digit
@@ -120,51 +121,68 @@ inline void check_readable(const std::string& path) {
   if (!probe) throw DataError("cannot open '" + path + "': " + std::strerror(errno));
 }
 
-// Streams a Criteo file line by line through a 1 MiB buffer; never holds more
-// than one line. Lines are numbered from 1; [first_line, last_line] limits the
-// lines it returns (last_line 0 = to the end).
-class CriteoReader {
+// A text file read line by line through a 1 MiB buffer; never holds more than one line.
+// Lines are numbered from 1.
+class LineStream {
  public:
-  CriteoReader(std::string path, bool strict, std::uint64_t first_line = 1,
-               std::uint64_t last_line = 0)
-      : path_(std::move(path)), strict_(strict), first_(first_line), last_(last_line),
-        buf_(std::make_unique<char[]>(kBuf)) {
+  explicit LineStream(std::string path) : path_(std::move(path)), buf_(std::make_unique<char[]>(kBuf)) {
     check_readable(path_);
     in_.rdbuf()->pubsetbuf(buf_.get(), kBuf);
     in_.open(path_, std::ios::binary);
     if (!in_) throw DataError("cannot open '" + path_ + "': " + std::strerror(errno));
   }
-
-  // Next valid sample in range; malformed lines are counted and skipped.
-  bool next(Sample& s) {
-    while (true) {
-      if (last_ != 0 && line_no_ >= last_) return false;
-      if (!std::getline(in_, line_)) {
-        if (in_.bad()) throw DataError("read error in '" + path_ + "'");
-        return false;
-      }
-      ++line_no_;
-      if (line_no_ < first_) continue;
-      const std::string why = parse_criteo_line(line_, s);
-      if (why.empty()) return true;
-      if (strict_) throw MalformedLine(path_ + ": line " + std::to_string(line_no_) + ": " + why);
-      bad_.add(line_no_, why);
+  // The next line (without its '\n'); false at the end of the file.
+  bool next(std::string_view& line) {
+    if (!std::getline(in_, line_)) {
+      if (in_.bad()) throw DataError("read error in '" + path_ + "'");
+      return false;
     }
+    ++line_no_;
+    line = line_;
+    return true;
   }
-
   std::uint64_t line_number() const noexcept { return line_no_; }
-  const MalformedReport& malformed() const noexcept { return bad_; }
   const std::string& path() const noexcept { return path_; }
 
  private:
   static constexpr std::size_t kBuf = 1 << 20;
   std::string path_;
-  bool strict_;
-  std::uint64_t first_, last_;
   std::unique_ptr<char[]> buf_;
   std::ifstream in_;
   std::string line_;
   std::uint64_t line_no_ = 0;
+};
+
+// Streams a Criteo file (LineStream). [first_line, last_line] limits the lines it returns
+// (last_line 0 = to the end).
+class CriteoReader {
+ public:
+  CriteoReader(std::string path, bool strict, std::uint64_t first_line = 1, std::uint64_t last_line = 0)
+      : in_(std::move(path)), strict_(strict), first_(first_line), last_(last_line) {}
+
+  // Next valid sample in range; malformed lines are counted and skipped.
+  bool next(Sample& s) {
+    std::string_view line;
+    while (true) {
+      if (last_ != 0 && in_.line_number() >= last_) return false;
+      if (!in_.next(line)) return false;
+      const std::uint64_t n = in_.line_number();
+      if (n < first_) continue;
+      const std::string why = parse_criteo_line(line, s);
+      if (why.empty()) return true;
+      if (strict_) throw MalformedLine(in_.path() + ": line " + std::to_string(n) + ": " + why);
+      bad_.add(n, why);
+    }
+  }
+
+  std::uint64_t line_number() const noexcept { return in_.line_number(); }
+  const MalformedReport& malformed() const noexcept { return bad_; }
+  const std::string& path() const noexcept { return in_.path(); }
+
+ private:
+  LineStream in_;
+  bool strict_;
+  std::uint64_t first_, last_;
   MalformedReport bad_;
 };
 
@@ -224,29 +242,48 @@ inline std::vector<std::int64_t> table_rows_from_scan(const ScanResult& s, std::
   return rows;
 }
 
-// One mini-batch. Dense features column-major (13, B); categorical rows
-// table-major (indices[t*B + b]), one index per bag, so offsets = 0, 1, ..., T*B.
+// One mini-batch. Dense features column-major (num_dense, B); categorical rows
+// table-major: bag (t, b) is indices[offsets[t*B + b] .. offsets[t*B + b + 1]). resize()
+// makes one index per bag (offsets = 0, 1, ..., T*B; Criteo, synthetic); a multi-hot
+// source (ctr_source.hpp) writes its own offsets and, where its features carry values,
+// weights (one per index, sum pooling; empty = all 1).
 struct Batch {
   int size = 0;
   int tables = 0;
   Eigen::MatrixXf dense;
   std::vector<std::int64_t> indices;
   std::vector<std::int64_t> offsets;
+  std::vector<float> weights;  // per index (empty: every weight 1)
   std::vector<float> labels;
   std::vector<float> p_true;  // synthetic only (else empty)
 
-  void resize(int B, int T, bool with_p) {
+  void resize(int B, int T, bool with_p, int num_dense = kNumDense) {
     size = B;
     tables = T;
-    dense.resize(kNumDense, B);
+    dense.resize(num_dense, B);
     indices.resize(static_cast<std::size_t>(T) * B);
-    if (offsets.size() != indices.size() + 1) {
+    if (!one_per_bag_ || offsets.size() != indices.size() + 1) {
       offsets.resize(indices.size() + 1);
       for (std::size_t j = 0; j < offsets.size(); ++j) offsets[j] = static_cast<std::int64_t>(j);
+      one_per_bag_ = true;
     }
+    weights.clear();
     labels.resize(B);
     p_true.resize(with_p ? B : 0);
   }
+  // For a multi-hot source: sizes set, offsets and indices left for the caller to write.
+  void resize_bags(int B, int T, int num_dense) {
+    size = B;
+    tables = T;
+    dense.resize(num_dense, B);
+    offsets.resize(static_cast<std::size_t>(T) * B + 1);
+    one_per_bag_ = false;
+    labels.resize(B);
+    p_true.clear();
+  }
+
+ private:
+  bool one_per_bag_ = false;
 };
 
 class BatchSource {

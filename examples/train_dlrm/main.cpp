@@ -1,6 +1,6 @@
-// train_dlrm: a small DLRM whose 26 embedding tables live in one
-// mpe::CachedEmbedding, trained with SGD on Criteo-format data or on a
-// deterministic synthetic stream, with a sweep over storage formats, cache
+// train_dlrm: a small DLRM whose embedding tables live in one
+// mpe::CachedEmbedding, trained with SGD on Criteo, libsvm, libfm (libffm) or Avazu files
+// or on a deterministic synthetic stream, with a sweep over storage formats, cache
 // sizes/policies and rounding modes. See README.md.
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
@@ -15,7 +15,6 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -29,7 +28,10 @@
 
 #include "data.hpp"
 #include "divergence.hpp"
+#include "file_data.hpp"
+#include "formats.hpp"
 #include "metrics.hpp"
+#include "report.hpp"
 #include "run.hpp"
 #include "synthetic.hpp"
 
@@ -54,6 +56,8 @@ constexpr int kBackoffTries = 4;  // --on-divergence backoff: the rate, then up 
 
 struct Options {
   // data
+  std::string format = "criteo";            // criteo | libsvm | libfm | avazu (file input)
+  std::vector<std::uint64_t> field_bounds;  // libsvm: tables by feature id range
   std::string data, train, test;
   double test_fraction = 0.1;
   bool strict = false;
@@ -271,54 +275,19 @@ RunResult run_one(const RunSpec& s, const DataSetup& d) {
   throw std::invalid_argument("unknown storage '" + s.storage + "'");
 }
 
-void print_malformed(const std::string& what, const MalformedReport& m) {
-  if (m.count == 0) return;
-  std::cerr << "warning: " << m.count << " malformed line(s) skipped in " << what << ":\n";
-  for (const auto& s : m.first) std::cerr << "  " << s << "\n";
-  if (m.count > m.first.size()) std::cerr << "  ...\n";
-}
-
 DataSetup make_data(const Options& o, std::shared_ptr<SyntheticWorld>& world) {
   DataSetup d;
   if (!o.data.empty() || !o.train.empty()) {
-    std::string train_path, test_path;
-    std::uint64_t train_first = 1, train_last = 0, test_first = 1, test_last = 0;
-    if (!o.data.empty()) {
-      if (!(o.test_fraction > 0 && o.test_fraction < 1))
-        throw std::invalid_argument("--test-fraction must be in (0, 1)");
-      const std::uint64_t n = count_lines(o.data);
-      const auto n_test = static_cast<std::uint64_t>(std::llround(o.test_fraction * static_cast<double>(n)));
-      if (n_test == 0 || n_test >= n)
-        throw DataError("'" + o.data + "' has " + std::to_string(n) + " lines: too few to split off a test fraction of " + std::to_string(o.test_fraction));
-      train_path = test_path = o.data;
-      train_last = n - n_test;  // deterministic split: the last fraction of lines is the test set
-      test_first = n - n_test + 1;
-      test_last = n;
-      d.description = o.data + ": lines 1-" + std::to_string(train_last) + " train, " +
-                      std::to_string(test_first) + "-" + std::to_string(n) + " test";
-    } else {
-      if (o.test.empty()) throw std::invalid_argument("--train needs --test");
-      train_path = o.train;
-      test_path = o.test;
-      d.description = "train " + o.train + ", test " + o.test;
-    }
-    const ScanResult tr = scan_criteo(train_path, static_cast<std::uint64_t>(o.max_rows), o.strict, train_first, train_last);
-    const ScanResult te = scan_criteo(test_path, 0, o.strict, test_first, test_last);
-    print_malformed("training data", tr.malformed);
-    print_malformed("test data", te.malformed);
-    if (tr.valid == 0) throw DataError("no valid training lines in '" + train_path + "'");
-    if (te.valid == 0) throw DataError("no valid test lines in '" + test_path + "'");
-    d.table_rows = table_rows_from_scan(tr, o.max_rows);
-    d.train_size = tr.valid;
-    d.test_size = te.valid;
-    d.description += " (" + std::to_string(tr.valid) + " train samples, " + std::to_string(tr.positives) +
-                     " positive; " + std::to_string(te.valid) + " test samples, " + std::to_string(te.positives) +
-                     " positive)";
-    const auto rows = d.table_rows;
-    const bool strict = o.strict;
-    const auto ntr = tr.valid, nte = te.valid;
-    d.make_train = [=] { return std::make_unique<FileBatchSource>(train_path, rows, strict, train_first, train_last, ntr); };
-    d.make_test = [=] { return std::make_unique<FileBatchSource>(test_path, rows, strict, test_first, test_last, nte); };
+    FileDataOptions f;
+    f.format = parse_format(o.format);
+    f.data = o.data;
+    f.train = o.train;
+    f.test = o.test;
+    f.test_fraction = o.test_fraction;
+    f.strict = o.strict;
+    f.max_rows = o.max_rows;
+    f.field_bounds = o.field_bounds;
+    d = make_file_data(f);
   } else {
     SyntheticConfig sc;
     sc.scale = o.scale;
@@ -326,193 +295,9 @@ DataSetup make_data(const Options& o, std::shared_ptr<SyntheticWorld>& world) {
     sc.effect_scale = o.effect_scale;
     sc.seed = o.data_seed;
     world = std::make_shared<SyntheticWorld>(sc);
-    d.table_rows = world->table_rows();
-    d.train_size = o.train_samples;
-    d.test_size = o.test_samples;
-    std::ostringstream desc;
-    desc << "synthetic Criteo-Kaggle-like (scale " << o.scale << ", Zipf " << o.zipf << ", data seed "
-         << o.data_seed << "): " << o.train_samples << " train / " << o.test_samples << " test samples";
-    d.description = desc.str();
-    std::shared_ptr<const SyntheticWorld> w = world;
-    const auto ntr = o.train_samples, nte = o.test_samples;
-    d.make_train = [w, ntr] { return std::make_unique<SyntheticSource>(*w, 0, ntr); };
-    d.make_test = [w, ntr, nte] { return std::make_unique<SyntheticSource>(*w, ntr, nte); };
+    d = make_synthetic_data(world, o.train_samples, o.test_samples);
   }
   return d;
-}
-
-struct Aggregate {
-  RunSpec spec;
-  std::vector<RunResult> runs;
-  std::vector<double> rel;  // per seed: (logloss - fp32 logloss) / fp32 logloss
-};
-
-std::string fmt(const char* f, double v) {
-  if (std::isnan(v)) return "—";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string bytes_str(double b) {
-  if (b <= 0) return "0";
-  const char* unit[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (b >= 1024 && u < 3) { b /= 1024; ++u; }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f %s", b, unit[u]);
-  return buf;
-}
-
-void print_table(const std::vector<Aggregate>& aggs, int seeds, double bayes) {
-  std::cout << "\n| config | emb. memory | vs FP32 | hit rate | log loss" << (seeds > 1 ? " (mean ± sd)" : "")
-            << " | Δ log loss vs FP32 | AUC | accuracy | train time |\n"
-            << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& a : aggs) {
-    std::vector<double> ll, auc, acc, hr, t;
-    for (const auto& r : a.runs) {
-      ll.push_back(r.logloss);
-      auc.push_back(r.auc);
-      acc.push_back(r.accuracy);
-      hr.push_back(r.hit_rate);
-      t.push_back(r.train_seconds);
-    }
-    const auto& r0 = a.runs.front();
-    const MeanSd L = mean_sd(ll), A = mean_sd(auc), R = mean_sd(a.rel);
-    std::cout << "| " << a.spec.label << " | " << (r0.memory_bytes ? bytes_str(static_cast<double>(r0.memory_bytes)) : "—")
-              << " | " << (r0.memory_bytes ? fmt("%.2fx", r0.reduction) : "—") << " | "
-              << fmt("%.1f%%", 100 * mean_sd(hr).mean) << " | " << fmt("%.5f", L.mean)
-              << (seeds > 1 ? " ± " + fmt("%.5f", L.sd) : "") << " | "
-              << (a.rel.empty() ? "—" : fmt("%+.2f%%", 100 * R.mean) + (seeds > 1 ? " ± " + fmt("%.2f", 100 * R.sd) : ""))
-              << " | " << fmt("%.4f", A.mean) << (seeds > 1 ? " ± " + fmt("%.4f", A.sd) : "") << " | "
-              << fmt("%.4f", mean_sd(acc).mean) << " | " << fmt("%.1fs", mean_sd(t).mean) << " |\n";
-  }
-  if (bayes >= 0) std::cout << "\nBayes-optimal log loss (true p on the same test set): " << fmt("%.5f", bayes) << "\n";
-}
-
-nlohmann::json to_json(const std::vector<Aggregate>& aggs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& a : aggs) {
-    std::vector<double> ll, auc, acc, hr, t;
-    nlohmann::json runs = nlohmann::json::array();
-    for (const auto& r : a.runs) {
-      ll.push_back(r.logloss);
-      auc.push_back(r.auc);
-      acc.push_back(r.accuracy);
-      hr.push_back(r.hit_rate);
-      t.push_back(r.train_seconds);
-      auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
-      runs.push_back({{"seed", r.spec.seed}, {"logloss", r.logloss}, {"auc", num(r.auc)}, {"accuracy", r.accuracy},
-                      {"hit_rate", num(r.hit_rate)}, {"hits", r.hits}, {"misses", r.misses},
-                      {"evictions", r.evictions}, {"writebacks", r.writebacks},
-                      {"saturated_rows", r.saturated_rows}, {"train_loss", r.train_loss},
-                      {"emb_lr", r.spec.emb_lr}, {"diverged", r.diverged},
-                      {"train_seconds", r.train_seconds}, {"eval_seconds", r.eval_seconds},
-                      {"bayes_logloss", r.bayes_logloss >= 0 ? nlohmann::json(r.bayes_logloss) : nlohmann::json(nullptr)}});
-    }
-    const auto& r0 = a.runs.front();
-    auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
-    nlohmann::json rec = {
-        {"config", a.spec.label},
-        {"storage", a.spec.storage},
-        {"cache", a.spec.cache},
-        {"cache_fraction", a.spec.cache_fraction},
-        {"cache_rows", r0.cache_rows},
-        {"rounding", a.spec.rounding},
-        {"optimizer", a.spec.optimizer},
-        {"state_precision", a.spec.state_precision},
-        {"dim", a.spec.dim},
-        {"large_dim", a.spec.large_dim},
-        {"large_hash", a.spec.large_hash},
-        {"total_rows", r0.total_rows},
-        {"memory_bytes", r0.memory_bytes},
-        {"memory_ratio", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
-        {"logloss_delta_pct", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(100.0 * mean_sd(a.rel).mean)},
-        {"logloss_delta_pct_sd", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(100.0 * mean_sd(a.rel).sd)},
-        {"store_bytes", r0.store_bytes},
-        {"cache_bytes", r0.cache_bytes},
-        {"metadata_bytes", r0.metadata_bytes},
-        {"optimizer_bytes", r0.optimizer_bytes},
-        {"fp32_bytes", r0.fp32_bytes},
-        {"reduction", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
-        {"hit_rate", num(mean_sd(hr).mean)},
-        {"logloss", mean_sd(ll).mean},
-        {"logloss_sd", mean_sd(ll).sd},
-        {"auc", num(mean_sd(auc).mean)},
-        {"auc_sd", num(mean_sd(auc).sd)},
-        {"accuracy", mean_sd(acc).mean},
-        {"rel_logloss_vs_fp32", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).mean)},
-        {"rel_logloss_vs_fp32_sd", a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).sd)},
-        {"bayes_logloss", r0.bayes_logloss >= 0 ? nlohmann::json(r0.bayes_logloss) : nlohmann::json(nullptr)},
-        {"train_seconds", mean_sd(t).mean},
-        {"epochs", a.spec.epochs},
-        {"batch_size", a.spec.batch_size},
-        {"lr", a.spec.lr},
-        {"emb_lr", a.spec.emb_lr},
-        {"seeds", a.runs.size()},
-        {"runs", runs}};
-    out.push_back(rec);
-  }
-  return out;
-}
-
-// Log loss vs embedding memory, one point per config, drawn by gnuplot
-// through a pipe. PNG (pngcairo) unless the path ends in .svg.
-bool write_plot(const std::string& path, const std::vector<Aggregate>& aggs, double bayes, const std::string& title) {
-  FILE* gp = popen("gnuplot", "w");
-  if (!gp) return false;
-  const bool svg = path.size() > 4 && path.substr(path.size() - 4) == ".svg";
-  std::ostringstream s;
-  s << (svg ? "set terminal svg size 1000,650 dynamic font 'sans,11'\n" : "set terminal pngcairo size 1000,650 font 'sans,10'\n");
-  s << "set output '" << path << "'\n";
-  s << "set title \"" << title << "\" noenhanced\n";
-  s << "set xlabel 'embedding memory (MiB, store + cache + metadata + optimizer state)'\nset ylabel 'test log loss'\n";
-  s << "set logscale x\nset grid\nset key bottom right\n";
-  double dense = -1;
-  for (const auto& a : aggs)
-    if (a.spec.storage == "dense") {
-      std::vector<double> ll;
-      for (const auto& r : a.runs) ll.push_back(r.logloss);
-      dense = mean_sd(ll).mean;
-    }
-  // y range: every point, the dense-only line and the Bayes line, padded 5 %.
-  double ylo = bayes > 0 ? bayes : 1e300, yhi = dense > 0 ? dense : -1e300;
-  for (const auto& a : aggs)
-    for (const auto& r : a.runs) {
-      ylo = std::min(ylo, r.logloss);
-      yhi = std::max(yhi, r.logloss);
-    }
-  if (yhi > ylo) s << "set yrange [" << ylo - 0.05 * (yhi - ylo) << ":" << yhi + 0.05 * (yhi - ylo) << "]\n";
-  // The round-to-nearest series only when a config rounds to nearest (gnuplot warns about
-  // an empty data block).
-  bool any_nearest = false;
-  for (const auto& a : aggs) any_nearest |= a.spec.rounding == "nearest" && a.spec.storage != "fp32" && a.spec.storage != "dense";
-  std::string plots = "plot '-' using 1:2:3 with yerrorbars pt 7 lc rgb '#1f77b4' title 'stochastic rounding (FP32 incl.)', ";
-  if (any_nearest) plots += "'-' using 1:2:3 with yerrorbars pt 9 lc rgb '#d62728' title 'round to nearest', ";
-  plots += "'-' using 1:2:3 with labels offset 0.8,0.6 left font ',8' notitle noenhanced";
-  if (dense > 0) s << "set arrow from graph 0, first " << dense << " to graph 1, first " << dense << " nohead dt 2 lc rgb '#555555'\n"
-                   << "set label 'dense-only' at graph 0.01, first " << dense << " offset 0,0.5 font ',9'\n";
-  if (bayes > 0) s << "set arrow from graph 0, first " << bayes << " to graph 1, first " << bayes << " nohead dt 3 lc rgb '#2ca02c'\n"
-                   << "set label 'Bayes-optimal' at graph 0.01, first " << bayes << " offset 0,0.5 font ',9'\n";
-  s << plots << "\n";
-  for (int pass = 0; pass < 3; ++pass) {
-    if (pass == 1 && !any_nearest) continue;
-    for (const auto& a : aggs) {
-      if (a.spec.storage == "dense") continue;
-      const bool nearest = a.spec.rounding == "nearest" && a.spec.storage != "fp32";
-      if ((pass == 0 && nearest) || (pass == 1 && !nearest)) continue;
-      std::vector<double> ll;
-      for (const auto& r : a.runs) ll.push_back(r.logloss);
-      const MeanSd m = mean_sd(ll);
-      s << static_cast<double>(a.runs.front().memory_bytes) / (1024.0 * 1024.0) << " " << m.mean << " ";
-      if (pass == 2) s << "\"" << a.spec.label << "\"\n";
-      else s << m.sd << "\n";
-    }
-    s << "e\n";
-  }
-  const std::string script = s.str();
-  std::fwrite(script.data(), 1, script.size(), gp);
-  return pclose(gp) == 0;
 }
 
 }  // namespace
@@ -543,10 +328,22 @@ int main(int argc, char** argv) {
   CLI::App app{"train_dlrm: a small DLRM with mixed-precision cached embeddings (mpe)"};
   app.set_version_flag("--version", "train_dlrm (mpe example)");
   auto* g_data = "Data";
-  app.add_option("--data", o.data, "Criteo-format file; the last --test-fraction of its lines is the test set")->group(g_data);
+  app.add_option("--format", o.format,
+                 "file format: criteo (TSV: label, 13 integers, 26 hex categories), libsvm (label "
+                 "feature:value ...; one table, or --field-bounds), libfm (libffm's label "
+                 "field:feature:value ...; a table per field), avazu (Kaggle Avazu CSV: click, a table per "
+                 "other column but id, hour as hour of day); the last three have no dense features")
+      ->group(g_data)
+      ->check(CLI::IsMember({"criteo", "libsvm", "libfm", "libffm", "avazu"}));
+  app.add_option("--field-bounds", o.field_bounds,
+                 "libsvm: feature ids B1<B2<...<Bk split the features into k+1 tables (ids < B1, [B1, B2), "
+                 "..., >= Bk); default one table holding every feature of a sample in one bag")
+      ->group(g_data)
+      ->delimiter(',');
+  app.add_option("--data", o.data, "input file; its last --test-fraction of lines: test set")->group(g_data);
   app.add_option("--test-fraction", o.test_fraction, "with --data: fraction of lines (at the end) held out")->group(g_data)->check(CLI::Range(0.0, 1.0));
-  auto* opt_train = app.add_option("--train", o.train, "Criteo-format training file (with --test)")->group(g_data);
-  auto* opt_test = app.add_option("--test", o.test, "Criteo-format test file (with --train)")->group(g_data);
+  auto* opt_train = app.add_option("--train", o.train, "training file (with --test)")->group(g_data);
+  auto* opt_test = app.add_option("--test", o.test, "test file (with --train)")->group(g_data);
   opt_train->needs(opt_test);
   opt_test->needs(opt_train);
   app.add_flag("--strict", o.strict, "a malformed line is fatal (exit 3) instead of skipped")->group(g_data);
@@ -638,6 +435,14 @@ int main(int argc, char** argv) {
 #endif
   if (!o.data.empty() && !o.train.empty()) {
     std::cerr << "error: give either --data or --train/--test, not both\n";
+    return 1;
+  }
+  if (o.format != "criteo" && o.data.empty() && o.train.empty()) {
+    std::cerr << "error: --format " << o.format << " reads files: give --data or --train/--test\n";
+    return 1;
+  }
+  if (!o.field_bounds.empty() && o.format != "libsvm") {
+    std::cerr << "error: --field-bounds is for --format libsvm, not " << o.format << "\n";
     return 1;
   }
 
@@ -753,6 +558,9 @@ int main(int argc, char** argv) {
               << (fp32_memory ? "the fp32 config's memory / this memory" : "4*D*rows (+ FP32 state) / this memory")
               << "\n";
     print_table(aggs, o.seeds, bayes);
+    if (data.label_mean_logloss >= 0)
+      std::cout << "\nlabel-mean log loss (the training positive rate predicted for every test sample): "
+                << fmt("%.5f", data.label_mean_logloss) << "\n";
     for (const auto& a : aggs)
       for (const auto& r : a.runs)
         if (!r.diverged.empty()) std::cout << "note: " << a.spec.label << " seed " << r.spec.seed << ": " << r.diverged << "\n";
@@ -763,11 +571,12 @@ int main(int argc, char** argv) {
         std::cerr << "error: cannot write '" << o.json << "'\n";
         return 2;
       }
-      js << to_json(aggs).dump(2) << "\n";
+      js << to_json(aggs, data.label_mean_logloss).dump(2) << "\n";
     }
     if (!o.plot.empty()) {
       std::ostringstream title;
-      title << "train_dlrm, D=" << base.dim << ", " << (world ? "synthetic" : "Criteo file") << ", " << o.seeds << " seed(s)";
+      title << "train_dlrm, D=" << base.dim << ", " << (world ? std::string("synthetic") : o.format + " file")
+            << ", " << o.seeds << " seed(s)";
       if (!write_plot(o.plot, aggs, bayes, title.str())) std::cerr << "warning: gnuplot failed; no plot written\n";
     }
   } catch (const Diverged& e) {

@@ -25,17 +25,18 @@ class ReshapedTables {
       : md_(md), D_(D), hashed_(std::move(hashed_rows)) {}
   template <class Pooling>
   void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
-               Pooling p) {
+               Pooling p, std::span<const float> per_sample_weights = {}) {
     buf_.resize(compact_size(out.size()));
-    md_.forward(remap(idx, off, ids_), off, std::span<float>(buf_), p);
+    md_.forward(remap(idx, off, ids_), off, std::span<float>(buf_), p, per_sample_weights);
     expand(buf_, out);
   }
   template <class Pooling>
   void forward_inference(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
-                         std::span<float> out, Pooling p) const {
+                         std::span<float> out, Pooling p,
+                         std::span<const float> per_sample_weights = {}) const {
     std::vector<float> b(compact_size(out.size()));
     std::vector<std::int64_t> ids;
-    md_.forward_inference(remap(idx, off, ids), off, std::span<float>(b), p);
+    md_.forward_inference(remap(idx, off, ids), off, std::span<float>(b), p, per_sample_weights);
     expand(b, out);
   }
   template <class Opt>

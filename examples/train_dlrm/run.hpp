@@ -65,8 +65,10 @@ struct RunResult {
 struct DataSetup {
   std::string description;
   std::vector<std::int64_t> table_rows;
+  int num_dense = kNumDense;  // dense features a sample (0 for the libsvm, libfm and avazu formats)
   std::function<std::unique_ptr<BatchSource>()> make_train, make_test;
   std::uint64_t train_size = 0, test_size = 0;
+  double label_mean_logloss = -1;  // file input: the test log loss of predicting the training positive rate
 };
 
 // One per storage format (configs_<storage>.cpp); each dispatches on cache

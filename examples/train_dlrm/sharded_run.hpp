@@ -27,18 +27,19 @@ class ShardedAdapter {
   ShardedAdapter(Sh& sh, mpe::sharded::MpiComm& comm) : sh_(&sh), comm_(&comm) {}
 
   void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
-               mpe::Pooling pooling) {
-    slice(idx, off);
+               mpe::Pooling pooling, std::span<const float> weights = {}) {
+    slice(idx, off, weights);
     local_out_.resize(static_cast<std::size_t>(hi_ - lo_) * TD());
-    sh_->forward(lidx_, loff_, local_out_, pooling);
+    sh_->forward(lidx_, loff_, local_out_, pooling, lw_);
     gather(out);
   }
   void forward_inference(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
-                         std::span<float> out, mpe::Pooling pooling) const {
+                         std::span<float> out, mpe::Pooling pooling,
+                         std::span<const float> weights = {}) const {
     auto* self = const_cast<ShardedAdapter*>(this);
-    self->slice(idx, off);
+    self->slice(idx, off, weights);
     self->local_out_.resize(static_cast<std::size_t>(hi_ - lo_) * TD());
-    sh_->forward_inference(lidx_, loff_, self->local_out_, pooling);
+    sh_->forward_inference(lidx_, loff_, self->local_out_, pooling, lw_);
     self->gather(out);
   }
   template <class Opt>
@@ -59,19 +60,22 @@ class ShardedAdapter {
   std::size_t TD() const {
     return static_cast<std::size_t>(sh_->num_tables()) * static_cast<std::size_t>(sh_->dim());
   }
-  // Samples [lo, hi) of the global batch: the contiguous block of this rank.
-  void slice(std::span<const std::int64_t> idx, std::span<const std::int64_t> off) {
+  // Samples [lo, hi) of the global batch: the contiguous block of this rank (and their
+  // per-sample weights, when given).
+  void slice(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<const float> w) {
     const std::int64_t T = sh_->num_tables(), B = static_cast<std::int64_t>(off.size() - 1) / T;
     const int N = comm_->size(), r = comm_->rank();
     B_ = B;
     lo_ = B * r / N;
     hi_ = B * (r + 1) / N;
     lidx_.clear();
+    lw_.clear();
     loff_.assign(1, 0);
     for (std::int64_t t = 0; t < T; ++t)
       for (std::int64_t b = lo_; b < hi_; ++b) {
         const auto j = static_cast<std::size_t>(t * B + b);
         lidx_.insert(lidx_.end(), idx.begin() + off[j], idx.begin() + off[j + 1]);
+        if (!w.empty()) lw_.insert(lw_.end(), w.begin() + off[j], w.begin() + off[j + 1]);
         loff_.push_back(static_cast<std::int64_t>(lidx_.size()));
       }
   }
@@ -93,6 +97,7 @@ class ShardedAdapter {
   mpe::sharded::MpiComm* comm_;
   std::int64_t B_ = 0, lo_ = 0, hi_ = 0;
   std::vector<std::int64_t> lidx_, loff_;
+  std::vector<float> lw_;
   std::vector<float> local_out_;
 };
 

@@ -18,11 +18,14 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "data.hpp"
 #include "hash.hpp"
+#include "run.hpp"
 
 namespace dlrm {
 
@@ -238,5 +241,22 @@ class SyntheticSource final : public BatchSource {
   const SyntheticWorld& w_;
   std::uint64_t first_, count_, pos_ = 0;
 };
+
+// The DataSetup of the synthetic stream: samples [0, train) train, [train, train + test) test.
+inline DataSetup make_synthetic_data(std::shared_ptr<const SyntheticWorld> w, std::uint64_t train,
+                                     std::uint64_t test) {
+  DataSetup d;
+  d.table_rows = w->table_rows();
+  d.train_size = train;
+  d.test_size = test;
+  const SyntheticConfig& c = w->config();
+  std::ostringstream desc;
+  desc << "synthetic Criteo-Kaggle-like (scale " << c.scale << ", Zipf " << c.zipf_exponent << ", data seed "
+       << c.seed << "): " << train << " train / " << test << " test samples";
+  d.description = desc.str();
+  d.make_train = [w, train] { return std::make_unique<SyntheticSource>(*w, 0, train); };
+  d.make_test = [w, train, test] { return std::make_unique<SyntheticSource>(*w, train, test); };
+  return d;
+}
 
 }  // namespace dlrm

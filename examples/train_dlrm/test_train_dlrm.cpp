@@ -429,7 +429,7 @@ struct PlainMixedDim {
     return c;
   }
   void forward_inference(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
-                         std::span<float> out, int) const {
+                         std::span<float> out, int, std::span<const float> psw = {}) const {
     const std::size_t T = dims.size(), B = (off.size() - 1) / T;
     const auto W = static_cast<std::size_t>(total_dim());
     std::fill(out.begin(), out.end(), 0.0f);
@@ -440,12 +440,14 @@ struct PlainMixedDim {
           REQUIRE(r >= 0);
           REQUIRE(r < rows[t]);
           for (int d = 0; d < dims[t]; ++d)
-            out[b * W + static_cast<std::size_t>(column(static_cast<std::int64_t>(t))) + static_cast<std::size_t>(d)] +=
-                w[t][static_cast<std::size_t>(r * dims[t] + d)];
+            out[b * W + static_cast<std::size_t>(column(static_cast<std::int64_t>(t))) +
+                static_cast<std::size_t>(d)] += (psw.empty() ? 1.0f : psw[static_cast<std::size_t>(i)]) *
+                                                w[t][static_cast<std::size_t>(r * dims[t] + d)];
         }
   }
-  void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out, int p) {
-    forward_inference(idx, off, out, p);
+  void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
+               int p, std::span<const float> psw = {}) {
+    forward_inference(idx, off, out, p, psw);
   }
   void backward(std::span<const float> g, int) { last_grad.assign(g.begin(), g.end()); }
 };
@@ -477,6 +479,13 @@ TEST_CASE("reshape: hashed ids, zero padding to D and the padding's gradient dro
   // (B, D_0 + D_1) = (2, 6): each table's first D_t values of its D-wide slot.
   const std::vector<float> want_g = {0, 1, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15};
   CHECK(md.last_grad == want_g);
+  // Per-sample weights (multi-hot formats) pass through to the tables: t0 b0 1 * row 1 + 2 *
+  // row 1, t0 b1 0.5 * row 3, t1 b1 3 * row 0 + row 1 (exact in float).
+  const std::vector<float> psw = {1, 2, 0.5f, 1, 3, 1};
+  emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out),
+              0, std::span<const float>(psw));
+  const std::vector<float> want_w = {6, 9, 0, 0, 108, 109, 110, 111, 3, 3.5f, 0, 0, 404, 408, 412, 416};
+  CHECK(out == want_w);
 }
 
 TEST_CASE("divergence: label-mean baseline is the entropy of the positive rate") {

@@ -89,6 +89,7 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
   const int D = spec.dim;
 
   DlrmShape shape;
+  shape.dense_in = data.num_dense;
   shape.dim = D;
   shape.tables = T;
   shape.bottom_hidden = spec.bottom_hidden;
@@ -131,8 +132,9 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
       emb_out.resize(n);
       emb_grad.resize(n);
       if constexpr (kHasEmb)
-        emb->forward(std::span<const std::int64_t>(batch.indices), std::span<const std::int64_t>(batch.offsets),
-                     std::span<float>(emb_out), mpe::Pooling::Sum);
+        emb->forward(std::span<const std::int64_t>(batch.indices),
+                     std::span<const std::int64_t>(batch.offsets), std::span<float>(emb_out),
+                     mpe::Pooling::Sum, std::span<const float>(batch.weights));
       const MatT<float>& logit = model.forward(batch.dense, emb_out.data());
       const double loss = bce_with_logits<float>(logit, batch.labels.data(), dlogit);
       double logit_sd = 0;  // spread of this batch's logits (DivergenceMonitor: collapsed predictions)
@@ -211,7 +213,7 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
       const Emb& cemb = *emb;
       cemb.forward_inference(std::span<const std::int64_t>(batch.indices),
                              std::span<const std::int64_t>(batch.offsets), std::span<float>(emb_out),
-                             mpe::Pooling::Sum);
+                             mpe::Pooling::Sum, std::span<const float>(batch.weights));
     }
     const MatT<float> logit = model.infer(batch.dense, emb_out.data());
     for (int b = 0; b < B; ++b) {
