@@ -24,6 +24,7 @@ import importlib.util
 import math
 import numbers
 import operator
+import re
 
 import torch
 from torch import nn
@@ -347,7 +348,7 @@ def _refuse_conversion(module, fn, instead="build the module with the options yo
             return
         what = f"{out.device}/{out.dtype}" if torch.is_tensor(out) else type(out).__name__
     raise RuntimeError(f"mpe_torch: {type(module).__name__} cannot be moved or converted (asked for {what}); its "
-                       f"tables live in mpe's CPU store in their own formats (the storage option), on the CPU only; {instead}")
+                       f"tables live in mpe's store in their own formats (the storage option); {instead}")
 
 
 class _CpuOnly:
@@ -405,7 +406,10 @@ class _Movable(_CpuOnly):
         probe = torch.zeros(1, device=self._device)
         try:
             out = fn(probe)
-        except Exception:  # e.g. a CUDA move without a device: refused below with torch's message
+        except Exception as e:  # e.g. a parent's .cuda() without a device: say why, not torch's words
+            why = _cuda_unavailable()
+            if why is not None and re.search(r"cuda|nvidia", str(e), re.IGNORECASE):
+                _refuse_device(self, "cuda", why)
             out = None
         if not (torch.is_tensor(out) and out.dtype == probe.dtype and out.device.type in ("cpu", "cuda")):
             _refuse_conversion(self, fn, self._conversion_advice, probe)
@@ -430,7 +434,8 @@ class _Movable(_CpuOnly):
     def cuda(self, device=None):
         why = _cuda_unavailable()
         if why is not None:
-            _refuse_device(self, "cuda", why)
+            asked = "cuda" if device is None else str(torch.device("cuda", device) if isinstance(device, int) else device)
+            _refuse_device(self, asked, why)
         return nn.Module.cuda(self, device)
 
 

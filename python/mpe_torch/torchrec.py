@@ -573,12 +573,22 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         if device is not None and device.type not in ("cpu", "meta", "cuda"):
             raise ValueError(f"mpe_torch.torchrec: DMP asked for device {device}; mpe's kernels run on "
                              f"{' or '.join(COMPUTE_DEVICES)} devices only")
+        for name in names:
+            # The plan's placements and DMP's device must name one device type: mpe builds its
+            # kernels on DMP's device, so a CUDA plan on a CPU DMP (or the reverse) would train
+            # where the plan does not say.
+            p = params.get(name)
+            for s in (p.sharding_spec.shards if p is not None and p.sharding_spec is not None else []):
+                placed = s.placement.device() if s.placement is not None else None
+                if placed is not None and device is not None and device.type != "meta" and placed.type != device.type:
+                    raise ValueError(f"mpe_torch.torchrec: the plan places table {name!r} on {placed}, but DMP's device "
+                                     f"is {device}; make the plan for DMP's device (planner(compute_device="
+                                     f"'{device.type}'), sharding_plan(..., compute_device='{device.type}'))")
         if device is not None and device.type == "cuda":
             why = _mpe._cuda_unavailable()
             if why is not None:
-                raise RuntimeError(f"mpe_torch.torchrec: the plan puts mpe's kernels on {device}, but {why}; shard "
-                                   "onto the CPU instead (DMP device=torch.device('cpu'), a plan made with "
-                                   "compute_device='cpu')")
+                raise RuntimeError(f"mpe_torch.torchrec: DMP's device is {device}, but {why}; shard onto the CPU "
+                                   "instead (DMP device=torch.device('cpu'), a plan made with compute_device='cpu')")
         for name in names:
             p = params.get(name)
             if p is None:

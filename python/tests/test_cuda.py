@@ -86,10 +86,14 @@ def test_cuda_is_refused_naming_the_reason_without_a_device():
                         (lambda m: m.to(torch.device("cuda:0")), "cuda:0")):
         with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to {asked}: .*{why}"):
             move(m)
-    # A parent's move reaches the module through _apply: refused (torch's own error names no driver).
-    parent = torch.nn.Sequential(m)
-    with pytest.raises(RuntimeError, match="TableBatchedEmbeddingBags cannot be moved or converted"):
-        parent._apply(lambda t: t.to("cuda"))
+    # A parent's move reaches the module through _apply: refused naming the reason, not with
+    # torch's own "no driver" words; cuda(1) names the index.
+    parent = torch.nn.Sequential(m, torch.nn.Identity())
+    for move in (lambda p: p._apply(lambda t: t.to("cuda")), lambda p: p.cuda()):
+        with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to cuda: .*{why}"):
+            move(parent)
+    with pytest.raises(RuntimeError, match=f"TableBatchedEmbeddingBags cannot be moved to cuda:1: .*{why}"):
+        m.cuda(1)
     assert m.device == torch.device("cpu") and torch.equal(m.state_dict()["mpe_state"], before)
 
 

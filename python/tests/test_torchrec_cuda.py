@@ -169,24 +169,34 @@ def test_sharding_plan_places_shards_on_each_ranks_gpu():
         mt.sharding_plan(ebc, per_table, sharder, 2, compute_device="tpu")
 
 
-def _shard_on(device, monkeypatch=None):
+def _shard_on(device, monkeypatch=None, plan_device="cuda"):
     from torchrec.distributed.types import ShardingEnv
     ebc = _ebc(TABLES)
     sharder = mt.EmbeddingBagCollectionSharder(fused_params=dict(storage="int8"))
     per_table = {name: mt.table_wise(0) for name, *_ in TABLES}
-    params = mt.sharding_plan(ebc, per_table, sharder, 1, compute_device="cuda").plan[""]
+    params = mt.sharding_plan(ebc, per_table, sharder, 1, compute_device=plan_device).plan[""]
     return sharder.shard(ebc, params, ShardingEnv(world_size=1, rank=0, pg=None), device=torch.device(device))
+
+
+def test_a_plan_for_another_device_type_is_refused():
+    # mpe builds its kernels on DMP's device: a CUDA plan on a CPU DMP (or the reverse) is
+    # refused naming the table, the plan's placement and DMP's device (before anything is built).
+    with pytest.raises(ValueError, match=r"places table 't0' on cuda:0, but DMP's device is cpu; make the plan "
+                                         r"for DMP's device \(planner\(compute_device='cpu'\)"):
+        _shard_on("cpu")
+    with pytest.raises(ValueError, match=r"places table 't0' on cpu, but DMP's device is cuda:0"):
+        _shard_on("cuda:0", plan_device="cpu")
 
 
 def test_cuda_plan_is_refused_without_the_cuda_module_or_a_gpu(monkeypatch):
     # Both reasons simulated, so this runs (and can fail) on every machine.
     monkeypatch.setattr(mpe_torch, "_C_cuda", None)
-    with pytest.raises(RuntimeError, match=r"the plan puts mpe's kernels on cuda:0, but this mpe_torch.* CUDA "
+    with pytest.raises(RuntimeError, match=r"DMP's device is cuda:0, but this mpe_torch.* CUDA "
                                            r"module.*shard onto the CPU instead"):
         _shard_on("cuda:0")
     monkeypatch.setattr(mpe_torch, "_C_cuda", object())  # "built", but no device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"on cuda:0, but torch.cuda.is_available\(\) is False"):
+    with pytest.raises(RuntimeError, match=r"is cuda:0, but torch.cuda.is_available\(\) is False"):
         _shard_on("cuda:0")
     with pytest.raises(ValueError, match="DMP asked for device xpu; mpe's kernels run on cpu or cuda devices only"):
         _shard_on("xpu")
