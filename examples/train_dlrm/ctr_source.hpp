@@ -1,8 +1,9 @@
 // Streaming reader, scan and batch source of the CTR formats of formats.hpp (libsvm,
-// libfm, avazu): as the Criteo path of data.hpp, a malformed line is counted, the first few
-// kept with their line numbers, and skipped (or, in strict mode, thrown as MalformedLine
-// naming the file, the line and the token or column); table sizes come from one streaming
-// pass over the training lines (rows = min(distinct keys + 1 missing row,
+// libfm, avazu): as the Criteo path of data.hpp, a blank line is skipped (no sample, not
+// malformed), a UTF-8 byte order mark before the first line dropped, and a malformed line
+// counted, the first few kept with their line numbers, and skipped (or, in strict mode,
+// thrown as MalformedLine naming the file, the line and the token or column); table sizes come from one
+// streaming pass over the training lines (rows = min(distinct keys + 1 missing row,
 // --max-rows-per-table), at least 2), and keys map to rows by category_row().
 #pragma once
 
@@ -30,7 +31,7 @@ struct CtrSpec {
 
 // Streams one file of a CTR format; [first_line, last_line] limits the lines it returns
 // (last_line 0 = to the end). An Avazu file's first line is its header when its first
-// column is "id" (then its names give the columns), else the file has Kaggle's train.csv
+// column is "id" in any case (then its names give the columns), else the file has Kaggle's train.csv
 // layout; the header is read whatever the range.
 class CtrReader {
  public:
@@ -59,7 +60,7 @@ class CtrReader {
     }
   }
 
-  // Next valid sample in range; malformed lines are counted and skipped.
+  // Next valid sample in range; malformed lines are counted and skipped, blank ones skipped.
   bool next(CtrSample& s) {
     std::string_view line;
     while (true) {
@@ -71,7 +72,7 @@ class CtrReader {
         if (!in_.next(line)) return false;
       }
       const std::uint64_t n = in_.line_number();
-      if (n < first_) continue;
+      if (n < first_ || is_blank_line(line)) continue;
       const std::string why = parse(line, s);
       if (why.empty()) return true;
       if (strict_) throw MalformedLine(in_.path() + ": line " + std::to_string(n) + ": " + why);

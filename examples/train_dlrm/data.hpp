@@ -3,7 +3,8 @@
 //
 // Format: one sample a line, 40 tab-separated fields: label (0/1), 13 integer
 // features (may be negative or empty), 26 categorical features as 8-hex-digit
-// hashes (may be empty). A trailing '\r' is ignored.
+// hashes (may be empty). A trailing '\r' is ignored; a blank line (empty or only spaces,
+// tabs, '\r') is skipped, and a UTF-8 byte order mark before the first line is dropped.
 //   dense  -> log(1 + max(x, 0)), empty -> 0
 //   hash   -> criteo_row() in hash.hpp (row 0 = missing)
 // A malformed line (wrong field count, label not 0/1, non-integer dense value,
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "hash.hpp"
+#include "text.hpp"
 
 namespace dlrm {
 
@@ -78,21 +80,21 @@ inline std::string parse_criteo_line(std::string_view line, Sample& s) {
   }
   if (f[0] == "0") s.label = 0;
   else if (f[0] == "1") s.label = 1;
-  else return "label must be 0 or 1, got '" + std::string(f[0]) + "'";
+  else return "label must be 0 or 1, got " + quote_token(f[0]);
   for (int j = 0; j < kNumDense; ++j) {
     const std::string_view v = f[1 + j];
     if (v.empty()) { s.dense[j] = 0; continue; }
     std::int64_t x = 0;
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
     if (ec != std::errc{} || p != v.data() + v.size())
-      return "dense feature " + std::to_string(j + 1) + " is not an integer: '" + std::string(v) + "'";
+      return "dense feature " + std::to_string(j + 1) + " is not an integer: " + quote_token(v);
     s.dense[j] = dense_transform(x);
   }
   for (int k = 0; k < kNumCat; ++k) {
     const std::string_view v = f[1 + kNumDense + k];
     if (v.empty()) { s.cat_present[k] = false; s.cat[k] = 0; continue; }
     if (v.size() != 8 || !std::all_of(v.begin(), v.end(), is_hex))
-      return "categorical feature " + std::to_string(k + 1) + " is not 8 hex digits: '" + std::string(v) + "'";
+      return "categorical feature " + std::to_string(k + 1) + " is not 8 hex digits: " + quote_token(v);
     std::uint32_t h = 0;
     std::from_chars(v.data(), v.data() + v.size(), h, 16);  // cannot fail: 8 hex digits fit
     s.cat[k] = h;
@@ -122,7 +124,7 @@ inline void check_readable(const std::string& path) {
 }
 
 // A text file read line by line through a 1 MiB buffer; never holds more than one line.
-// Lines are numbered from 1.
+// Lines are numbered from 1; a UTF-8 byte order mark before the first line is dropped.
 class LineStream {
  public:
   explicit LineStream(std::string path) : path_(std::move(path)), buf_(std::make_unique<char[]>(kBuf)) {
@@ -139,6 +141,7 @@ class LineStream {
     }
     ++line_no_;
     line = line_;
+    if (line_no_ == 1 && line.starts_with(kUtf8Bom)) line.remove_prefix(kUtf8Bom.size());
     return true;
   }
   std::uint64_t line_number() const noexcept { return line_no_; }
@@ -160,14 +163,14 @@ class CriteoReader {
   CriteoReader(std::string path, bool strict, std::uint64_t first_line = 1, std::uint64_t last_line = 0)
       : in_(std::move(path)), strict_(strict), first_(first_line), last_(last_line) {}
 
-  // Next valid sample in range; malformed lines are counted and skipped.
+  // Next valid sample in range; malformed lines are counted and skipped, blank ones skipped.
   bool next(Sample& s) {
     std::string_view line;
     while (true) {
       if (last_ != 0 && in_.line_number() >= last_) return false;
       if (!in_.next(line)) return false;
       const std::uint64_t n = in_.line_number();
-      if (n < first_) continue;
+      if (n < first_ || is_blank_line(line)) continue;
       const std::string why = parse_criteo_line(line, s);
       if (why.empty()) return true;
       if (strict_) throw MalformedLine(in_.path() + ": line " + std::to_string(n) + ": " + why);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctr_source.hpp"
@@ -17,6 +18,7 @@
 #include "divergence.hpp"
 #include "formats.hpp"
 #include "run.hpp"
+#include "text.hpp"
 
 namespace dlrm {
 
@@ -36,6 +38,32 @@ inline void print_malformed(const std::string& what, const MalformedReport& m) {
   if (m.count > m.first.size()) std::cerr << "  ...\n";
 }
 
+struct DataLines {
+  std::uint64_t lines = 0;  // every line of the file
+  std::uint64_t data = 0;   // lines from `first` on that are not blank
+};
+inline DataLines count_data_lines(const std::string& path, std::uint64_t first) {
+  LineStream in(path);
+  DataLines out;
+  std::string_view line;
+  while (in.next(line))
+    if (in.line_number() >= first && !is_blank_line(line)) ++out.data;
+  out.lines = in.line_number();
+  return out;
+}
+// The line number of the k-th (from 1) line from `first` on that is not blank (0: none).
+inline std::uint64_t nth_data_line(const std::string& path, std::uint64_t first, std::uint64_t k) {
+  LineStream in(path);
+  std::string_view line;
+  while (in.next(line))
+    if (in.line_number() >= first && !is_blank_line(line) && --k == 0) return in.line_number();
+  return 0;
+}
+
+// Throws DataError (main: exit code 2) for a file that is missing or unreadable, that has
+// too few data lines to split off the test fraction, or that holds no valid training or test
+// line (the training part is checked before the test part is read); MalformedLine under
+// --strict; std::invalid_argument for a bad option value.
 inline DataSetup make_file_data(const FileDataOptions& o) {
   DataSetup d;
   std::string train_path, test_path;
@@ -43,19 +71,21 @@ inline DataSetup make_file_data(const FileDataOptions& o) {
   if (!o.data.empty()) {
     if (!(o.test_fraction > 0 && o.test_fraction < 1))
       throw std::invalid_argument("--test-fraction must be in (0, 1)");
-    const std::uint64_t lines = count_lines(o.data);
-    // An Avazu header line is not a sample: the split is of the lines after it.
+    // An Avazu header line is not a sample, nor is a blank line: the split is of the data
+    // lines (the lines after the header that are not blank).
     const std::uint64_t head = o.format == Format::Avazu && avazu_has_header(o.data) ? 1 : 0;
-    const std::uint64_t n = lines - head;
+    const DataLines dl = count_data_lines(o.data, 1 + head);
+    const std::uint64_t lines = dl.lines, n = dl.data;
     const auto n_test = static_cast<std::uint64_t>(std::llround(o.test_fraction * static_cast<double>(n)));
     if (n_test == 0 || n_test >= n)
       throw DataError("'" + o.data + "' has " + std::to_string(n) +
                       " data lines: too few to split off a test fraction of " +
                       std::to_string(o.test_fraction));
+    const std::uint64_t test_start = nth_data_line(o.data, 1 + head, n - n_test + 1);
     train_path = test_path = o.data;
     train_first = 1 + head;
-    train_last = lines - n_test;  // deterministic split: the last fraction of lines is the test set
-    test_first = lines - n_test + 1;
+    train_last = test_start - 1;  // deterministic split: the last fraction of data lines is the test set
+    test_first = test_start;
     test_last = lines;
     d.description = o.data + ": lines " + std::to_string(train_first) + "-" + std::to_string(train_last) +
                     " train, " + std::to_string(test_first) + "-" + std::to_string(lines) + " test";
@@ -71,8 +101,9 @@ inline DataSetup make_file_data(const FileDataOptions& o) {
   if (o.format == Format::Criteo) {
     const ScanResult tr =
         scan_criteo(train_path, static_cast<std::uint64_t>(o.max_rows), strict, train_first, train_last);
-    const ScanResult te = scan_criteo(test_path, 0, strict, test_first, test_last);
     print_malformed("training data", tr.malformed);
+    if (tr.valid == 0) throw DataError("no valid training lines in '" + train_path + "'");
+    const ScanResult te = scan_criteo(test_path, 0, strict, test_first, test_last);
     print_malformed("test data", te.malformed);
     d.table_rows = table_rows_from_scan(tr, o.max_rows);
     d.num_dense = kNumDense;
@@ -91,10 +122,11 @@ inline DataSetup make_file_data(const FileDataOptions& o) {
     spec.fields.check();
     const CtrScan tr =
         scan_ctr(train_path, spec, static_cast<std::uint64_t>(o.max_rows), strict, train_first, train_last);
+    print_malformed("training data", tr.malformed);
+    if (tr.valid == 0) throw DataError("no valid training lines in '" + train_path + "'");
     if (o.format == Format::Libfm)
       spec.libfm_fields = tr.tables;  // the test part's fields must be among them
     const CtrScan te = scan_ctr(test_path, spec, 0, strict, test_first, test_last);
-    print_malformed("training data", tr.malformed);
     print_malformed("test data", te.malformed);
     if (o.format == Format::Avazu && te.table_names != tr.table_names)
       throw DataError("'" + test_path + "': its columns differ from the training data's");
@@ -112,7 +144,6 @@ inline DataSetup make_file_data(const FileDataOptions& o) {
                                              names);
     };
   }
-  if (ntr == 0) throw DataError("no valid training lines in '" + train_path + "'");
   if (nte == 0) throw DataError("no valid test lines in '" + test_path + "'");
   d.train_size = ntr;
   d.test_size = nte;

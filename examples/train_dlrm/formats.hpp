@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "hash.hpp"
+#include "text.hpp"
 
 namespace dlrm {
 
@@ -86,9 +87,16 @@ constexpr std::uint64_t fnv1a64(std::string_view s) noexcept {
 
 namespace detail_fmt {
 
-inline std::string quoted(std::string_view v) {
-  constexpr std::size_t kShow = 40;
-  return "'" + std::string(v.substr(0, kShow)) + (v.size() > kShow ? "...'" : "'");
+inline std::string quoted(std::string_view v) { return quote_token(v); }
+
+// ASCII case-insensitive equality (Avazu's header names).
+inline bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           const auto lower = [](char c) {
+             return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+           };
+           return lower(x) == lower(y);
+         });
 }
 
 // Label token: 0 or 1, -1 read as 0 and +1 as 1.
@@ -155,6 +163,30 @@ struct LibsvmFields {
                                   std::to_string(kMaxCtrTables));
   }
 };
+
+// --field-bounds "B1,...,Bk": each item a non-negative decimal integer below 2^64 (no sign,
+// no empty item). Throws std::invalid_argument naming the item as given; the order is
+// LibsvmFields::check()'s.
+inline std::vector<std::uint64_t> parse_field_bounds(std::string_view text) {
+  std::vector<std::uint64_t> out;
+  std::size_t start = 0;
+  for (int item = 1;; ++item) {
+    const auto comma = text.find(',', start);
+    const std::string_view v =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string head = "--field-bounds item " + std::to_string(item) + " ";
+    if (v.empty()) throw std::invalid_argument(head + "is empty (give B1,...,Bk, e.g. 100,200)");
+    std::uint64_t x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc::result_out_of_range)
+      throw std::invalid_argument(head + detail_fmt::quoted(v) + " does not fit in 64 bits");
+    if (ec != std::errc{} || p != v.data() + v.size() || v.front() == '+')
+      throw std::invalid_argument(head + detail_fmt::quoted(v) + " is not a non-negative integer");
+    out.push_back(x);
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
 
 // `label feature:value ...`. Returns an empty string on success, else the reason (naming
 // the token: token 1 is the label).
@@ -225,17 +257,18 @@ struct AvazuLayout {
   std::vector<std::string> table_names;  // per table: its column's name ("hour" reads as hour of day)
   int label_col = -1, hour_col = -1;
 
-  // From a header's names; throws std::invalid_argument without a click column.
+  // From a header's names (id, click and hour matched in any case); throws
+  // std::invalid_argument without a click column.
   static AvazuLayout from_names(std::vector<std::string> names) {
     AvazuLayout l;
     l.columns = std::move(names);
     for (std::size_t c = 0; c < l.columns.size(); ++c) {
       const std::string& n = l.columns[c];
       int t = -1;
-      if (n == "click")
+      if (detail_fmt::iequals(n, "click"))
         l.label_col = static_cast<int>(c);
-      else if (n != "id") {
-        if (n == "hour") l.hour_col = static_cast<int>(c);
+      else if (!detail_fmt::iequals(n, "id")) {
+        if (detail_fmt::iequals(n, "hour")) l.hour_col = static_cast<int>(c);
         t = static_cast<int>(l.table_names.size());
         l.table_names.push_back(n);
       }
@@ -265,10 +298,10 @@ inline void split_commas(std::string_view line, std::vector<std::string_view>& o
   }
 }
 
-// A header line: its first column is "id".
+// A header line: its first column is "id" (in any case).
 inline bool is_avazu_header(std::string_view line) {
   line = detail_fmt::chomp(line);
-  return line.substr(0, line.find(',')) == "id";
+  return detail_fmt::iequals(line.substr(0, line.find(',')), "id");
 }
 
 // One Avazu data line. An empty value is the table's missing row; hour must be YYMMDDHH.

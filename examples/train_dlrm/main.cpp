@@ -57,7 +57,7 @@ constexpr int kBackoffTries = 4;  // --on-divergence backoff: the rate, then up 
 struct Options {
   // data
   std::string format = "criteo";            // criteo | libsvm | libfm | avazu (file input)
-  std::vector<std::uint64_t> field_bounds;  // libsvm: tables by feature id range
+  std::optional<std::string> field_bounds;  // libsvm: tables by feature id range (B1,...,Bk)
   std::string data, train, test;
   double test_fraction = 0.1;
   bool strict = false;
@@ -286,7 +286,7 @@ DataSetup make_data(const Options& o, std::shared_ptr<SyntheticWorld>& world) {
     f.test_fraction = o.test_fraction;
     f.strict = o.strict;
     f.max_rows = o.max_rows;
-    f.field_bounds = o.field_bounds;
+    if (o.field_bounds) f.field_bounds = parse_field_bounds(*o.field_bounds);
     d = make_file_data(f);
   } else {
     SyntheticConfig sc;
@@ -300,6 +300,14 @@ DataSetup make_data(const Options& o, std::shared_ptr<SyntheticWorld>& world) {
   return d;
 }
 
+// MPI_Finalize on every way out of main once MPI_Init ran.
+struct DistGuard {
+  bool on = false;
+  ~DistGuard() {
+    if (on) dlrm::dist_finalize();
+  }
+};
+
 }  // namespace
 
 #ifndef DLRM_WITH_MPI
@@ -311,16 +319,6 @@ void dist_finalize() {}
 int dist_rank() { return 0; }
 }  // namespace dlrm
 #endif
-
-namespace {
-// MPI_Finalize on every way out of main once MPI_Init ran.
-struct DistGuard {
-  bool on = false;
-  ~DistGuard() {
-    if (on) dlrm::dist_finalize();
-  }
-};
-}  // namespace
 
 int main(int argc, char** argv) {
   Options o;
@@ -335,13 +333,16 @@ int main(int argc, char** argv) {
                  "other column but id, hour as hour of day); the last three have no dense features")
       ->group(g_data)
       ->check(CLI::IsMember({"criteo", "libsvm", "libfm", "libffm", "avazu"}));
-  app.add_option("--field-bounds", o.field_bounds,
-                 "libsvm: feature ids B1<B2<...<Bk split the features into k+1 tables (ids < B1, [B1, B2), "
-                 "..., >= Bk); default one table holding every feature of a sample in one bag")
-      ->group(g_data)
-      ->delimiter(',');
+  app.add_option_function<std::string>(
+         "--field-bounds", [&o](const std::string& v) { o.field_bounds = v; },
+         "libsvm: feature ids B1<B2<...<Bk split the features into k+1 tables (ids < B1, [B1, B2), "
+         "..., >= Bk); default one table holding every feature of a sample in one bag")
+      ->group(g_data);
   app.add_option("--data", o.data, "input file; its last --test-fraction of lines: test set")->group(g_data);
-  app.add_option("--test-fraction", o.test_fraction, "with --data: fraction of lines (at the end) held out")->group(g_data)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--test-fraction", o.test_fraction,
+                 "with --data: fraction of data lines (at the end) held out")
+      ->group(g_data)
+      ->check(CLI::Range(0.0, 1.0).description("in (0, 1)"));
   auto* opt_train = app.add_option("--train", o.train, "training file (with --test)")->group(g_data);
   auto* opt_test = app.add_option("--test", o.test, "test file (with --train)")->group(g_data);
   opt_train->needs(opt_test);
@@ -441,7 +442,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: --format " << o.format << " reads files: give --data or --train/--test\n";
     return 1;
   }
-  if (!o.field_bounds.empty() && o.format != "libsvm") {
+  if (o.field_bounds && o.format != "libsvm") {
     std::cerr << "error: --field-bounds is for --format libsvm, not " << o.format << "\n";
     return 1;
   }

@@ -1,7 +1,9 @@
 // Tests of the CTR formats besides Criteo's (formats.hpp, ctr_source.hpp, file_data.hpp):
 // each parser against hand-computed labels, tables, keys and weights; malformed lines with
 // the file, line and token or column in the reason; the batches' bags, rows and weights; the
-// --data split of an Avazu file with a header; and the dense model without dense features.
+// --data split of an Avazu file with a header; --field-bounds items; blank lines, a byte
+// order mark and control bytes in messages; the training file read before the test file;
+// and the dense model without dense features.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -294,4 +296,143 @@ TEST_CASE("model: no dense features (the bottom MLP sees an empty input); finite
   const MatT<double> z = m.bottom.infer(dense);
   CHECK(z.cols() == B);
   CHECK(z.col(0) == z.col(2));
+}
+
+TEST_CASE("--field-bounds: non-negative 64-bit items, each named as given when refused") {
+  CHECK(parse_field_bounds("5,30") == std::vector<std::uint64_t>{5, 30});
+  CHECK(parse_field_bounds("18446744073709551615") == std::vector<std::uint64_t>{18446744073709551615ULL});
+  const auto refused = [](const char* text, const char* why) {
+    CHECK_THROWS_WITH_AS(parse_field_bounds(text), why, std::invalid_argument);
+  };
+  refused("-1", "--field-bounds item 1 '-1' is not a non-negative integer");
+  refused("-5,30", "--field-bounds item 1 '-5' is not a non-negative integer");
+  refused("5,+30", "--field-bounds item 2 '+30' is not a non-negative integer");
+  refused("5, 30", "--field-bounds item 2 ' 30' is not a non-negative integer");
+  refused("1e3", "--field-bounds item 1 '1e3' is not a non-negative integer");
+  refused("18446744073709551616", "--field-bounds item 1 '18446744073709551616' does not fit in 64 bits");
+  refused("30,", "--field-bounds item 2 is empty (give B1,...,Bk, e.g. 100,200)");
+  refused(",30", "--field-bounds item 1 is empty (give B1,...,Bk, e.g. 100,200)");
+  refused("", "--field-bounds item 1 is empty (give B1,...,Bk, e.g. 100,200)");
+  refused("5,,30", "--field-bounds item 2 is empty (give B1,...,Bk, e.g. 100,200)");
+}
+
+TEST_CASE("reader: blank lines (empty, spaces, tabs, \\r) are skipped in every format, even under --strict") {
+  CtrSample s;
+  const auto count = [&](const std::string& content, Format fmt) {
+    Fixture f(content);
+    CtrReader r(f.str(), CtrSpec{fmt, {}, kMaxCtrTables}, true);
+    int n = 0;
+    while (r.next(s)) ++n;
+    CHECK(r.malformed().count == 0);
+    return n;
+  };
+  CHECK(count("1 3:1\n\n   \n\r\n0 4:1\n \t\r\n\n", Format::Libsvm) == 2);
+  CHECK(count("\n1 0:3:1\n\t\n0 1:4:1\n\n", Format::Libfm) == 2);
+  CHECK(s.label == 0.0f);
+  CHECK(count("id,click,hour,C1\n1,0,14102100,a\n\r\n  \n2,1,14102101,b\n\n", Format::Avazu) == 2);
+  CHECK(s.label == 1.0f);
+  CHECK(count("\n" + avazu_line("1", "14102100") + "\n", Format::Avazu) == 1);  // Kaggle layout
+  // Criteo: a blank line is skipped too.
+  Fixture c(std::string("\n") + "1" + std::string(13, '\t') + std::string(26, '\t') + "\n \r\n");
+  CriteoReader cr(c.str(), true);
+  Sample cs;
+  CHECK(cr.next(cs));
+  CHECK_FALSE(cr.next(cs));
+  CHECK(cr.malformed().count == 0);
+}
+
+TEST_CASE("file data: the --data split is of the data lines (blank lines not counted)") {
+  // 8 data lines (labels 1,0,1,0,...; feature 3 + i) with blank lines between: 25 % is the
+  // last 2 data lines, lines 10 and 12.
+  std::string content = "\n";
+  for (int i = 0; i < 8; ++i)
+    content +=
+        std::to_string(i % 2 == 0 ? 1 : 0) + " " + std::to_string(3 + i) + ":1\n" + (i % 3 == 0 ? " \n" : "");
+  Fixture f(content);  // data lines 2, 4, 5, 6, 8, 9, 10, 12; blank lines 1, 3, 7, 11
+  FileDataOptions o;
+  o.format = Format::Libsvm;
+  o.data = f.str();
+  o.test_fraction = 0.25;
+  o.strict = true;
+  const DataSetup d = make_file_data(o);
+  CHECK(d.train_size == 6);
+  CHECK(d.test_size == 2);
+  CHECK(contains(d.description, "lines 1-9 train, 10-12 test"));
+  CHECK(d.table_rows == std::vector<std::int64_t>{7});  // features 3..8 + the missing row
+  // Only blank lines: no data line to split.
+  Fixture blank("\n \n\t\r\n");
+  o.data = blank.str();
+  CHECK_THROWS_WITH_AS(make_file_data(o), doctest::Contains("has 0 data lines: too few to split"), DataError);
+  Fixture empty("");
+  o.data = empty.str();
+  CHECK_THROWS_WITH_AS(make_file_data(o), doctest::Contains("has 0 data lines: too few to split"), DataError);
+}
+
+TEST_CASE(
+    "messages: control bytes of a token are escaped (a NUL neither cuts the message nor is printed raw)") {
+  CHECK(quote_token(std::string_view("a\0b", 3)) == "'a\\x00b'");
+  CHECK(quote_token("x\x1b[2J\x7f\\") == "'x\\x1b[2J\\x7f\\\\'");
+  CHECK(quote_token(std::string(41, 'z')) == "'" + std::string(40, 'z') + "...'");
+  CtrSample s;
+  std::vector<std::string_view> tok;
+  CHECK(parse_libsvm_line(std::string_view("1 4:\0x", 6), LibsvmFields{}, s, tok) ==
+        "token 2 '4:\\x00x': value is not a finite number");
+  CHECK(parse_libfm_line("1 0:\x01:1", 3, s, tok) ==
+        "token 2 '0:\\x01:1': feature is not a non-negative integer");
+  CHECK(parse_libsvm_line(std::string_view("\0 1:1", 5), LibsvmFields{}, s, tok) ==
+        "label must be 0 or 1 (or -1/+1), got '\\x00'");
+  Sample cs;
+  CHECK(parse_criteo_line("\x02" + std::string(39, '\t'), cs) == "label must be 0 or 1, got '\\x02'");
+  // Under --strict the whole message reaches what(): the text after the NUL is there.
+  Fixture f(std::string("1 3:1\n0 5:\0\n", 12));
+  CtrReader strict(f.str(), CtrSpec{Format::Libsvm, {}, kMaxCtrTables}, true);
+  REQUIRE(strict.next(s));
+  const std::string why = f.str() + ": line 2: token 2 '5:\\x00': value is not a finite number";
+  CHECK_THROWS_WITH_AS(strict.next(s), why.c_str(), MalformedLine);
+}
+
+TEST_CASE("reader: a UTF-8 byte order mark is dropped; Avazu's header names id and click in any case") {
+  CtrSample s;
+  Fixture svm(
+      "\xEF\xBB\xBF"
+      "1 3:1\n0 4:1\n");
+  CtrReader r(svm.str(), CtrSpec{Format::Libsvm, {}, kMaxCtrTables}, true);
+  REQUIRE(r.next(s));
+  CHECK(s.label == 1.0f);
+  CHECK(s.feats.at(0).key == 3);
+  Fixture az(
+      "\xEF\xBB\xBF"
+      "ID,Click,HOUR,C1\n7,1,14102105,a\n");
+  CtrReader a(az.str(), CtrSpec{Format::Avazu, {}, kMaxCtrTables}, true);
+  CHECK(a.has_header());
+  CHECK(a.tables() == 2);
+  CHECK(a.layout().label_col == 1);
+  CHECK(a.layout().hour_col == 2);
+  REQUIRE(a.next(s));
+  CHECK(s.label == 1.0f);
+  CHECK(s.feats.at(0).key == 5);  // hour of day
+  CHECK_FALSE(a.next(s));
+  CHECK(is_avazu_header("Id,click"));
+  CHECK_FALSE(is_avazu_header("ids,click"));
+  Fixture criteo(
+      "\xEF\xBB\xBF"
+      "1" +
+      std::string(39, '\t') + "\n");
+  CriteoReader cr(criteo.str(), true);
+  Sample cs;
+  CHECK(cr.next(cs));
+}
+
+TEST_CASE("file data: an empty libfm training file is refused before the test file is read") {
+  Fixture train("\n");
+  Fixture test("1 0:x:1\n");  // malformed: under --strict, reading it first would throw MalformedLine
+  FileDataOptions o;
+  o.format = Format::Libfm;
+  o.train = train.str();
+  o.test = test.str();
+  o.strict = true;
+  const std::string why = "no valid training lines in '" + train.str() + "'";
+  CHECK_THROWS_WITH_AS(make_file_data(o), why.c_str(), DataError);
+  o.format = Format::Libsvm;
+  CHECK_THROWS_WITH_AS(make_file_data(o), why.c_str(), DataError);
 }
