@@ -14,7 +14,6 @@
 #pragma once
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -69,8 +68,7 @@ inline bool is_hex(char c) noexcept {
 inline std::string parse_criteo_line(std::string_view line, Sample& s) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   const auto tabs = std::count(line.begin(), line.end(), '\t');
-  if (tabs + 1 != kNumFields)
-    return "expected 40 tab-separated fields, got " + std::to_string(tabs + 1);
+  if (tabs + 1 != kNumFields) return "expected 40 tab-separated fields, got " + std::to_string(tabs + 1);
   std::array<std::string_view, kNumFields> f;
   std::size_t start = 0;
   for (int i = 0; i < kNumFields; ++i) {
@@ -78,12 +76,18 @@ inline std::string parse_criteo_line(std::string_view line, Sample& s) {
     f[i] = line.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start);
     start = tab + 1;
   }
-  if (f[0] == "0") s.label = 0;
-  else if (f[0] == "1") s.label = 1;
-  else return "label must be 0 or 1, got " + quote_token(f[0]);
+  if (f[0] == "0")
+    s.label = 0;
+  else if (f[0] == "1")
+    s.label = 1;
+  else
+    return "label must be 0 or 1, got " + quote_token(f[0]);
   for (int j = 0; j < kNumDense; ++j) {
     const std::string_view v = f[1 + j];
-    if (v.empty()) { s.dense[j] = 0; continue; }
+    if (v.empty()) {
+      s.dense[j] = 0;
+      continue;
+    }
     std::int64_t x = 0;
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
     if (ec != std::errc{} || p != v.data() + v.size())
@@ -92,7 +96,11 @@ inline std::string parse_criteo_line(std::string_view line, Sample& s) {
   }
   for (int k = 0; k < kNumCat; ++k) {
     const std::string_view v = f[1 + kNumDense + k];
-    if (v.empty()) { s.cat_present[k] = false; s.cat[k] = 0; continue; }
+    if (v.empty()) {
+      s.cat_present[k] = false;
+      s.cat[k] = 0;
+      continue;
+    }
     if (v.size() != 8 || !std::all_of(v.begin(), v.end(), is_hex))
       return "categorical feature " + std::to_string(k + 1) + " is not 8 hex digits: " + quote_token(v);
     std::uint32_t h = 0;
@@ -116,8 +124,7 @@ struct MalformedReport {
 inline void check_readable(const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st))
-    throw DataError("cannot open '" + path + "': no such file");
+  if (ec || !std::filesystem::exists(st)) throw DataError("cannot open '" + path + "': no such file");
   if (std::filesystem::is_directory(st)) throw DataError("cannot open '" + path + "': is a directory");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw DataError("cannot open '" + path + "': " + std::strerror(errno));
@@ -208,10 +215,34 @@ inline std::uint64_t count_lines(const std::string& path) {
   return n + (last != '\n' ? 1 : 0);
 }
 
+// The data lines of a file: the lines from `first` on that are not blank (train_dlrm's
+// --data split and the PyTorch example's count these).
+struct DataLines {
+  std::uint64_t lines = 0;  // every line of the file
+  std::uint64_t data = 0;   // lines from `first` on that are not blank
+};
+inline DataLines count_data_lines(const std::string& path, std::uint64_t first) {
+  LineStream in(path);
+  DataLines out;
+  std::string_view line;
+  while (in.next(line))
+    if (in.line_number() >= first && !is_blank_line(line)) ++out.data;
+  out.lines = in.line_number();
+  return out;
+}
+// The line number of the k-th (from 1) line from `first` on that is not blank (0: none).
+inline std::uint64_t nth_data_line(const std::string& path, std::uint64_t first, std::uint64_t k) {
+  LineStream in(path);
+  std::string_view line;
+  while (in.next(line))
+    if (in.line_number() >= first && !is_blank_line(line) && --k == 0) return in.line_number();
+  return 0;
+}
+
 struct ScanResult {
-  std::uint64_t lines = 0;      // physical lines in range
-  std::uint64_t valid = 0;      // parsed samples
-  std::uint64_t positives = 0;  // label 1
+  std::uint64_t lines = 0;                        // physical lines in range
+  std::uint64_t valid = 0;                        // parsed samples
+  std::uint64_t positives = 0;                    // label 1
   std::array<std::uint64_t, kNumCat> distinct{};  // distinct present hashes, capped at max_distinct
   MalformedReport malformed;
 };
@@ -302,13 +333,15 @@ class FileBatchSource final : public BatchSource {
  public:
   FileBatchSource(std::string path, std::vector<std::int64_t> table_rows, bool strict,
                   std::uint64_t first_line, std::uint64_t last_line, std::uint64_t expected)
-      : path_(std::move(path)), rows_(std::move(table_rows)), strict_(strict), first_(first_line),
-        last_(last_line), expected_(expected) {
+      : path_(std::move(path)),
+        rows_(std::move(table_rows)),
+        strict_(strict),
+        first_(first_line),
+        last_(last_line),
+        expected_(expected) {
     reset();
   }
-  void reset() override {
-    reader_ = std::make_unique<CriteoReader>(path_, strict_, first_, last_);
-  }
+  void reset() override { reader_ = std::make_unique<CriteoReader>(path_, strict_, first_, last_); }
   bool next(Batch& b, int max_batch) override {
     const int T = static_cast<int>(rows_.size());
     if (pending_.size() < static_cast<std::size_t>(max_batch)) pending_.resize(max_batch);

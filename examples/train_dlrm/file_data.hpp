@@ -38,28 +38,6 @@ inline void print_malformed(const std::string& what, const MalformedReport& m) {
   if (m.count > m.first.size()) std::cerr << "  ...\n";
 }
 
-struct DataLines {
-  std::uint64_t lines = 0;  // every line of the file
-  std::uint64_t data = 0;   // lines from `first` on that are not blank
-};
-inline DataLines count_data_lines(const std::string& path, std::uint64_t first) {
-  LineStream in(path);
-  DataLines out;
-  std::string_view line;
-  while (in.next(line))
-    if (in.line_number() >= first && !is_blank_line(line)) ++out.data;
-  out.lines = in.line_number();
-  return out;
-}
-// The line number of the k-th (from 1) line from `first` on that is not blank (0: none).
-inline std::uint64_t nth_data_line(const std::string& path, std::uint64_t first, std::uint64_t k) {
-  LineStream in(path);
-  std::string_view line;
-  while (in.next(line))
-    if (in.line_number() >= first && !is_blank_line(line) && --k == 0) return in.line_number();
-  return 0;
-}
-
 // Throws DataError (main: exit code 2) for a file that is missing or unreadable, that has
 // too few data lines to split off the test fraction, or that holds no valid training or test
 // line (the training part is checked before the test part is read); MalformedLine under

@@ -28,10 +28,13 @@ struct Data {
 std::shared_ptr<Data> file_data(const std::string& path, double test_fraction, std::int64_t max_rows, bool strict) {
   auto d = std::make_shared<Data>();
   if (!(test_fraction > 0 && test_fraction < 1)) throw std::invalid_argument("test_fraction must be in (0, 1)");
-  const std::uint64_t n = count_lines(path);
+  // The split is of the data lines (blank lines are not samples), as train_dlrm's.
+  const DataLines dl = count_data_lines(path, 1);
+  const std::uint64_t n = dl.data;
   const auto n_test = static_cast<std::uint64_t>(std::llround(test_fraction * static_cast<double>(n)));
   if (n_test == 0 || n_test >= n) throw std::invalid_argument("'" + path + "' has too few lines to split");
-  const std::uint64_t train_last = n - n_test, test_first = n - n_test + 1, test_last = n;
+  const std::uint64_t test_first = nth_data_line(path, 1, n - n_test + 1), train_last = test_first - 1,
+                      test_last = dl.lines;
   const ScanResult tr = scan_criteo(path, static_cast<std::uint64_t>(max_rows), strict, 1, train_last);
   const ScanResult te = scan_criteo(path, 0, strict, test_first, test_last);
   if (tr.valid == 0 || te.valid == 0) throw std::invalid_argument("no valid lines in '" + path + "'");
@@ -39,7 +42,7 @@ std::shared_ptr<Data> file_data(const std::string& path, double test_fraction, s
   d->train_size = tr.valid;
   d->test_size = te.valid;
   d->description = path + ": lines 1-" + std::to_string(train_last) + " train (" + std::to_string(tr.valid) +
-                   " valid), " + std::to_string(test_first) + "-" + std::to_string(n) + " test (" +
+                   " valid), " + std::to_string(test_first) + "-" + std::to_string(test_last) + " test (" +
                    std::to_string(te.valid) + " valid)";
   const auto rows = d->table_rows;
   const auto ntr = tr.valid, nte = te.valid;
