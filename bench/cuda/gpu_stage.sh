@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMPE_CUDA_FULL_MATRIX=ON \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-targets=(test_cuda_core test_cuda_int8 test_cuda_int4 test_cuda_state test_cuda_fp32 test_cuda_fp16 test_cuda_fp8
+targets=(test_cuda_core test_cuda_int8 test_cuda_int4 test_cuda_state test_cuda_mixed test_cuda_fp32 test_cuda_fp16 test_cuda_fp8
          test_cuda_bf16_int2 test_dist_nccl bench_embedding_cuda)
 ninja -C build-gpu -j"${JOBS:-2}" "${targets[@]}"
 rm -rf gpu-stage
