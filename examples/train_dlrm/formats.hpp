@@ -188,59 +188,63 @@ inline std::vector<std::uint64_t> parse_field_bounds(std::string_view text) {
   }
 }
 
-// `label feature:value ...`. Returns an empty string on success, else the reason (naming
-// the token: token 1 is the label).
-inline std::string parse_libsvm_line(std::string_view line, const LibsvmFields& fields, CtrSample& s,
-                                     std::vector<std::string_view>& tok) {
-  using namespace detail_fmt;
+namespace detail_fmt {
+// The frame of a libsvm / libfm line: splits it, reads the label (token 1) and calls
+// feature(token, f) for each later token, which fills f or returns why not; the reason is
+// prefixed with the token's place and text only when there is one (not per token).
+template <class Feature>
+std::string parse_feature_line(std::string_view line, CtrSample& s, std::vector<std::string_view>& tok,
+                               Feature&& feature) {
   split_ws(chomp(line), tok);
   if (tok.empty()) return "empty line";
   if (auto why = parse_label(tok[0], s.label); !why.empty()) return why;
   s.feats.clear();
   for (std::size_t i = 1; i < tok.size(); ++i) {
-    const std::string_view t = tok[i];
-    const std::string where = "token " + std::to_string(i + 1) + " " + quoted(t) + ": ";
-    const auto colon = t.find(':');
-    if (colon == std::string_view::npos || t.find(':', colon + 1) != std::string_view::npos)
-      return where + "expected feature:value";
     CtrFeature f;
-    if (!parse_u64(t.substr(0, colon), f.key)) return where + "feature id is not a non-negative integer";
-    if (!parse_value(t.substr(colon + 1), f.weight)) return where + "value is not a finite number";
-    f.table = fields.table_of(f.key);
+    if (std::string why = feature(tok[i], f); !why.empty())
+      return "token " + std::to_string(i + 1) + " " + quoted(tok[i]) + ": " + why;
     s.feats.push_back(f);
   }
   return {};
+}
+}  // namespace detail_fmt
+
+// `label feature:value ...`. Returns an empty string on success, else the reason (naming
+// the token: token 1 is the label).
+inline std::string parse_libsvm_line(std::string_view line, const LibsvmFields& fields, CtrSample& s,
+                                     std::vector<std::string_view>& tok) {
+  using namespace detail_fmt;
+  return parse_feature_line(line, s, tok, [&](std::string_view t, CtrFeature& f) -> std::string {
+    const auto colon = t.find(':');
+    if (colon == std::string_view::npos || t.find(':', colon + 1) != std::string_view::npos)
+      return "expected feature:value";
+    if (!parse_u64(t.substr(0, colon), f.key)) return "feature id is not a non-negative integer";
+    if (!parse_value(t.substr(colon + 1), f.weight)) return "value is not a finite number";
+    f.table = fields.table_of(f.key);
+    return {};
+  });
 }
 
 // `label field:feature:value ...` with fields 0 .. num_fields - 1.
 inline std::string parse_libfm_line(std::string_view line, int num_fields, CtrSample& s,
                                     std::vector<std::string_view>& tok) {
   using namespace detail_fmt;
-  split_ws(chomp(line), tok);
-  if (tok.empty()) return "empty line";
-  if (auto why = parse_label(tok[0], s.label); !why.empty()) return why;
-  s.feats.clear();
-  for (std::size_t i = 1; i < tok.size(); ++i) {
-    const std::string_view t = tok[i];
-    const std::string where = "token " + std::to_string(i + 1) + " " + quoted(t) + ": ";
+  return parse_feature_line(line, s, tok, [&](std::string_view t, CtrFeature& f) -> std::string {
     const auto c1 = t.find(':');
     const auto c2 = c1 == std::string_view::npos ? c1 : t.find(':', c1 + 1);
     if (c2 == std::string_view::npos || t.find(':', c2 + 1) != std::string_view::npos)
-      return where + "expected field:feature:value";
+      return "expected field:feature:value";
     std::uint64_t field = 0;
-    CtrFeature f;
-    if (!parse_u64(t.substr(0, c1), field)) return where + "field is not a non-negative integer";
+    if (!parse_u64(t.substr(0, c1), field)) return "field is not a non-negative integer";
     if (field >= static_cast<std::uint64_t>(num_fields))
-      return where + "field " + std::to_string(field) + " is not below " + std::to_string(num_fields) +
+      return "field " + std::to_string(field) + " is not below " + std::to_string(num_fields) +
              (num_fields == kMaxCtrTables ? " (the most tables train_dlrm builds)"
                                           : " (the training data's fields)");
-    if (!parse_u64(t.substr(c1 + 1, c2 - c1 - 1), f.key))
-      return where + "feature is not a non-negative integer";
-    if (!parse_value(t.substr(c2 + 1), f.weight)) return where + "value is not a finite number";
+    if (!parse_u64(t.substr(c1 + 1, c2 - c1 - 1), f.key)) return "feature is not a non-negative integer";
+    if (!parse_value(t.substr(c2 + 1), f.weight)) return "value is not a finite number";
     f.table = static_cast<int>(field);
-    s.feats.push_back(f);
-  }
-  return {};
+    return {};
+  });
 }
 
 // Avazu's columns: which one is the label, which are ignored (id), which is the hour; every

@@ -22,6 +22,22 @@ struct Aggregate {
   std::vector<double> rel;  // per seed: (logloss - fp32 logloss) / fp32 logloss
 };
 
+// One value per seed of a config, as the table and the JSON summarize them.
+struct RunColumns {
+  std::vector<double> ll, auc, acc, hr, t;  // log loss, AUC, accuracy, hit rate, train seconds
+};
+inline RunColumns columns(const Aggregate& a) {
+  RunColumns c;
+  for (const auto& r : a.runs) {
+    c.ll.push_back(r.logloss);
+    c.auc.push_back(r.auc);
+    c.acc.push_back(r.accuracy);
+    c.hr.push_back(r.hit_rate);
+    c.t.push_back(r.train_seconds);
+  }
+  return c;
+}
+
 inline std::string fmt(const char* f, double v) {
   if (std::isnan(v)) return "—";
   char buf[64];
@@ -47,26 +63,19 @@ inline void print_table(const std::vector<Aggregate>& aggs, int seeds, double ba
             << " | Δ log loss vs FP32 | AUC | accuracy | train time |\n"
             << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& a : aggs) {
-    std::vector<double> ll, auc, acc, hr, t;
-    for (const auto& r : a.runs) {
-      ll.push_back(r.logloss);
-      auc.push_back(r.auc);
-      acc.push_back(r.accuracy);
-      hr.push_back(r.hit_rate);
-      t.push_back(r.train_seconds);
-    }
+    const RunColumns c = columns(a);
     const auto& r0 = a.runs.front();
-    const MeanSd L = mean_sd(ll), A = mean_sd(auc), R = mean_sd(a.rel);
+    const MeanSd L = mean_sd(c.ll), A = mean_sd(c.auc), R = mean_sd(a.rel);
     std::cout << "| " << a.spec.label << " | "
               << (r0.memory_bytes ? bytes_str(static_cast<double>(r0.memory_bytes)) : "—") << " | "
               << (r0.memory_bytes ? fmt("%.2fx", r0.reduction) : "—") << " | "
-              << fmt("%.1f%%", 100 * mean_sd(hr).mean) << " | " << fmt("%.5f", L.mean)
+              << fmt("%.1f%%", 100 * mean_sd(c.hr).mean) << " | " << fmt("%.5f", L.mean)
               << (seeds > 1 ? " ± " + fmt("%.5f", L.sd) : "") << " | "
               << (a.rel.empty()
                       ? "—"
                       : fmt("%+.2f%%", 100 * R.mean) + (seeds > 1 ? " ± " + fmt("%.2f", 100 * R.sd) : ""))
               << " | " << fmt("%.4f", A.mean) << (seeds > 1 ? " ± " + fmt("%.4f", A.sd) : "") << " | "
-              << fmt("%.4f", mean_sd(acc).mean) << " | " << fmt("%.1fs", mean_sd(t).mean) << " |\n";
+              << fmt("%.4f", mean_sd(c.acc).mean) << " | " << fmt("%.1fs", mean_sd(c.t).mean) << " |\n";
   }
   if (bayes >= 0)
     std::cout << "\nBayes-optimal log loss (true p on the same test set): " << fmt("%.5f", bayes) << "\n";
@@ -75,14 +84,9 @@ inline void print_table(const std::vector<Aggregate>& aggs, int seeds, double ba
 inline nlohmann::json to_json(const std::vector<Aggregate>& aggs, double label_mean) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& a : aggs) {
-    std::vector<double> ll, auc, acc, hr, t;
+    const RunColumns c = columns(a);
     nlohmann::json runs = nlohmann::json::array();
     for (const auto& r : a.runs) {
-      ll.push_back(r.logloss);
-      auc.push_back(r.auc);
-      acc.push_back(r.accuracy);
-      hr.push_back(r.hit_rate);
-      t.push_back(r.train_seconds);
       auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
       runs.push_back({{"seed", r.spec.seed},
                       {"logloss", r.logloss},
@@ -129,19 +133,19 @@ inline nlohmann::json to_json(const std::vector<Aggregate>& aggs, double label_m
         {"optimizer_bytes", r0.optimizer_bytes},
         {"fp32_bytes", r0.fp32_bytes},
         {"reduction", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},
-        {"hit_rate", num(mean_sd(hr).mean)},
-        {"logloss", mean_sd(ll).mean},
-        {"logloss_sd", mean_sd(ll).sd},
-        {"auc", num(mean_sd(auc).mean)},
-        {"auc_sd", num(mean_sd(auc).sd)},
-        {"accuracy", mean_sd(acc).mean},
+        {"hit_rate", num(mean_sd(c.hr).mean)},
+        {"logloss", mean_sd(c.ll).mean},
+        {"logloss_sd", mean_sd(c.ll).sd},
+        {"auc", num(mean_sd(c.auc).mean)},
+        {"auc_sd", num(mean_sd(c.auc).sd)},
+        {"accuracy", mean_sd(c.acc).mean},
         {"rel_logloss_vs_fp32",
          a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).mean)},
         {"rel_logloss_vs_fp32_sd",
          a.rel.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_sd(a.rel).sd)},
         {"bayes_logloss", r0.bayes_logloss >= 0 ? nlohmann::json(r0.bayes_logloss) : nlohmann::json(nullptr)},
         {"label_mean_logloss", label_mean >= 0 ? nlohmann::json(label_mean) : nlohmann::json(nullptr)},
-        {"train_seconds", mean_sd(t).mean},
+        {"train_seconds", mean_sd(c.t).mean},
         {"epochs", a.spec.epochs},
         {"batch_size", a.spec.batch_size},
         {"lr", a.spec.lr},
@@ -171,9 +175,7 @@ inline bool write_plot(const std::string& path, const std::vector<Aggregate>& ag
   double dense = -1;
   for (const auto& a : aggs)
     if (a.spec.storage == "dense") {
-      std::vector<double> ll;
-      for (const auto& r : a.runs) ll.push_back(r.logloss);
-      dense = mean_sd(ll).mean;
+      dense = mean_sd(columns(a).ll).mean;
     }
   // y range: every point, the dense-only line and the Bayes line, padded 5 %.
   double ylo = bayes > 0 ? bayes : 1e300, yhi = dense > 0 ? dense : -1e300;
@@ -208,9 +210,7 @@ inline bool write_plot(const std::string& path, const std::vector<Aggregate>& ag
       if (a.spec.storage == "dense") continue;
       const bool nearest = a.spec.rounding == "nearest" && a.spec.storage != "fp32";
       if ((pass == 0 && nearest) || (pass == 1 && !nearest)) continue;
-      std::vector<double> ll;
-      for (const auto& r : a.runs) ll.push_back(r.logloss);
-      const MeanSd m = mean_sd(ll);
+      const MeanSd m = mean_sd(columns(a).ll);
       s << static_cast<double>(a.runs.front().memory_bytes) / (1024.0 * 1024.0) << " " << m.mean << " ";
       if (pass == 2)
         s << "\"" << a.spec.label << "\"\n";
