@@ -103,7 +103,8 @@ def built_combinations(device="cpu"):
     strings ``"int8/lru/stochastic/fp32"``. Cache ``none`` is ``Lru<32>`` with no cache rows.
 
     ``device``: ``"cpu"`` (default; the CPU module's) or ``"cuda"`` (the CUDA module's, a subset
-    of the CPU ones; empty when ``built_with_cuda()`` is False). Also a ``torch.device``."""
+    of the CPU ones; empty when ``built_with_cuda()`` is False). Also a ``torch.device``.
+    Raises ValueError naming ``device`` for another device type. Needs no GPU."""
     kind = _device_type(device, "device")
     if kind == "cuda":
         return list(_C_cuda.built_combinations()) if _C_cuda is not None else []
