@@ -5,14 +5,15 @@
 #pragma once
 
 #include "mpe/backend/host_backend.hpp"
-#include "mpe/cache/cache_ref.hpp"
 #include "mpe/cache/all.hpp"
+#include "mpe/cache/cache_ref.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/embedding/cached_embedding.hpp"
-#include "mpe/io/checkpoint.hpp"
 #include "mpe/embedding/mixed_dim_embedding.hpp"
+#include "mpe/embedding/tiered_rows.hpp"
+#include "mpe/io/checkpoint.hpp"
 #include "mpe/numeric/half.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/numeric/rounding.hpp"
 #include "mpe/optim/all.hpp"
 #include "mpe/storage/all.hpp"
-#include "mpe/core/types.hpp"

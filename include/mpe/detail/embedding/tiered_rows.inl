@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file mpe/detail/embedding/tiered_rows.inl
+/// @brief TieredRows' member bodies: construction, map / lookup, the decay, the hot-id
+/// table, and the MPETIER1 bytes (included by mpe/embedding/tiered_rows.hpp).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace mpe {
+
+namespace detail::tiered {
+
+inline constexpr char kMagic[8] = {'M', 'P', 'E', 'T', 'I', 'E', 'R', '1'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 84;  // up to the sketch
+inline constexpr std::uint64_t kSaltMix = 0x9e3779b97f4a7c15ull;
+
+[[noreturn]] inline void invalid(const char* field, const std::string& value, const std::string& rule) {
+  throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + field + " = " + value +
+                              " must be " + rule);
+}
+
+// Little-endian appender and bounds-checked reader (the host is little-endian:
+// io/checkpoint_format.hpp asserts it).
+struct Writer {
+  std::vector<std::uint8_t> v;
+  template <class T>
+  void put(T x) {
+    const std::size_t n = v.size();
+    v.resize(n + sizeof(T));
+    std::memcpy(v.data() + n, &x, sizeof(T));
+  }
+};
+struct Reader {
+  std::span<const std::uint8_t> b;
+  std::size_t at = 0;
+  template <class T>
+  T get(const char* what) {
+    if (b.size() - at < sizeof(T))
+      throw checkpoint_error(std::string("mpe::TieredRows::load_bytes: truncated at ") + what);
+    T x;
+    std::memcpy(&x, b.data() + at, sizeof(T));
+    at += sizeof(T);
+    return x;
+  }
+};
+
+[[noreturn]] inline void bad(const std::string& what) {
+  throw checkpoint_error("mpe::TieredRows::load_bytes: " + what);
+}
+
+}  // namespace detail::tiered
+
+inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
+  using detail::tiered::invalid;
+  const TieredRowsConfig& c = config;
+  constexpr std::int64_t kMaxPhysical = std::int64_t{1} << 62;
+  if (c.ids < 1) invalid("ids", std::to_string(c.ids), ">= 1");
+  if (c.private_rows < 0 || c.private_rows > c.ids || c.private_rows > std::int64_t{0x7fffffff})
+    invalid("private_rows", std::to_string(c.private_rows), "in [0, min(ids, 2^31 - 1)]");
+  if (c.shared_rows < 1 || c.shared_rows > kMaxPhysical - c.private_rows)
+    invalid("shared_rows", std::to_string(c.shared_rows), "in [1, 2^62 - private_rows]");
+  if (c.promote_at < 1) invalid("promote_at", std::to_string(c.promote_at), ">= 1");
+  if (c.demote_below > c.promote_at)
+    invalid("demote_below", std::to_string(c.demote_below),
+            "<= promote_at (" + std::to_string(c.promote_at) + ")");
+  if (c.decay_every < 0) invalid("decay_every", std::to_string(c.decay_every), ">= 0");
+  if (c.sketch_width != 0 && (c.sketch_width < 1 || c.sketch_width > (std::int64_t{1} << 30) ||
+                              !std::has_single_bit(static_cast<std::uint64_t>(c.sketch_width))))
+    invalid("sketch_width", std::to_string(c.sketch_width), "0 or a power of two in [1, 2^30]");
+  const std::int64_t p = c.private_rows;
+  if (cfg_.decay_every == 0) cfg_.decay_every = 10 * std::max<std::int64_t>(p, 16);
+  if (cfg_.sketch_width == 0)
+    cfg_.sketch_width = static_cast<std::int64_t>(
+        std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(64, 4 * p))));
+  sketch_salt_ = static_cast<std::int64_t>(mix64(cfg_.seed ^ detail::tiered::kSaltMix));
+  sketch_.assign(static_cast<std::size_t>(SketchRef::depth * cfg_.sketch_width), 0u);
+  table_.assign(p > 0 ? static_cast<std::size_t>(std::bit_ceil(static_cast<std::uint64_t>(2 * p))) : 0,
+                Slot{});
+  free_.resize(static_cast<std::size_t>(p));
+  for (std::int64_t r = 0; r < p; ++r) free_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  moves_.reserve(static_cast<std::size_t>(p));
+}
+
+inline std::int64_t TieredRows::find(std::int64_t id) const {
+  if (table_.empty()) return -1;
+  const std::uint64_t mask = table_.size() - 1;
+  for (std::uint64_t i = mix64(static_cast<std::uint64_t>(id)) & mask;; i = (i + 1) & mask) {
+    if (table_[i].id == id) return static_cast<std::int64_t>(i);
+    if (table_[i].id < 0) return -1;
+  }
+}
+
+inline void TieredRows::insert(std::int64_t id, std::int32_t row, std::uint32_t count) {
+  const std::uint64_t mask = table_.size() - 1;
+  std::uint64_t i = mix64(static_cast<std::uint64_t>(id)) & mask;
+  while (table_[i].id >= 0) i = (i + 1) & mask;
+  table_[i] = Slot{id, row, count};
+  ++hot_count_;
+}
+
+// Linear probing's backward-shift deletion: later entries of the probe run move up so that
+// every entry stays reachable from its home slot.
+inline void TieredRows::erase_slot(std::int64_t slot) {
+  const std::uint64_t mask = table_.size() - 1;
+  std::uint64_t hole = static_cast<std::uint64_t>(slot);
+  for (std::uint64_t j = (hole + 1) & mask; table_[j].id >= 0; j = (j + 1) & mask) {
+    const std::uint64_t home = mix64(static_cast<std::uint64_t>(table_[j].id)) & mask;
+    // Entry j may fill the hole when its home is not in the cyclic range (hole, j].
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      table_[hole] = table_[j];
+      hole = j;
+    }
+  }
+  table_[hole] = Slot{};
+  --hot_count_;
+}
+
+inline void TieredRows::take_free_row_back(std::int32_t row) {
+  free_.push_back(row);
+  std::push_heap(free_.begin(), free_.end(), std::greater<>{});
+}
+
+inline std::int32_t TieredRows::pop_lowest_free_row() {
+  std::pop_heap(free_.begin(), free_.end(), std::greater<>{});
+  const std::int32_t r = free_.back();
+  free_.pop_back();
+  return r;
+}
+
+inline void TieredRows::check_ids(std::span<const std::int64_t> ids, std::span<std::int64_t> rows,
+                                  const char* fn) const {
+  if (rows.size() != ids.size())
+    throw std::invalid_argument(std::string("mpe::TieredRows::") + fn +
+                                ": rows.size() = " + std::to_string(rows.size()) +
+                                " differs from ids.size() = " + std::to_string(ids.size()));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= cfg_.ids)
+      throw std::out_of_range(std::string("mpe::TieredRows::") + fn + ": ids[" + std::to_string(i) + "] = " +
+                              std::to_string(ids[i]) + " outside [0, " + std::to_string(cfg_.ids) + ")");
+  }
+}
+
+inline void TieredRows::decay() {
+  for (std::uint32_t& c : sketch_) c >>= 1;
+  for (Slot& s : table_)
+    if (s.id >= 0) s.count >>= 1;
+  // Demote after halving everything: the set demoted does not depend on the table's order,
+  // nor does the free-row heap's content.
+  for (std::size_t i = 0; i < table_.size();) {
+    if (table_[i].id >= 0 && table_[i].count < cfg_.demote_below) {
+      take_free_row_back(table_[i].row);
+      erase_slot(static_cast<std::int64_t>(i));
+      ++stats_.demotions;
+      continue;  // the shift may have moved an unvisited entry into slot i
+    }
+    ++i;
+  }
+  ++stats_.decays;
+  decay_clock_ = 0;
+}
+
+inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::int64_t> rows) {
+  check_ids(ids, rows, "map");
+  if (decay_clock_ >= cfg_.decay_every) decay();
+  moves_.clear();
+  scratch_.assign(ids.begin(), ids.end());
+  std::sort(scratch_.begin(), scratch_.end());
+  scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
+  const SketchRef sk{sketch_.data(), cfg_.sketch_width};
+  for (const std::int64_t id : scratch_) {
+    const std::int64_t slot = find(id);
+    if (slot >= 0) {
+      std::uint32_t& n = table_[static_cast<std::size_t>(slot)].count;
+      if (n != 0xffffffffu) ++n;
+      continue;
+    }
+    const std::int64_t key = sketch_key(id);
+    for (int k = 0; k < SketchRef::depth; ++k) {
+      std::uint32_t& c = sketch_[static_cast<std::size_t>(sk.cell(key, k))];
+      if (c != 0xffffffffu) ++c;
+    }
+    const std::uint32_t est = sk.estimate(key);
+    if (est < cfg_.promote_at) continue;
+    if (free_.empty()) {
+      ++stats_.refused_promotions;
+      continue;
+    }
+    const std::int32_t row = pop_lowest_free_row();
+    insert(id, row, est);
+    moves_.push_back(Move{id, shared_row_of(id), row});
+    ++stats_.promotions;
+  }
+  decay_clock_ += static_cast<std::int64_t>(scratch_.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t slot = find(ids[i]);
+    if (slot >= 0) {
+      rows[i] = table_[static_cast<std::size_t>(slot)].row;
+      ++stats_.private_lookups;
+    } else {
+      rows[i] = shared_row_of(ids[i]);
+      ++stats_.shared_lookups;
+    }
+  }
+  stats_.lookups += static_cast<std::int64_t>(ids.size());
+}
+
+inline void TieredRows::lookup(std::span<const std::int64_t> ids, std::span<std::int64_t> rows) const {
+  check_ids(ids, rows, "lookup");
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t slot = find(ids[i]);
+    rows[i] = slot >= 0 ? std::int64_t{table_[static_cast<std::size_t>(slot)].row} : shared_row_of(ids[i]);
+  }
+}
+
+inline std::int64_t TieredRows::row_of(std::int64_t id) const {
+  if (id < 0 || id >= cfg_.ids)
+    throw std::out_of_range("mpe::TieredRows::row_of: id = " + std::to_string(id) + " outside [0, " +
+                            std::to_string(cfg_.ids) + ")");
+  const std::int64_t slot = find(id);
+  return slot >= 0 ? std::int64_t{table_[static_cast<std::size_t>(slot)].row} : shared_row_of(id);
+}
+
+template <class Get, class Set>
+void TieredRows::copy_moved_rows(std::int64_t dim, std::int64_t table_first_row, Get&& get, Set&& set) const {
+  if (dim < 1)
+    throw std::invalid_argument("mpe::TieredRows::copy_moved_rows: dim = " + std::to_string(dim) +
+                                " must be >= 1");
+  if (table_first_row < 0)
+    throw std::invalid_argument("mpe::TieredRows::copy_moved_rows: table_first_row = " +
+                                std::to_string(table_first_row) + " must be >= 0");
+  std::vector<float> buf(static_cast<std::size_t>(dim));
+  for (const Move& m : moves_) {
+    get(std::span<float>(buf), table_first_row + m.from_row);
+    set(std::span<const float>(buf), table_first_row + m.to_row);
+  }
+}
+
+inline std::size_t TieredRows::memory_bytes() const {
+  return sketch_.size() * sizeof(std::uint32_t) + table_.size() * sizeof(Slot) +
+         static_cast<std::size_t>(cfg_.private_rows) * sizeof(std::int32_t);
+}
+
+inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
+  namespace t = detail::tiered;
+  std::vector<Slot> hot;
+  hot.reserve(static_cast<std::size_t>(hot_count_));
+  for (const Slot& s : table_)
+    if (s.id >= 0) hot.push_back(s);
+  std::sort(hot.begin(), hot.end(), [](const Slot& a, const Slot& b) { return a.id < b.id; });
+  std::vector<std::int32_t> fr = free_;
+  std::sort(fr.begin(), fr.end());
+  t::Writer w;
+  w.v.reserve(t::kHeaderBytes + sketch_.size() * 4 + 16 + hot.size() * 16 + fr.size() * 4 + 60);
+  for (char ch : t::kMagic) w.put(ch);
+  w.put(t::kVersion);
+  w.put(std::uint64_t{0});  // total_bytes, patched below
+  w.put(cfg_.ids);
+  w.put(cfg_.private_rows);
+  w.put(cfg_.shared_rows);
+  w.put(cfg_.promote_at);
+  w.put(cfg_.demote_below);
+  w.put(cfg_.decay_every);
+  w.put(cfg_.sketch_width);
+  w.put(cfg_.seed);
+  w.put(decay_clock_);
+  for (std::uint32_t c : sketch_) w.put(c);
+  w.put(static_cast<std::int64_t>(hot.size()));
+  for (const Slot& s : hot) {
+    w.put(s.id);
+    w.put(s.row);
+    w.put(s.count);
+  }
+  w.put(static_cast<std::int64_t>(fr.size()));
+  for (std::int32_t r : fr) w.put(r);
+  for (std::int64_t x : {stats_.lookups, stats_.private_lookups, stats_.shared_lookups, stats_.promotions,
+                         stats_.demotions, stats_.decays, stats_.refused_promotions})
+    w.put(x);
+  const std::uint64_t total = w.v.size() + 4;
+  std::memcpy(w.v.data() + 12, &total, 8);
+  w.put(io::checkpoint::crc32c(w.v.data(), w.v.size()));
+  return std::move(w.v);
+}
+
+inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
+  namespace t = detail::tiered;
+  using t::bad;
+  if (bytes.size() < t::kHeaderBytes + 4)
+    bad("truncated: " + std::to_string(bytes.size()) + " bytes, less than the header's " +
+        std::to_string(t::kHeaderBytes + 4));
+  if (std::memcmp(bytes.data(), t::kMagic, 8) != 0) bad("magic is not MPETIER1");
+  t::Reader r{bytes, 8};
+  const auto version = r.get<std::uint32_t>("version");
+  if (version != t::kVersion) bad("version " + std::to_string(version) + " is not 1");
+  const auto total = r.get<std::uint64_t>("total_bytes");
+  if (total != bytes.size())
+    bad("truncated or extended: " + std::to_string(bytes.size()) + " bytes, total_bytes says " +
+        std::to_string(total));
+  std::uint32_t crc;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  const std::uint32_t want = io::checkpoint::crc32c(bytes.data(), bytes.size() - 4);
+  if (crc != want)
+    bad("CRC-32C mismatch (stored " + std::to_string(crc) + ", computed " + std::to_string(want) + ")");
+  r.b = bytes.first(bytes.size() - 4);  // the fields end before the CRC
+  const auto same = [](const char* field, auto file, auto mine) {
+    if (file != mine)
+      bad("config field " + std::string(field) + " = " + std::to_string(file) +
+          " differs from this object's " + std::to_string(mine));
+  };
+  same("ids", r.get<std::int64_t>("ids"), cfg_.ids);
+  same("private_rows", r.get<std::int64_t>("private_rows"), cfg_.private_rows);
+  same("shared_rows", r.get<std::int64_t>("shared_rows"), cfg_.shared_rows);
+  same("promote_at", r.get<std::uint32_t>("promote_at"), cfg_.promote_at);
+  same("demote_below", r.get<std::uint32_t>("demote_below"), cfg_.demote_below);
+  same("decay_every", r.get<std::int64_t>("decay_every"), cfg_.decay_every);
+  same("sketch_width", r.get<std::int64_t>("sketch_width"), cfg_.sketch_width);
+  same("seed", r.get<std::uint64_t>("seed"), cfg_.seed);
+  const auto clock = r.get<std::int64_t>("decay_clock");
+  if (clock < 0) bad("decay_clock = " + std::to_string(clock) + " is negative");
+  std::vector<std::uint32_t> sketch(sketch_.size());
+  for (std::uint32_t& c : sketch) c = r.get<std::uint32_t>("sketch");
+  const std::int64_t p = cfg_.private_rows;
+  const auto n_hot = r.get<std::int64_t>("n_hot");
+  if (n_hot < 0 || n_hot > p)
+    bad("n_hot = " + std::to_string(n_hot) + " outside [0, " + std::to_string(p) + "]");
+  std::vector<std::uint8_t> used(static_cast<std::size_t>(p), 0);
+  std::vector<Slot> hot(static_cast<std::size_t>(n_hot));
+  for (std::int64_t i = 0; i < n_hot; ++i) {
+    Slot& s = hot[static_cast<std::size_t>(i)];
+    s.id = r.get<std::int64_t>("hot id");
+    s.row = r.get<std::int32_t>("hot row");
+    s.count = r.get<std::uint32_t>("hot count");
+    const std::string who = "hot entry " + std::to_string(i) + " (id " + std::to_string(s.id) + ")";
+    if (s.id < 0 || s.id >= cfg_.ids) bad(who + ": id outside [0, " + std::to_string(cfg_.ids) + ")");
+    if (i > 0 && s.id <= hot[static_cast<std::size_t>(i - 1)].id)
+      bad(who + ": duplicate or unsorted hot id (previous " +
+          std::to_string(hot[static_cast<std::size_t>(i - 1)].id) + ")");
+    if (s.row < 0 || s.row >= p)
+      bad(who + ": row " + std::to_string(s.row) + " outside [0, private_rows = " + std::to_string(p) + ")");
+    if (used[static_cast<std::size_t>(s.row)]) bad(who + ": duplicate row " + std::to_string(s.row));
+    used[static_cast<std::size_t>(s.row)] = 1;
+  }
+  const auto n_free = r.get<std::int64_t>("n_free");
+  if (n_free != p - n_hot)
+    bad("n_free = " + std::to_string(n_free) + " is not private_rows - n_hot = " + std::to_string(p - n_hot));
+  std::vector<std::int32_t> fr(static_cast<std::size_t>(n_free));
+  for (std::int64_t i = 0; i < n_free; ++i) {
+    const auto row = r.get<std::int32_t>("free row");
+    const std::string who = "free row " + std::to_string(i) + " = " + std::to_string(row);
+    if (row < 0 || row >= p) bad(who + " outside [0, private_rows = " + std::to_string(p) + ")");
+    if (i > 0 && row <= fr[static_cast<std::size_t>(i - 1)]) bad(who + ": duplicate or unsorted");
+    if (used[static_cast<std::size_t>(row)]) bad(who + ": also a hot id's row");
+    fr[static_cast<std::size_t>(i)] = row;
+  }
+  TieredRowsStats st;
+  const char* stat_names[] = {"lookups",   "private_lookups", "shared_lookups",    "promotions",
+                              "demotions", "decays",          "refused_promotions"};
+  std::int64_t* stat_fields[] = {&st.lookups,   &st.private_lookups, &st.shared_lookups,    &st.promotions,
+                                 &st.demotions, &st.decays,          &st.refused_promotions};
+  for (int i = 0; i < 7; ++i) {
+    *stat_fields[i] = r.get<std::int64_t>(stat_names[i]);
+    if (*stat_fields[i] < 0)
+      bad(std::string("stats ") + stat_names[i] + " = " + std::to_string(*stat_fields[i]) + " is negative");
+  }
+  if (r.at != r.b.size())
+    bad(std::to_string(r.b.size() - r.at) +
+        " bytes after the stats (the sizes do not add up to total_bytes)");
+  // Verified: replace the state (nothing below throws but allocation).
+  std::vector<Slot> table(table_.size());
+  sketch_.swap(sketch);
+  table_.swap(table);
+  hot_count_ = 0;
+  for (const Slot& s : hot) insert(s.id, s.row, s.count);
+  free_.swap(fr);  // ascending: a valid min-heap
+  decay_clock_ = clock;
+  stats_ = st;
+  moves_.clear();
+}
+
+}  // namespace mpe
