@@ -90,6 +90,7 @@ std::string label_of(const RunSpec& s) {
   if (s.base_dim > 0 && s.dim != s.base_dim) l += "@d" + std::to_string(s.dim);
   if (s.large_dim > 0 && s.large_dim != s.dim) l += "@md" + std::to_string(s.large_dim);  // @h alone: D
   if (s.large_hash > 0) l += "@h" + std::to_string(s.large_hash);
+  if (s.large_tier > 0) l += "@t" + std::to_string(s.large_tier);
   if (s.optimizer != "sgd" || s.state_precision != "fp32") l += " " + s.optimizer + "/" + s.state_precision;
   return l;
 }
@@ -191,6 +192,18 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
       throw bad(suffix + " is built with stochastic rounding (/sr) and --state-precision fp32 only");
     return std::pair{r, std::stoi(n)};
   };
+  if (const auto at = text.rfind("@t"); at != std::string::npos) {
+    // "@t<p>" after @h<k>: the hashed tables tiered, p % of their ids in rows of their own.
+    const std::string n = text.substr(at + 2);
+    if (n.empty() || n.size() > 2 || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(n) < 1)
+      throw bad("@t<p> needs p in [1, 99] (percent), digits only, after @h<k>");
+    RunSpec r = parse_config(text.substr(0, at), s);
+    if (r.large_hash == 0 || r.large_tier != 0) throw bad("@t<p> comes once, right after @h<k>");
+    r.large_tier = std::stoi(n);
+    r.label = label_of(r);
+    return r;
+  }
   if (auto h = reshaped("@h", 7, "k in [2, 10^6]")) {
     auto& [r, k] = *h;
     if (k < 2 || k > 1000000) throw bad("@h<k> needs k in [2, 10^6]");

@@ -1,15 +1,19 @@
 // The "@md<d>" / "@h<k>" configs of train_dlrm: large tables at a smaller D and/or hashed
-// into fewer rows, behind the model's uniform (B, T*D) layout. No library include: Md is
-// any type with MixedDimEmbedding's members used below (trainer.hpp passes one; the unit
-// test a plain FP32 reference).
+// into fewer rows ("@t<p>": with their hot ids in rows of their own, mpe::TieredRows),
+// behind the model's uniform (B, T*D) layout. Md is any type with MixedDimEmbedding's
+// members used below (trainer.hpp passes one; the unit test a plain FP32 reference).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "mpe/embedding/tiered_rows.hpp"
 
 namespace dlrm {
 
@@ -18,16 +22,26 @@ namespace dlrm {
 // D-wide slot and the rest is 0 (a fixed projection [I; 0], so the dot interaction sees the
 // table through its first D_t coordinates); the gradient of the padding is dropped. A
 // table with R_t < rows_t takes id mod R_t (the hashing trick: colliding ids share a row).
+// A tiered table (tiers[t] set: "@t<p>") maps its ids through an mpe::TieredRows instead:
+// hot ids in private rows [0, P), the others hashed into the shared rows [P, P + S); a
+// training forward counts the batch's ids, and each id promoted by it starts from the
+// weights of the shared row it used (copied before the forward); inference only looks up.
 template <class Md>
 class ReshapedTables {
  public:
-  ReshapedTables(Md& md, int D, std::vector<std::int64_t> hashed_rows)
-      : md_(md), D_(D), hashed_(std::move(hashed_rows)) {}
+  ReshapedTables(Md& md, int D, std::vector<std::int64_t> hashed_rows,
+                 const std::vector<std::optional<mpe::TieredRowsConfig>>& tiers = {})
+      : md_(md), D_(D), hashed_(std::move(hashed_rows)) {
+    for (const auto& c : tiers) tiers_.push_back(c ? std::make_unique<mpe::TieredRows>(*c) : nullptr);
+    tiers_.resize(static_cast<std::size_t>(md_.num_tables()));
+  }
   template <class Pooling>
   void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
                Pooling p, std::span<const float> per_sample_weights = {}) {
     buf_.resize(compact_size(out.size()));
-    md_.forward(remap(idx, off, ids_), off, std::span<float>(buf_), p, per_sample_weights);
+    remap(idx, off, ids_);
+    promote(idx, off);
+    md_.forward(std::span<const std::int64_t>(ids_), off, std::span<float>(buf_), p, per_sample_weights);
     expand(buf_, out);
   }
   template <class Pooling>
@@ -51,9 +65,37 @@ class ReshapedTables {
   }
   auto stats() const { return md_.stats(); }
   void reset_stats() { md_.reset_stats(); }
-  auto memory() const { return md_.memory(); }
+  // The tables' footprint, the tiers' maps and sketches (host) counted as metadata.
+  auto memory() const {
+    auto m = md_.memory();
+    for (const auto& t : tiers_)
+      if (t) m.metadata_bytes += t->memory_bytes();
+    return m;
+  }
+  // Table t's tier (nullptr: not tiered).
+  const mpe::TieredRows* tier(std::size_t t) const { return tiers_[t].get(); }
 
  private:
+  // A training forward's tier step: each tiered table's ids counted and mapped (ids_ holds
+  // them mapped, the other tables as remap left them), then each promoted id's private row
+  // set to the weights of the shared row it came from.
+  void promote(std::span<const std::int64_t> idx, std::span<const std::int64_t> off) {
+    const auto T = static_cast<std::size_t>(md_.num_tables());
+    const std::size_t B = (off.size() - 1) / T;
+    for (std::size_t t = 0; t < T; ++t) {
+      if (!tiers_[t]) continue;
+      const auto first = static_cast<std::size_t>(off[t * B]),
+                 n = static_cast<std::size_t>(off[(t + 1) * B]) - first;
+      tiers_[t]->map(idx.subspan(first, n), std::span<std::int64_t>(ids_).subspan(first, n));
+      const auto ti = static_cast<std::int64_t>(t);
+      row_.resize(static_cast<std::size_t>(md_.dim(ti)));
+      for (const auto& mv : tiers_[t]->last_moves()) {
+        md_.get_weights(ti, std::span<float>(row_), mv.from_row);
+        md_.set_weights(ti, std::span<const float>(row_), mv.to_row);
+      }
+    }
+  }
+
   std::span<const std::int64_t> remap(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
                                       std::vector<std::int64_t>& ids) const {
     ids.assign(idx.begin(), idx.end());
@@ -61,8 +103,12 @@ class ReshapedTables {
     const std::size_t B = (off.size() - 1) / T;
     for (std::size_t t = 0; t < T; ++t) {
       const std::int64_t R = hashed_[t];
-      if (R == 0) continue;
-      for (auto i = off[t * B]; i < off[(t + 1) * B]; ++i) ids[static_cast<std::size_t>(i)] %= R;
+      const auto first = static_cast<std::size_t>(off[t * B]),
+                 n = static_cast<std::size_t>(off[(t + 1) * B]) - first;
+      if (tiers_[t])
+        tiers_[t]->lookup(idx.subspan(first, n), std::span<std::int64_t>(ids).subspan(first, n));
+      else if (R > 0)
+        for (std::size_t i = first; i < first + n; ++i) ids[i] %= R;
     }
     return ids;
   }
@@ -80,8 +126,9 @@ class ReshapedTables {
   }
   Md& md_;
   int D_;
-  std::vector<std::int64_t> hashed_;  // per table: rows after hashing, 0 = not hashed
-  std::vector<float> buf_, gbuf_;
+  std::vector<std::int64_t> hashed_;                     // per table: rows after hashing, 0 = not hashed
+  std::vector<std::unique_ptr<mpe::TieredRows>> tiers_;  // per table: its tier, or null
+  std::vector<float> buf_, gbuf_, row_;
   std::vector<std::int64_t> ids_;
 };
 

@@ -25,6 +25,9 @@ struct RunSpec {
                                       // to dim in the model (mixed dimensions); 0: every table at dim
   int large_hash = 0;                 // "@h<k>": ids of those large tables hashed (id mod ceil(rows/k)) into
                                       // k times fewer rows (the hashing trick); 0: no hashing
+  int large_tier = 0;                 // "@t<p>": with @h<k>, those tables' ids go through mpe::TieredRows:
+                                      // p % of a table's ids may hold rows of their own (hot ids), the
+                                      // others share the ceil(rows/k) hashed rows; 0: plain hashing
   std::uint64_t seed = 1;
   int epochs = 1;
   int batch_size = 256;

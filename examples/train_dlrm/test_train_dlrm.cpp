@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -450,6 +451,13 @@ struct PlainMixedDim {
     forward_inference(idx, off, out, p, psw);
   }
   void backward(std::span<const float> g, int) { last_grad.assign(g.begin(), g.end()); }
+  void get_weights(std::int64_t t, std::span<float> out, std::int64_t first) const {
+    const auto& v = w[static_cast<std::size_t>(t)];
+    std::copy_n(v.begin() + first * dim(t), out.size(), out.begin());
+  }
+  void set_weights(std::int64_t t, std::span<const float> in, std::int64_t first) {
+    std::copy(in.begin(), in.end(), w[static_cast<std::size_t>(t)].begin() + first * dim(t));
+  }
 };
 
 TEST_CASE("reshape: hashed ids, zero padding to D and the padding's gradient dropped") {
@@ -553,4 +561,52 @@ TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the 
     CHECK(why.find("not finite at step 13") != std::string::npos);
     CHECK(why.find("7 row writes saturated the store format's range (7 in the last window)") != std::string::npos);
   }
+}
+
+TEST_CASE("reshape: a tiered table's hot id takes a private row that starts as its shared row") {
+  // Table 0: 10 ids, 2 private rows then 4 shared ones, D_0 = 2; promoted at its second
+  // counted batch. Table 1: 3 rows at D = 4, untouched. B = 1.
+  mpe::TieredRowsConfig tc;
+  tc.ids = 10;
+  tc.private_rows = 2;
+  tc.shared_rows = 4;
+  tc.promote_at = 2;
+  tc.decay_every = 1000;
+  PlainMixedDim md{{6, 3}, {2, 4}, {}, {}};
+  md.w.resize(2);
+  for (int t = 0; t < 2; ++t)
+    for (std::int64_t i = 0; i < md.rows[static_cast<std::size_t>(t)] * md.dims[static_cast<std::size_t>(t)]; ++i)
+      md.w[static_cast<std::size_t>(t)].push_back(static_cast<float>(100 * t + i));
+  ReshapedTables<PlainMixedDim> emb(md, 4, {6, 0}, {tc, std::nullopt});
+  REQUIRE(emb.tier(1) == nullptr);
+  const mpe::TieredRows& tier = *emb.tier(0);
+  const std::int64_t shared = tier.row_of(7);
+  REQUIRE(shared >= 2);  // a cold id: one of the shared rows [2, 6)
+  const std::vector<std::int64_t> idx = {7, 7, 1};  // t0: {7, 7}; t1: {1}
+  const std::vector<std::int64_t> off = {0, 2, 3};
+  const std::vector<float> want = {2 * static_cast<float>(2 * shared), 2 * static_cast<float>(2 * shared + 1), 0, 0,
+                                   104, 105, 106, 107};
+  std::vector<float> out(8, -1.0f);
+  const auto run = [&] {
+    emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out), 0);
+  };
+  run();  // counted once (ids are counted once per batch): still cold
+  CHECK(out == want);
+  CHECK(tier.row_of(7) == shared);
+  CHECK(tier.last_moves().empty());
+  run();  // the second count promotes 7 into private row 0, a copy of its shared row
+  REQUIRE(tier.last_moves().size() == 1);
+  CHECK(tier.last_moves()[0].from_row == shared);
+  CHECK(tier.last_moves()[0].to_row == 0);
+  CHECK(tier.row_of(7) == 0);
+  CHECK(out == want);  // exact: the private row holds the shared row's weights
+  CHECK(md.w[0][0] == static_cast<float>(2 * shared));
+  CHECK(md.w[0][1] == static_cast<float>(2 * shared + 1));
+  // The shared row trains on without the id; changing it no longer reaches id 7.
+  md.w[0][static_cast<std::size_t>(2 * shared)] = -5.0f;
+  std::vector<float> inf(8, -1.0f);
+  const ReshapedTables<PlainMixedDim>& c = emb;
+  c.forward_inference(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(inf), 0);
+  CHECK(inf == want);
+  CHECK(tier.stats().promotions == 1);
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -252,11 +253,25 @@ RunResult run_reshaped(const RunSpec& spec, const DataSetup& data) {
   for (auto r : data.table_rows) total += r;
   mpe::MixedDimConfig cfg;
   std::vector<std::int64_t> hashed;
+  std::vector<std::optional<mpe::TieredRowsConfig>> tiers;
   for (auto r : data.table_rows) {
     const bool large = 100 * r >= total;
     const std::int64_t R = large && spec.large_hash > 0 ? (r + spec.large_hash - 1) / spec.large_hash : 0;
     hashed.push_back(R);
-    cfg.tables.push_back({R > 0 ? R : r, large ? static_cast<std::int32_t>(spec.large_dim) : spec.dim});
+    std::int64_t rows = R > 0 ? R : r;
+    if (R > 0 && spec.large_tier > 0) {
+      // "@t<p>": p % of the table's ids (rounded up) in private rows before the R shared ones.
+      mpe::TieredRowsConfig tc;
+      tc.ids = r;
+      tc.private_rows = (r * spec.large_tier + 99) / 100;
+      tc.shared_rows = R;
+      tc.seed = hash_combine(embedding_seed(spec), tiers.size());
+      rows = tc.private_rows + tc.shared_rows;
+      tiers.emplace_back(tc);
+    } else {
+      tiers.emplace_back();
+    }
+    cfg.tables.push_back({rows, large ? static_cast<std::int32_t>(spec.large_dim) : spec.dim});
   }
   cfg.cache_fraction = spec.cache != "none" ? spec.cache_fraction : 0.0;
   cfg.seed = embedding_seed(spec);
@@ -287,7 +302,7 @@ RunResult run_reshaped(const RunSpec& spec, const DataSetup& data) {
   }
   std::int64_t cache_rows = 0;
   for (std::size_t g = 0; g < md.num_groups(); ++g) cache_rows += md.group(g).config().cache_rows;
-  ReshapedTables<decltype(md)> emb(md, spec.dim, std::move(hashed));
+  ReshapedTables<decltype(md)> emb(md, spec.dim, std::move(hashed), tiers);
   return train_and_eval(spec, data, &emb, cache_rows);
 }
 
