@@ -166,8 +166,10 @@ std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
 // "int8/sr", "int8+lru5%/rn", "int4+lfu1%/sr", "int2+lru1%/sr", "fp16+direct0.5%/sr", and any of
 // them with "@d<D>" at the end: that config's embedding dimension instead of --dim
 // ("int4+lru1%/sr@d16"), then optionally "@md<d>" (the large tables, each holding >= 1 % of
-// all rows, at D = d, zero-padded to D in the model) and "@h<k>" (the large tables' ids
-// hashed into ceil(rows / k) rows): "int4+stlru1%/sr@h3", "int4+lru1%/sr@md16@h2".
+// all rows, at D = d, zero-padded to D in the model), "@h<k>" (the large tables' ids
+// hashed into ceil(rows / k) rows) and "@t<p>" (after @h: the hashed tables tiered by
+// mpe::TieredRows, up to p % of their ids in rows of their own): "int4+stlru1%/sr@h3",
+// "int4+lru1%/sr@md16@h2", "int4+stlru1%/sr@h8@t2".
 RunSpec parse_config(const std::string& text, const RunSpec& base) {
   RunSpec s = base;
   auto bad = [&](const std::string& why) {
@@ -379,7 +381,7 @@ int main(int argc, char** argv) {
   app.add_option("--state-precision", base.state_precision, "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; cached rows keep theirs in FP32)")->group(g_cfg)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
   app.add_option("--sweep", o.sweep, "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer state) vs log loss, each store with and without a cache at D, D/2 and D/4, and the large tables hashed (@h2, @h3, @h4) or at D/4 (@md)")->group(g_cfg)->check(CLI::IsMember({"none", "paper", "frontier"}));
-  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only,int4+stlru1%/sr@h3 (instead of --storage/--cache/...; suffixes @d<D>, @md<d>, @h<k>: see the README)")->group(g_cfg)->delimiter(',');
+  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only,int4+stlru1%/sr@h3 (instead of --storage/--cache/...; suffixes @d<D>, @md<d>, @h<k>, @t<p>: see the README)")->group(g_cfg)->delimiter(',');
   app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
 
   auto* g_train = "Training";
