@@ -47,7 +47,11 @@ inline double label_mean_log_loss(double p) { return constant_prediction_log_los
 //     `back_margin` of its baseline or above: the model predicts one value for every sample;
 //   - once it has learnt, by the last `worse_windows` windows together (their summed loss
 //     against their summed baselines) at least `worse_margin` above the baseline: worse than
-//     predicting the mean over a stretch longer than one noisy window.
+//     predicting the mean over a stretch longer than one noisy window;
+//   - never having learnt, after its first `unlearnt_after` windows, by the last
+//     `worse_windows` windows together at least `unlearnt_margin` above the baseline: a run
+//     that runs away from the start (INT2 with stochastic rounding at a too high embedding
+//     rate) and never gets below the baseline, while a hard data set leaves a model near it.
 // Each window also reads the embedding's stats().saturated_rows, which the message names
 // as a likely cause when it grew.
 class DivergenceMonitor {
@@ -58,6 +62,8 @@ class DivergenceMonitor {
   double collapsed_logit_sd = 0.02;        // logits closer than this (probabilities within ~0.5 %)
   double worse_margin = 0.02;              // the last windows together 2 % above their baseline ...
   static constexpr int worse_windows = 3;  // ... this many windows
+  double unlearnt_margin = 0.10;           // never learnt: the last windows together 10 % above
+  int unlearnt_after = 3;                  // ... from the window after this many
 
   // Adds one batch: its mean loss, its size, its number of positive labels and the
   // standard deviation of its logits. Returns an empty string, or the reason when this
@@ -117,6 +123,17 @@ class DivergenceMonitor {
           "%llu (%.4f against %.4f), after reaching %.1f %% below it",
           worse_windows * window, 100.0 * (rl / rb - 1.0), static_cast<unsigned long long>(step_),
           rl / worse_windows, rb / worse_windows, 100.0 * (1.0 - best_ratio_));
+      return buf + saturated_note(saturated_rows, sat_new);
+    }
+    if (!learnt && recent_at_ > unlearnt_after && recent_at_ >= worse_windows &&
+        rl >= (1.0 + unlearnt_margin) * rb) {
+      std::snprintf(
+          buf, sizeof buf,
+          "the training loss over the last %d batches is %.1f %% above the label-mean baseline at step "
+          "%llu (%.4f against %.4f) and was never %.0f %% below it: worse than predicting the mean "
+          "from the start",
+          worse_windows * window, 100.0 * (rl / rb - 1.0), static_cast<unsigned long long>(step_),
+          rl / worse_windows, rb / worse_windows, 100.0 * learnt_margin);
       return buf + saturated_note(saturated_rows, sat_new);
     }
     return {};

@@ -550,6 +550,23 @@ TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the 
     DivergenceMonitor m;
     for (int i = 0; i < 200; ++i) CHECK(m.add(1.05 * b, 100, 25, 0.001, no_sat).empty());
   }
+  SUBCASE("never learnt and 10 % above the baseline (a run away from the start): flagged from window 4") {
+    DivergenceMonitor m;
+    // windows 1-3 are not judged, however high (a slow start)
+    for (int i = 0; i < 30; ++i) CHECK(m.add(1.5 * b, 100, 25, 1.0, no_sat).empty());
+    // window 4: (1.5 + 1.5 + 1.0) / 3 above 1.1: flagged at its end
+    for (int i = 0; i < 9; ++i) CHECK(m.add(1.0 * b, 100, 25, 1.0, no_sat).empty());
+    const std::string why = m.add(1.0 * b, 100, 25, 1.0, no_sat);
+    CHECK(why.find("over the last 30 batches is 33.3 % above the label-mean baseline at step 40") != std::string::npos);
+    CHECK(why.find("was never 3 % below it") != std::string::npos);
+  }
+  SUBCASE("a slow start that then learns, and a run 9 % above throughout: not flagged") {
+    DivergenceMonitor slow, above;
+    // (1.2 + 1.2 + 0.5) / 3 < 1.02: the lasting-climb rule, judged once it has learnt, stays quiet too
+    for (int i = 0; i < 30; ++i) CHECK(slow.add(1.2 * b, 100, 25, 1.0, no_sat).empty());
+    for (int i = 0; i < 100; ++i) CHECK(slow.add(0.5 * b, 100, 25, 1.0, no_sat).empty());
+    for (int i = 0; i < 200; ++i) CHECK(above.add(1.09 * b, 100, 25, 1.0, no_sat).empty());
+  }
   SUBCASE("a non-finite loss is flagged at once, with the saturated-row count as a cause") {
     DivergenceMonitor m;
     std::uint64_t sat = 0;
