@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // mpe::TieredRows against a plain-loop simulator written here from the documented rules
-// (std::map of hot ids, std::vector sketch with the documented cell formula, std::set of
-// free rows): every occurrence's row, every move, the stats and hot_ids() after each of
-// thousands of Zipf-like batches; exact resume from save_bytes(); load_bytes()'s refusals;
+// (std::map of hot ids, std::vector of u8 counters saturating at 255 with the documented
+// cell formula, std::set of free rows): every occurrence's row, every move, the stats,
+// hot_ids() and the sketch bytes after each of thousands of Zipf-like batches; u8
+// saturation; exact resume from save_bytes(); load_bytes()'s refusals;
 // bad ids and bad config fields; copy_moved_rows() on a CachedEmbedding; P = 0; lookup().
 // Everything is compared exactly (integers and copied float bits): no tolerance.
 #include <doctest/doctest.h>
@@ -24,6 +25,7 @@
 
 namespace {
 
+using u8 = std::uint8_t;
 using u32 = std::uint32_t;
 using i64 = std::int64_t;
 
@@ -34,7 +36,7 @@ struct Sim {
   i64 decay_every, w;
   std::uint64_t seed;
   std::map<i64, std::pair<i64, u32>> hot;  // id -> (row, exact count)
-  std::vector<u32> sketch;
+  std::vector<u8> sketch;                  // u8 counters, saturating at 255
   std::set<i64> free_rows;
   i64 clock = 0;
   mpe::TieredRowsStats st{};
@@ -52,7 +54,7 @@ struct Sim {
     if (decay_every == 0) decay_every = 10 * std::max<i64>(p, 16);
     if (w == 0) {
       w = 1;
-      while (w < std::max<i64>(64, 4 * p)) w *= 2;
+      while (w < std::max<i64>(64, p)) w *= 2;
     }
     sketch.assign(static_cast<std::size_t>(4 * w), 0);
     for (i64 r = 0; r < p; ++r) free_rows.insert(r);
@@ -72,7 +74,7 @@ struct Sim {
   }
   std::vector<i64> map(const std::vector<i64>& batch) {
     if (clock >= decay_every) {
-      for (u32& c : sketch) c /= 2;
+      for (u8& c : sketch) c = static_cast<u8>(c / 2);
       for (auto it = hot.begin(); it != hot.end();) {
         it->second.second /= 2;
         if (it->second.second < demote_below) {
@@ -93,11 +95,11 @@ struct Sim {
         if (it->second.second < 0xffffffffu) ++it->second.second;
         continue;
       }
-      u32 est = 0xffffffffu;
+      u32 est = 255;
       for (int k = 0; k < 4; ++k) {
-        u32& c = sketch[cell(id, k)];
-        if (c < 0xffffffffu) ++c;
-        est = std::min(est, c);
+        u8& c = sketch[cell(id, k)];
+        if (c < 255) ++c;
+        est = std::min<u32>(est, c);
       }
       if (est < promote_at) continue;
       if (free_rows.empty()) {
@@ -163,6 +165,10 @@ void step(mpe::TieredRows& t, Sim& sim, const std::vector<i64>& batch) {
   }
   require_equal(t.stats(), sim.st);
   REQUIRE(t.hot_ids() == static_cast<i64>(sim.hot.size()));
+  // The sketch's bytes (documented at offset 84 of save_bytes()) equal the simulator's.
+  const std::vector<std::uint8_t> bytes = t.save_bytes();
+  REQUIRE(bytes.size() >= 84 + sim.sketch.size());
+  REQUIRE(std::memcmp(bytes.data() + 84, sim.sketch.data(), sim.sketch.size()) == 0);
 }
 
 mpe::TieredRowsConfig small_config() {
@@ -240,11 +246,12 @@ TEST_CASE("TieredRows equals the simulator batch by batch (promotions, refusals,
     REQUIRE(mapped == sim.map(batch));
     t.lookup(batch, looked);
     REQUIRE(looked == mapped);
-    // memory_bytes: sketch + hash table (capacity >= 2P) + free-row list.
+    // memory_bytes: 4 W (u8 sketch) + 12 P (owner i64, count u32) + 4 C (i32 index, C the
+    // smallest power of two >= 2P).
     std::size_t cap = 1;
     while (cap < static_cast<std::size_t>(2 * cfg.private_rows)) cap *= 2;
     REQUIRE(t.memory_bytes() ==
-            static_cast<std::size_t>(16 * sim.w) + 16 * cap + 4 * static_cast<std::size_t>(cfg.private_rows));
+            static_cast<std::size_t>(4 * sim.w) + 12 * static_cast<std::size_t>(cfg.private_rows) + 4 * cap);
   }
 }
 
@@ -260,7 +267,68 @@ TEST_CASE("TieredRows with P = 0: every id shares, every promotion is refused") 
   REQUIRE(t.stats().private_lookups == 0);
   REQUIRE(t.stats().refused_promotions > 0);
   for (i64 id = 0; id < cfg.ids; ++id) REQUIRE(t.row_of(id) == sim.shared(id));
-  REQUIRE(t.memory_bytes() == static_cast<std::size_t>(16 * 64));
+  REQUIRE(t.memory_bytes() == static_cast<std::size_t>(4 * 64));  // the sketch only (W = 64)
+}
+
+TEST_CASE("TieredRows' u8 sketch counters saturate at 255 and do not wrap") {
+  // One id counted in 300 batches (repeated in each, counted once a batch). P = 0: its 4
+  // counters climb to 255 and stay there (a wrap would leave 300 mod 256 = 44), every batch
+  // from the 255th on refuses its promotion; a decay then halves 255 to 127.
+  mpe::TieredRowsConfig cfg = small_config();
+  cfg.private_rows = 0;
+  cfg.promote_at = 255;
+  cfg.decay_every = 300;
+  mpe::TieredRows t(cfg);
+  Sim sim(cfg);
+  constexpr i64 kId = 42;
+  const auto sketch_of = [](const mpe::TieredRows& m) {
+    const std::vector<std::uint8_t> b = m.save_bytes();
+    const auto w = static_cast<std::size_t>(m.config().sketch_width);
+    return std::vector<u8>(b.begin() + 84, b.begin() + 84 + static_cast<std::ptrdiff_t>(4 * w));
+  };
+  const auto require_cells = [&](const std::vector<u8>& sk, u8 want) {
+    std::size_t nonzero = 0;
+    for (const u8 c : sk) nonzero += c != 0;
+    REQUIRE(nonzero == 4);  // one cell a line, every other counter untouched
+    for (int k = 0; k < 4; ++k) REQUIRE(sk[sim.cell(kId, k)] == want);
+  };
+  for (int b = 1; b <= 300; ++b) {
+    step(t, sim, {kId, kId});
+    if (b == 254) REQUIRE(t.stats().refused_promotions == 0);
+  }
+  REQUIRE(t.stats().decays == 0);
+  REQUIRE(t.stats().refused_promotions == 300 - 254);
+  require_cells(sketch_of(t), 255);
+  step(t, sim, {});  // the decay: 255 >> 1
+  REQUIRE(t.stats().decays == 1);
+  require_cells(sketch_of(t), 127);
+
+  // P = 1: promoted at its 255th batch with count 255; the exact count (u32) goes on to
+  // 300 while the sketch stays at 255.
+  cfg.private_rows = 1;
+  cfg.decay_every = 1000;
+  mpe::TieredRows h(cfg);
+  Sim hsim(cfg);
+  for (int b = 1; b <= 300; ++b) {
+    step(h, hsim, {kId});
+    REQUIRE(h.hot_ids() == (b >= 255 ? 1 : 0));
+    if (b == 255) REQUIRE(h.last_moves().size() == 1);
+  }
+  require_cells(sketch_of(h), 255);
+  const std::vector<std::uint8_t> b = h.save_bytes();
+  const std::size_t n_hot_at = 84 + 4 * static_cast<std::size_t>(h.config().sketch_width);
+  i64 n_hot = 0, id = 0;
+  std::int32_t row = -1;
+  u32 count = 0;
+  std::memcpy(&n_hot, &b[n_hot_at], 8);
+  std::memcpy(&id, &b[n_hot_at + 8], 8);
+  std::memcpy(&row, &b[n_hot_at + 16], 4);
+  std::memcpy(&count, &b[n_hot_at + 20], 4);
+  REQUIRE(n_hot == 1);
+  REQUIRE(id == kId);
+  REQUIRE(row == 0);
+  REQUIRE(count == 300);
+  REQUIRE(hsim.hot.at(kId).second == 300);
 }
 
 TEST_CASE("TieredRows resumes exactly from save_bytes") {
@@ -314,7 +382,7 @@ TEST_CASE("TieredRows::load_bytes refuses bad bytes and changes nothing") {
   }
   // Offsets of the documented layout.
   const std::size_t w = static_cast<std::size_t>(t.config().sketch_width);
-  const std::size_t n_hot_at = 84 + 16 * w, hot_at = n_hot_at + 8;
+  const std::size_t n_hot_at = 84 + 4 * w, hot_at = n_hot_at + 8;
   const i64 n_hot = src.hot_ids();
   const std::size_t n_free_at = hot_at + 16 * static_cast<std::size_t>(n_hot), free_at = n_free_at + 8;
   REQUIRE(good.size() == free_at + 4 * static_cast<std::size_t>(cfg.private_rows - n_hot) + 56 + 4);
@@ -331,8 +399,10 @@ TEST_CASE("TieredRows::load_bytes refuses bad bytes and changes nothing") {
   x[3] = 'X';
   require_refused(t, x, "magic");
   x = good;
-  x[8] = 2;
-  require_refused(t, x, "version 2");
+  x[8] = 1;
+  require_refused(t, x, "version 1 (u32 sketch counters) is not read");
+  x[8] = 3;
+  require_refused(t, x, "version 3 is not 2");
   {
     mpe::TieredRowsConfig other = cfg;
     other.demote_below = 2;
@@ -453,6 +523,7 @@ TEST_CASE("TieredRows: bad ids and bad config fields") {
          c.promote_at = 0;
          c.demote_below = 0;
        })},
+      {"promote_at = 256", with([](auto& c) { c.promote_at = 256; })},
       {"demote_below = 5", with([](auto& c) { c.demote_below = 5; })},
       {"decay_every = -1", with([](auto& c) { c.decay_every = -1; })},
       {"sketch_width = 48", with([](auto& c) { c.sketch_width = 48; })},
@@ -471,6 +542,7 @@ TEST_CASE("TieredRows: bad ids and bad config fields") {
     c.demote_below = c.promote_at;
     c.sketch_width = 1;
   })));
+  CHECK_NOTHROW(mpe::TieredRows(with([](auto& c) { c.promote_at = 255; })));
 }
 
 namespace {

@@ -31,7 +31,7 @@ struct TieredRowsConfig {
   /// [1, 2^62 - P].
   std::int64_t shared_rows = 0;
   /// A cold id whose sketch estimate (after the batch's +1) reaches promote_at takes the
-  /// lowest free private row. Range: >= 1.
+  /// lowest free private row. Range: [1, 255] (the sketch's u8 counters saturate at 255).
   std::uint32_t promote_at = 4;
   /// At a decay, a hot id whose exact count (after halving) is below demote_below gives its
   /// private row back (0: hot ids are never demoted). Range: <= promote_at.
@@ -39,8 +39,8 @@ struct TieredRowsConfig {
   /// Counted lookups (unique ids per map() call) between decays; 0: default
   /// 10 * max(P, 16). Range: >= 0.
   std::int64_t decay_every = 0;
-  /// Counters per line of the count-min sketch (4 lines); 0: default, the smallest power
-  /// of two >= max(64, 4 * P). Range: 0 or a power of two in [1, 2^30].
+  /// W: u8 counters per line of the count-min sketch (4 lines); 0: default, the smallest
+  /// power of two >= max(64, P). Range: 0 or a power of two in [1, 2^30].
   std::int64_t sketch_width = 0;
   /// Seeds the shared-row hash (above) and the sketch's key (TieredRows::sketch_key()).
   std::uint64_t seed = 0;
@@ -67,10 +67,11 @@ struct TieredRowsStats {
 /// their exact count at periodic decays (the CAFE scheme, SIGMOD 2024).
 ///
 /// The rules, exactly (the unit is a "counted lookup": one unique id of one map() call):
-/// - A cold id's frequency lives in a count-min sketch of 4 lines x W u32 counters
+/// - A cold id's frequency lives in a count-min sketch of 4 lines x W u8 counters
 ///   (W = config().sketch_width), line-major: the id's counter in line k is element
 ///   SketchRef{counters, W}.cell(sketch_key(id), k) = k * W + (mix64(key * 4 + k + 0x5bd1e995) &
-///   (W - 1)) (u64 arithmetic), key = sketch_key(id) = id ^ (i64)mix64(seed ^ 0x9e3779b97f4a7c15).
+///   (W - 1)) (u64 arithmetic), key = sketch_key(id) = id ^ (i64)mix64(seed ^ 0x9e3779b97f4a7c15)
+///   (SketchRef's cell formula; the counters themselves are u8 here, not SketchRef's u32).
 ///   Its estimate is the minimum of its 4 counters. A hot id's frequency is an exact u32
 ///   count kept beside its row; its sketch counters are not incremented while it is hot.
 /// - map() runs, in order: (1) validation; (2) the decay check: if the counted lookups
@@ -79,7 +80,7 @@ struct TieredRowsStats {
 ///   n < demote_below is demoted (its row returns to the free rows; no Move), ++decays, and
 ///   the clock is set to 0 (one decay per call at most, however far the clock is past
 ///   decay_every); (3) the unique ids of the batch, ascending: a hot id's count += 1
-///   (saturating at 2^32 - 1); a cold id's 4 counters += 1 each (saturating), then if the
+///   (saturating at 2^32 - 1); a cold id's 4 counters += 1 each (saturating at 255), then if the
 ///   minimum of its 4 counters >= promote_at: with a free private row, it takes the lowest
 ///   one (a Move {id, shared row, private row}, ++promotions; its exact count starts at that
 ///   estimate), else ++refused_promotions (again at each later batch holding it while its
@@ -102,8 +103,8 @@ class TieredRows {
 
   /// Builds an empty map (every id cold, every private row free, sketch zero, stats zero).
   /// Throws std::invalid_argument naming the first TieredRowsConfig field out of range and
-  /// its value (field ranges: TieredRowsConfig). Allocates the sketch (16 * W bytes), the
-  /// hot-id table and the free-row list (memory_bytes()).
+  /// its value (field ranges: TieredRowsConfig). Allocates the sketch (4 * W bytes), the
+  /// per-row owner and count arrays and the hot-id index (memory_bytes()).
   explicit TieredRows(const TieredRowsConfig& config);
 
   /// The configuration with decay_every and sketch_width resolved (never 0).
@@ -174,55 +175,56 @@ class TieredRows {
   /// Zeroes stats(); the map, sketch and decay clock are unchanged.
   void reset_stats() { stats_ = {}; }
 
-  /// Host bytes of the tiering metadata: the sketch (4 * W u32), the hot-id hash table
-  /// (open addressing, capacity the smallest power of two >= 2 * P, 0 for P = 0; 16-byte
-  /// entries {id i64, row i32, count u32}) and the free-row list (P i32). Does not count
-  /// the embedding rows, last_moves() or map()'s per-call scratch (the batch's unique ids).
+  /// Host bytes of the tiering metadata, exactly 4 W + 12 P + 4 C: the sketch (4 * W u8),
+  /// per private row its owner (i64 id, -1 when free) and exact count (u32), and the hot-id
+  /// index (open addressing, C i32 private-row numbers, C = the smallest power of two
+  /// >= 2 * P, 0 for P = 0). The free rows need no list (the lowest free row is derived
+  /// from the owners). With the default W, 24 to 36 bytes per private row for P >= 64
+  /// (P = 1000: 4096 + 12000 + 8192 = 24288 bytes). Does not count the embedding rows,
+  /// last_moves() or map()'s per-call scratch (the batch's unique ids).
   std::size_t memory_bytes() const;
 
-  /// The exact state as bytes ("MPETIER1", version 1), all integers little-endian, at
+  /// The exact state as bytes ("MPETIER1", version 2), all integers little-endian, at
   /// these offsets: 0 `char magic[8]`; 8 `u32 version`; 12 `u64 total_bytes` (the whole
   /// buffer); 20 `i64 ids`, 28 `i64 private_rows`, 36 `i64 shared_rows`, 44 `u32
   /// promote_at`, 48 `u32 demote_below`, 52 `i64 decay_every`, 60 `i64 sketch_width`, 68
   /// `u64 seed` (the resolved config); 76 `i64 decay_clock` (counted lookups since the last
-  /// decay); 84 `u32 sketch[4 * W]` (line-major); then `i64 n_hot` and n_hot entries `{i64
-  /// id, i32 row, u32 count}` in ascending id; `i64 n_free` and n_free `i32` free rows
-  /// ascending; 7 `i64` stats in TieredRowsStats' order; last `u32 crc` = CRC-32C
-  /// (io::checkpoint::crc32c) of every byte before it. Size: 84 + 16 W + 16 + 16 n_hot +
-  /// 4 n_free + 56 + 4 bytes.
+  /// decay); 84 `u8 sketch[4 * W]` (line-major); then at 84 + 4 W `i64 n_hot` and n_hot
+  /// entries `{i64 id, i32 row, u32 count}` in ascending id; `i64 n_free` and n_free `i32`
+  /// free rows ascending; 7 `i64` stats in TieredRowsStats' order; last `u32 crc` = CRC-32C
+  /// (io::checkpoint::crc32c) of every byte before it. Size: 84 + 4 W + 16 + 16 n_hot +
+  /// 4 n_free + 56 + 4 bytes. (Version 1, with u32 sketch counters, is no longer written
+  /// nor read.)
   std::vector<std::uint8_t> save_bytes() const;
 
   /// Replaces the whole state (map, sketch, decay clock, stats; last_moves() becomes empty)
   /// with `bytes` from save_bytes() of an object of the same configuration, after verifying
   /// all of it: size (at least the header; equal to total_bytes: "truncated"), magic,
-  /// version, CRC-32C, each config field equal to this object's resolved config (naming the
-  /// field and both values), decay_clock >= 0, n_hot in [0, P] and n_free = P - n_hot, hot
-  /// ids ascending (so unique) and in [0, ids), hot rows in [0, P) and unique, free rows
+  /// version (2 only; version 1 is refused, naming it), CRC-32C, each config field equal to this object's
+  /// resolved config (naming the field and both values), decay_clock >= 0, n_hot in [0, P] and n_free = P -
+  /// n_hot, hot ids ascending (so unique) and in [0, ids), hot rows in [0, P) and unique, free rows
   /// ascending, in [0, P) and none a hot row (so exactly the complement), stats >= 0, the
   /// sizes adding up to total_bytes. Throws mpe::checkpoint_error naming what is wrong;
   /// the object is then unchanged.
   void load_bytes(std::span<const std::uint8_t> bytes);
 
  private:
-  struct Slot {
-    std::int64_t id = -1;  // -1: empty
-    std::int32_t row = 0;
-    std::uint32_t count = 0;
-  };
-  std::int64_t find(std::int64_t id) const;  // slot of a hot id, or -1
-  void insert(std::int64_t id, std::int32_t row, std::uint32_t count);
-  void erase_slot(std::int64_t slot);
-  void take_free_row_back(std::int32_t row);
-  std::int32_t pop_lowest_free_row();
+  std::int64_t find(std::int64_t id) const;        // private row of a hot id, or -1
+  std::uint64_t find_slot(std::int64_t id) const;  // index slot of a hot id (it must be hot)
+  void insert(std::int32_t row);                   // indexes owner_[row]
+  void erase_slot(std::uint64_t slot);
   void check_ids(std::span<const std::int64_t> ids, std::span<std::int64_t> rows, const char* fn) const;
   void decay();
 
   TieredRowsConfig cfg_;
   std::int64_t sketch_salt_ = 0;
-  std::vector<std::uint32_t> sketch_;  // (4, W)
-  std::vector<Slot> table_;            // hot ids, linear probing, power-of-two capacity
+  std::vector<std::uint8_t> sketch_;  // (4, W), saturating at 255
+  std::vector<std::int64_t> owner_;   // (P): the hot id holding each private row, -1: free
+  std::vector<std::uint32_t> count_;  // (P): that id's exact count (0 when free)
+  std::vector<std::int32_t> index_;   // hot ids -> private row: linear probing on owner_[row]'s id,
+                                      // power-of-two capacity, -1: empty
   std::int64_t hot_count_ = 0;
-  std::vector<std::int32_t> free_;  // free private rows, a min-heap
+  std::int64_t lowest_free_ = 0;  // the lowest free private row (P: none); every row below is held
   std::int64_t decay_clock_ = 0;
   TieredRowsStats stats_;
   std::vector<Move> moves_;

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mpe/detail/embedding/tiered_rows.inl
 /// @brief TieredRows' member bodies: construction, map / lookup, the decay, the hot-id
-/// table, and the MPETIER1 bytes (included by mpe/embedding/tiered_rows.hpp).
+/// index, and the MPETIER1 bytes (included by mpe/embedding/tiered_rows.hpp).
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -16,7 +15,7 @@ namespace mpe {
 namespace detail::tiered {
 
 inline constexpr char kMagic[8] = {'M', 'P', 'E', 'T', 'I', 'E', 'R', '1'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 84;  // up to the sketch
 inline constexpr std::uint64_t kSaltMix = 0x9e3779b97f4a7c15ull;
 
@@ -50,6 +49,13 @@ struct Reader {
   }
 };
 
+// One hot id as MPETIER1 stores it.
+struct HotEntry {
+  std::int64_t id = 0;
+  std::int32_t row = 0;
+  std::uint32_t count = 0;
+};
+
 [[noreturn]] inline void bad(const std::string& what) {
   throw checkpoint_error("mpe::TieredRows::load_bytes: " + what);
 }
@@ -65,7 +71,9 @@ inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
     invalid("private_rows", std::to_string(c.private_rows), "in [0, min(ids, 2^31 - 1)]");
   if (c.shared_rows < 1 || c.shared_rows > kMaxPhysical - c.private_rows)
     invalid("shared_rows", std::to_string(c.shared_rows), "in [1, 2^62 - private_rows]");
-  if (c.promote_at < 1) invalid("promote_at", std::to_string(c.promote_at), ">= 1");
+  if (c.promote_at < 1 || c.promote_at > 255)
+    invalid("promote_at", std::to_string(c.promote_at),
+            "in [1, 255] (the sketch's u8 counters saturate at 255)");
   if (c.demote_below > c.promote_at)
     invalid("demote_below", std::to_string(c.demote_below),
             "<= promote_at (" + std::to_string(c.promote_at) + ")");
@@ -76,61 +84,56 @@ inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
   const std::int64_t p = c.private_rows;
   if (cfg_.decay_every == 0) cfg_.decay_every = 10 * std::max<std::int64_t>(p, 16);
   if (cfg_.sketch_width == 0)
-    cfg_.sketch_width = static_cast<std::int64_t>(
-        std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(64, 4 * p))));
+    cfg_.sketch_width =
+        static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(64, p))));
   sketch_salt_ = static_cast<std::int64_t>(mix64(cfg_.seed ^ detail::tiered::kSaltMix));
-  sketch_.assign(static_cast<std::size_t>(SketchRef::depth * cfg_.sketch_width), 0u);
-  table_.assign(p > 0 ? static_cast<std::size_t>(std::bit_ceil(static_cast<std::uint64_t>(2 * p))) : 0,
-                Slot{});
-  free_.resize(static_cast<std::size_t>(p));
-  for (std::int64_t r = 0; r < p; ++r) free_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  sketch_.assign(static_cast<std::size_t>(SketchRef::depth * cfg_.sketch_width), std::uint8_t{0});
+  owner_.assign(static_cast<std::size_t>(p), -1);
+  count_.assign(static_cast<std::size_t>(p), 0u);
+  index_.assign(p > 0 ? static_cast<std::size_t>(std::bit_ceil(static_cast<std::uint64_t>(2 * p))) : 0, -1);
+  lowest_free_ = 0;
   moves_.reserve(static_cast<std::size_t>(p));
 }
 
 inline std::int64_t TieredRows::find(std::int64_t id) const {
-  if (table_.empty()) return -1;
-  const std::uint64_t mask = table_.size() - 1;
+  if (index_.empty()) return -1;
+  const std::uint64_t mask = index_.size() - 1;
   for (std::uint64_t i = mix64(static_cast<std::uint64_t>(id)) & mask;; i = (i + 1) & mask) {
-    if (table_[i].id == id) return static_cast<std::int64_t>(i);
-    if (table_[i].id < 0) return -1;
+    const std::int32_t r = index_[i];
+    if (r < 0) return -1;
+    if (owner_[static_cast<std::size_t>(r)] == id) return r;
   }
 }
 
-inline void TieredRows::insert(std::int64_t id, std::int32_t row, std::uint32_t count) {
-  const std::uint64_t mask = table_.size() - 1;
+inline std::uint64_t TieredRows::find_slot(std::int64_t id) const {
+  const std::uint64_t mask = index_.size() - 1;
   std::uint64_t i = mix64(static_cast<std::uint64_t>(id)) & mask;
-  while (table_[i].id >= 0) i = (i + 1) & mask;
-  table_[i] = Slot{id, row, count};
-  ++hot_count_;
+  while (owner_[static_cast<std::size_t>(index_[i])] != id) i = (i + 1) & mask;
+  return i;
+}
+
+inline void TieredRows::insert(std::int32_t row) {
+  const std::uint64_t mask = index_.size() - 1;
+  std::uint64_t i = mix64(static_cast<std::uint64_t>(owner_[static_cast<std::size_t>(row)])) & mask;
+  while (index_[i] >= 0) i = (i + 1) & mask;
+  index_[i] = row;
 }
 
 // Linear probing's backward-shift deletion: later entries of the probe run move up so that
 // every entry stays reachable from its home slot.
-inline void TieredRows::erase_slot(std::int64_t slot) {
-  const std::uint64_t mask = table_.size() - 1;
-  std::uint64_t hole = static_cast<std::uint64_t>(slot);
-  for (std::uint64_t j = (hole + 1) & mask; table_[j].id >= 0; j = (j + 1) & mask) {
-    const std::uint64_t home = mix64(static_cast<std::uint64_t>(table_[j].id)) & mask;
+inline void TieredRows::erase_slot(std::uint64_t slot) {
+  const std::uint64_t mask = index_.size() - 1;
+  std::uint64_t hole = slot;
+  for (std::uint64_t j = (hole + 1) & mask; index_[j] >= 0; j = (j + 1) & mask) {
+    const std::uint64_t home =
+        mix64(static_cast<std::uint64_t>(owner_[static_cast<std::size_t>(index_[j])])) & mask;
     // Entry j may fill the hole when its home is not in the cyclic range (hole, j].
     if (((j - home) & mask) >= ((j - hole) & mask)) {
-      table_[hole] = table_[j];
+      index_[hole] = index_[j];
       hole = j;
     }
   }
-  table_[hole] = Slot{};
-  --hot_count_;
-}
-
-inline void TieredRows::take_free_row_back(std::int32_t row) {
-  free_.push_back(row);
-  std::push_heap(free_.begin(), free_.end(), std::greater<>{});
-}
-
-inline std::int32_t TieredRows::pop_lowest_free_row() {
-  std::pop_heap(free_.begin(), free_.end(), std::greater<>{});
-  const std::int32_t r = free_.back();
-  free_.pop_back();
-  return r;
+  index_[hole] = -1;
 }
 
 inline void TieredRows::check_ids(std::span<const std::int64_t> ids, std::span<std::int64_t> rows,
@@ -147,19 +150,19 @@ inline void TieredRows::check_ids(std::span<const std::int64_t> ids, std::span<s
 }
 
 inline void TieredRows::decay() {
-  for (std::uint32_t& c : sketch_) c >>= 1;
-  for (Slot& s : table_)
-    if (s.id >= 0) s.count >>= 1;
-  // Demote after halving everything: the set demoted does not depend on the table's order,
-  // nor does the free-row heap's content.
-  for (std::size_t i = 0; i < table_.size();) {
-    if (table_[i].id >= 0 && table_[i].count < cfg_.demote_below) {
-      take_free_row_back(table_[i].row);
-      erase_slot(static_cast<std::int64_t>(i));
-      ++stats_.demotions;
-      continue;  // the shift may have moved an unvisited entry into slot i
-    }
-    ++i;
+  for (std::uint8_t& c : sketch_) c = static_cast<std::uint8_t>(c >> 1);
+  // Each hot id is halved and, below demote_below, demoted on its own: the set demoted does
+  // not depend on the order of the rows or of the index.
+  for (std::size_t r = 0; r < owner_.size(); ++r) {
+    if (owner_[r] < 0) continue;
+    count_[r] >>= 1;
+    if (count_[r] >= cfg_.demote_below) continue;
+    erase_slot(find_slot(owner_[r]));
+    owner_[r] = -1;
+    count_[r] = 0;
+    --hot_count_;
+    lowest_free_ = std::min(lowest_free_, static_cast<std::int64_t>(r));
+    ++stats_.demotions;
   }
   ++stats_.decays;
   decay_clock_ = 0;
@@ -172,35 +175,41 @@ inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::in
   scratch_.assign(ids.begin(), ids.end());
   std::sort(scratch_.begin(), scratch_.end());
   scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
-  const SketchRef sk{sketch_.data(), cfg_.sketch_width};
+  const SketchRef sk{nullptr, cfg_.sketch_width};  // the cell formula only (u8 counters here)
+  const std::int64_t p = cfg_.private_rows;
   for (const std::int64_t id : scratch_) {
-    const std::int64_t slot = find(id);
-    if (slot >= 0) {
-      std::uint32_t& n = table_[static_cast<std::size_t>(slot)].count;
+    const std::int64_t hot = find(id);
+    if (hot >= 0) {
+      std::uint32_t& n = count_[static_cast<std::size_t>(hot)];
       if (n != 0xffffffffu) ++n;
       continue;
     }
     const std::int64_t key = sketch_key(id);
+    std::uint32_t est = 255;
     for (int k = 0; k < SketchRef::depth; ++k) {
-      std::uint32_t& c = sketch_[static_cast<std::size_t>(sk.cell(key, k))];
-      if (c != 0xffffffffu) ++c;
+      std::uint8_t& c = sketch_[static_cast<std::size_t>(sk.cell(key, k))];
+      if (c != 255) ++c;
+      est = std::min<std::uint32_t>(est, c);
     }
-    const std::uint32_t est = sk.estimate(key);
     if (est < cfg_.promote_at) continue;
-    if (free_.empty()) {
+    if (lowest_free_ >= p) {
       ++stats_.refused_promotions;
       continue;
     }
-    const std::int32_t row = pop_lowest_free_row();
-    insert(id, row, est);
+    const auto row = static_cast<std::int32_t>(lowest_free_);
+    owner_[static_cast<std::size_t>(row)] = id;
+    count_[static_cast<std::size_t>(row)] = est;
+    insert(row);
+    ++hot_count_;
+    while (lowest_free_ < p && owner_[static_cast<std::size_t>(lowest_free_)] >= 0) ++lowest_free_;
     moves_.push_back(Move{id, shared_row_of(id), row});
     ++stats_.promotions;
   }
   decay_clock_ += static_cast<std::int64_t>(scratch_.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::int64_t slot = find(ids[i]);
-    if (slot >= 0) {
-      rows[i] = table_[static_cast<std::size_t>(slot)].row;
+    const std::int64_t hot = find(ids[i]);
+    if (hot >= 0) {
+      rows[i] = hot;
       ++stats_.private_lookups;
     } else {
       rows[i] = shared_row_of(ids[i]);
@@ -213,8 +222,8 @@ inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::in
 inline void TieredRows::lookup(std::span<const std::int64_t> ids, std::span<std::int64_t> rows) const {
   check_ids(ids, rows, "lookup");
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::int64_t slot = find(ids[i]);
-    rows[i] = slot >= 0 ? std::int64_t{table_[static_cast<std::size_t>(slot)].row} : shared_row_of(ids[i]);
+    const std::int64_t hot = find(ids[i]);
+    rows[i] = hot >= 0 ? hot : shared_row_of(ids[i]);
   }
 }
 
@@ -222,8 +231,8 @@ inline std::int64_t TieredRows::row_of(std::int64_t id) const {
   if (id < 0 || id >= cfg_.ids)
     throw std::out_of_range("mpe::TieredRows::row_of: id = " + std::to_string(id) + " outside [0, " +
                             std::to_string(cfg_.ids) + ")");
-  const std::int64_t slot = find(id);
-  return slot >= 0 ? std::int64_t{table_[static_cast<std::size_t>(slot)].row} : shared_row_of(id);
+  const std::int64_t hot = find(id);
+  return hot >= 0 ? hot : shared_row_of(id);
 }
 
 template <class Get, class Set>
@@ -242,21 +251,24 @@ void TieredRows::copy_moved_rows(std::int64_t dim, std::int64_t table_first_row,
 }
 
 inline std::size_t TieredRows::memory_bytes() const {
-  return sketch_.size() * sizeof(std::uint32_t) + table_.size() * sizeof(Slot) +
-         static_cast<std::size_t>(cfg_.private_rows) * sizeof(std::int32_t);
+  return sketch_.size() * sizeof(std::uint8_t) + owner_.size() * sizeof(std::int64_t) +
+         count_.size() * sizeof(std::uint32_t) + index_.size() * sizeof(std::int32_t);
 }
 
 inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
   namespace t = detail::tiered;
-  std::vector<Slot> hot;
+  std::vector<t::HotEntry> hot;
+  std::vector<std::int32_t> fr;  // ascending
   hot.reserve(static_cast<std::size_t>(hot_count_));
-  for (const Slot& s : table_)
-    if (s.id >= 0) hot.push_back(s);
-  std::sort(hot.begin(), hot.end(), [](const Slot& a, const Slot& b) { return a.id < b.id; });
-  std::vector<std::int32_t> fr = free_;
-  std::sort(fr.begin(), fr.end());
+  for (std::size_t r = 0; r < owner_.size(); ++r) {
+    if (owner_[r] >= 0)
+      hot.push_back({owner_[r], static_cast<std::int32_t>(r), count_[r]});
+    else
+      fr.push_back(static_cast<std::int32_t>(r));
+  }
+  std::sort(hot.begin(), hot.end(), [](const t::HotEntry& a, const t::HotEntry& b) { return a.id < b.id; });
   t::Writer w;
-  w.v.reserve(t::kHeaderBytes + sketch_.size() * 4 + 16 + hot.size() * 16 + fr.size() * 4 + 60);
+  w.v.reserve(t::kHeaderBytes + sketch_.size() + 16 + hot.size() * 16 + fr.size() * 4 + 60);
   for (char ch : t::kMagic) w.put(ch);
   w.put(t::kVersion);
   w.put(std::uint64_t{0});  // total_bytes, patched below
@@ -269,9 +281,9 @@ inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
   w.put(cfg_.sketch_width);
   w.put(cfg_.seed);
   w.put(decay_clock_);
-  for (std::uint32_t c : sketch_) w.put(c);
+  w.v.insert(w.v.end(), sketch_.begin(), sketch_.end());
   w.put(static_cast<std::int64_t>(hot.size()));
-  for (const Slot& s : hot) {
+  for (const t::HotEntry& s : hot) {
     w.put(s.id);
     w.put(s.row);
     w.put(s.count);
@@ -296,7 +308,8 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   if (std::memcmp(bytes.data(), t::kMagic, 8) != 0) bad("magic is not MPETIER1");
   t::Reader r{bytes, 8};
   const auto version = r.get<std::uint32_t>("version");
-  if (version != t::kVersion) bad("version " + std::to_string(version) + " is not 1");
+  if (version == 1) bad("version 1 (u32 sketch counters) is not read; this build reads version 2 only");
+  if (version != t::kVersion) bad("version " + std::to_string(version) + " is not 2");
   const auto total = r.get<std::uint64_t>("total_bytes");
   if (total != bytes.size())
     bad("truncated or extended: " + std::to_string(bytes.size()) + " bytes, total_bytes says " +
@@ -322,16 +335,16 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   same("seed", r.get<std::uint64_t>("seed"), cfg_.seed);
   const auto clock = r.get<std::int64_t>("decay_clock");
   if (clock < 0) bad("decay_clock = " + std::to_string(clock) + " is negative");
-  std::vector<std::uint32_t> sketch(sketch_.size());
-  for (std::uint32_t& c : sketch) c = r.get<std::uint32_t>("sketch");
+  std::vector<std::uint8_t> sketch(sketch_.size());
+  for (std::uint8_t& c : sketch) c = r.get<std::uint8_t>("sketch");
   const std::int64_t p = cfg_.private_rows;
   const auto n_hot = r.get<std::int64_t>("n_hot");
   if (n_hot < 0 || n_hot > p)
     bad("n_hot = " + std::to_string(n_hot) + " outside [0, " + std::to_string(p) + "]");
   std::vector<std::uint8_t> used(static_cast<std::size_t>(p), 0);
-  std::vector<Slot> hot(static_cast<std::size_t>(n_hot));
+  std::vector<t::HotEntry> hot(static_cast<std::size_t>(n_hot));
   for (std::int64_t i = 0; i < n_hot; ++i) {
-    Slot& s = hot[static_cast<std::size_t>(i)];
+    t::HotEntry& s = hot[static_cast<std::size_t>(i)];
     s.id = r.get<std::int64_t>("hot id");
     s.row = r.get<std::int32_t>("hot row");
     s.count = r.get<std::uint32_t>("hot count");
@@ -348,7 +361,7 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   const auto n_free = r.get<std::int64_t>("n_free");
   if (n_free != p - n_hot)
     bad("n_free = " + std::to_string(n_free) + " is not private_rows - n_hot = " + std::to_string(p - n_hot));
-  std::vector<std::int32_t> fr(static_cast<std::size_t>(n_free));
+  std::vector<std::int32_t> fr(static_cast<std::size_t>(n_free));  // checked, then dropped (derived)
   for (std::int64_t i = 0; i < n_free; ++i) {
     const auto row = r.get<std::int32_t>("free row");
     const std::string who = "free row " + std::to_string(i) + " = " + std::to_string(row);
@@ -371,12 +384,20 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
     bad(std::to_string(r.b.size() - r.at) +
         " bytes after the stats (the sizes do not add up to total_bytes)");
   // Verified: replace the state (nothing below throws but allocation).
-  std::vector<Slot> table(table_.size());
+  std::vector<std::int64_t> owner(owner_.size(), -1);
+  std::vector<std::uint32_t> count(count_.size(), 0u);
+  std::vector<std::int32_t> index(index_.size(), -1);
+  for (const t::HotEntry& s : hot) {
+    owner[static_cast<std::size_t>(s.row)] = s.id;
+    count[static_cast<std::size_t>(s.row)] = s.count;
+  }
   sketch_.swap(sketch);
-  table_.swap(table);
-  hot_count_ = 0;
-  for (const Slot& s : hot) insert(s.id, s.row, s.count);
-  free_.swap(fr);  // ascending: a valid min-heap
+  owner_.swap(owner);
+  count_.swap(count);
+  index_.swap(index);
+  for (const t::HotEntry& s : hot) insert(s.row);
+  hot_count_ = n_hot;
+  lowest_free_ = fr.empty() ? p : fr.front();
   decay_clock_ = clock;
   stats_ = st;
   moves_.clear();
