@@ -391,6 +391,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", base.batch_size, "mini-batch size")->group(g_train)->check(CLI::Range(1, 1 << 20));
   auto* opt_lr = app.add_option("--lr", base.lr, "SGD learning rate (dense and embeddings)")->group(g_train)->check(CLI::PositiveNumber);
   auto* opt_emb_lr = app.add_option("--emb-lr", base.emb_lr, "SGD learning rate of the embeddings (default: --lr)")->group(g_train)->check(CLI::PositiveNumber);
+  app.add_option("--range-growth", base.range_growth, "bound on a store row's range growth per update, as a fraction of its range (EmbeddingConfig::max_range_growth; int8/int4/int2 stores only, others ignore it; 0 = off; e.g. 0.01 keeps int2/sr stable at high --emb-lr)")->group(g_train)->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--emb-init", base.emb_init, "embeddings start ~ U(-a, a)")->group(g_train)->check(CLI::PositiveNumber);
   app.add_option("--bottom-mlp", base.bottom_hidden, "bottom MLP hidden sizes (13 -> ... -> D)")->group(g_train)->delimiter(',');
   app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")->group(g_train)->delimiter(',');

@@ -34,6 +34,8 @@ struct RunSpec {
   float lr = 0.3f;                    // tuned on the synthetic default (0.1/0.3/1.0 tried)
   float emb_lr = 0.3f;
   float emb_init = 0.05f;             // embeddings ~ U(-emb_init, emb_init)
+  float range_growth = 0.0f;          // --range-growth: EmbeddingConfig::max_range_growth of the int8, int4
+                                      // and int2 stores (0: off; the other stores ignore it)
   std::vector<int> bottom_hidden{64};
   std::vector<int> top_hidden{64};
   int eval_batch = 4096;

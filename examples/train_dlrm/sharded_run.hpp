@@ -117,6 +117,7 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   const std::int64_t cache_rows = cache_rows_of(spec, data, 32);  // Lru<32>
   cfg.cache_rows = cache_rows;
   cfg.seed = embedding_seed(spec);
+  cfg.max_range_growth = range_growth_of<Storage>(spec);
   const int N = comm.size();
   // --shard and --comm-precision are checked by CLI11 (IsMember); the helpers throw too.
   const mpe::sharded::ShardingPlan plan =

@@ -245,6 +245,15 @@ inline std::int64_t cache_rows_of(const RunSpec& spec, const DataSetup& data, st
   return std::max<std::int64_t>(std::llround(spec.cache_fraction * static_cast<double>(total)), ways);
 }
 
+// The run's --range-growth for a store with an affine per-row grid (INT8, INT4, INT2: what
+// EmbeddingConfig::max_range_growth accepts), else 0.
+template <class Storage>
+float range_growth_of(const RunSpec& spec) {
+  constexpr bool affine = std::is_same_v<Storage, mpe::Int8Rowwise> || std::is_same_v<Storage, mpe::Int4Rowwise> ||
+                          std::is_same_v<Storage, mpe::Int2Rowwise>;
+  return affine ? spec.range_growth : 0.0f;
+}
+
 // "@md<d>" / "@h<k>" runs: tables holding at least 1 % of all rows at D = spec.large_dim
 // and, with k > 0, hashed into ceil(rows / k) rows; the others as the uniform run.
 template <class Storage, class Cache, class Rounding, class Precision>
@@ -275,6 +284,7 @@ RunResult run_reshaped(const RunSpec& spec, const DataSetup& data) {
   }
   cfg.cache_fraction = spec.cache != "none" ? spec.cache_fraction : 0.0;
   cfg.seed = embedding_seed(spec);
+  cfg.max_range_growth = range_growth_of<Storage>(spec);
   mpe::MixedDimEmbedding<Storage, Cache, Rounding, Precision> md(cfg);
   {
     // The start of the uniform run of the same seed, so the comparison with it stays
@@ -321,6 +331,7 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
   const std::int64_t cache_rows = cache_rows_of(spec, data, ways);
   cfg.cache_rows = cache_rows;
   cfg.seed = embedding_seed(spec);
+  cfg.max_range_growth = range_growth_of<Storage>(spec);
   mpe::CachedEmbedding<Storage, Cache, Rounding, mpe::HostBackend, Precision> emb(cfg);
   emb.init_uniform(-spec.emb_init, spec.emb_init);
   return train_and_eval(spec, data, &emb, cache_rows);

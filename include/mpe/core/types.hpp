@@ -105,6 +105,25 @@ struct EmbeddingConfig {
   /// row's S state values from element group 0 whatever the column key. Configuration, not
   /// state: checkpoints do not hold it.
   std::vector<std::int64_t> column_keys = {};
+  /// Bounded range growth of a store row's optimizer update, g (finite, in [0, 1]; 0, the
+  /// default: off, every bit as without it). When backward() updates a row in the store
+  /// (a row without a cache slot; not a cached row, and not set_weights(), init_uniform(),
+  /// write-backs, flush(), imports or load()), let lo and hi be the old row's grid ends from
+  /// its header: lo = bias, hi = num::add(num::mul(scale, top), bias) (the values of codes
+  /// 0 and top: top = 255 for Int8Rowwise, 15 for Int4Rowwise, 3 for Int2Rowwise), and
+  /// m = num::mul(g, num::sub(hi, lo)). Each new value x (old value minus the update) is
+  /// clamped into [num::sub(lo, m), num::add(hi, m)] before the row is quantized with the
+  /// table's Rounding (the same random words as without it), so each end of the row's grid
+  /// moves out by at most about g times its range per update, while it may narrow freely.
+  /// No clamp for a constant old row (hi == lo). With few levels (INT2) and stochastic
+  /// rounding, an unbounded row widens on most updates and re-rounds every element each
+  /// time; g = 0.01 keeps such rows trainable at high learning rates (docs/numerics.md).
+  /// The same bits on every backend and thread count. g > 0 needs a store with an affine
+  /// per-row grid (Int8Rowwise, Int4Rowwise, Int2Rowwise). Configuration, not state:
+  /// checkpoints do not hold it. Errors: std::invalid_argument naming
+  /// config.max_range_growth, its value and the store format, at construction, for NaN,
+  /// +-inf, a value outside [0, 1], or a value > 0 with another store format.
+  float max_range_growth = 0.0f;
 };
 
 /// How a bag's rows are combined: `Sum` adds them in index order (each times its

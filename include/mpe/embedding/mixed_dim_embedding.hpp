@@ -56,6 +56,10 @@ struct MixedDimConfig {
   /// 2^26); empty (the default): all 0. Group g's EmbeddingConfig::column_keys are its
   /// tables' entries.
   std::vector<std::int64_t> column_keys = {};
+  /// Every group's EmbeddingConfig::max_range_growth (finite, in [0, 1]; 0: off; > 0 only
+  /// with Int8Rowwise, Int4Rowwise or Int2Rowwise; std::invalid_argument naming
+  /// config.max_range_growth otherwise, at construction).
+  float max_range_growth = 0.0f;
 };
 
 /// Table-batched embedding bags in mixed precision whose T tables have any mix of D.

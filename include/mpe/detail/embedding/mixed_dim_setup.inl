@@ -116,6 +116,7 @@ inline EmbeddingConfig MixedDimEmbedding<Storage, Cache, Rounding, StatePrecisio
   c.slot_index = config.slot_index;
   c.slot_index_in_rows = config.slot_index_in_rows;
   c.defer_admission = config.defer_admission;
+  c.max_range_growth = config.max_range_growth;
   c.validation = Validation::Synchronous;
   return c;
 }

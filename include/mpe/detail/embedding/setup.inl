@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <stdexcept>
 #include <string>
 
@@ -43,6 +44,26 @@ inline std::string stream_keys_error(const EmbeddingConfig& config) {
              "; must be >= 0, a multiple of 4 (whole element groups) and at most 2^26 - config.dim = " +
              std::to_string(max_column);
   }
+  return "";
+}
+/// What is wrong with config.max_range_growth for a store of format Storage, or "" when it
+/// is valid: finite and in [0, 1], and nonzero only where the store has an affine per-row
+/// grid (detail::RowGrid: Int8Rowwise, Int4Rowwise, Int2Rowwise). The value is written as
+/// the shortest decimal that reads back as it. Shared by CachedEmbedding's constructor and
+/// ShardedEmbedding's (before any rank builds its local tables).
+template <class Storage>
+std::string range_growth_error(const EmbeddingConfig& config) {
+  const float g = config.max_range_growth;
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, g).ptr;
+  const std::string v(buf, end);
+  if (!(g >= 0.0f && g <= 1.0f))  // NaN fails both
+    return "config.max_range_growth = " + v + "; must be finite and in [0, 1]";
+  if (g > 0.0f && !RowGrid<Storage>::affine)
+    return "config.max_range_growth = " + v +
+           " needs a store with an affine per-row grid (int8_rowwise, int4_rowwise, int2_rowwise); this "
+           "store is " +
+           Storage::name;
   return "";
 }
 }  // namespace detail
@@ -92,6 +113,7 @@ detail::EmbeddingLayout CachedEmbedding<Storage, Cache, Rounding, Backend, State
   }
   L.total_rows = L.table_offsets.back();
   if (const std::string e = detail::stream_keys_error(config); !e.empty()) detail::invalid(fn, e);
+  if (const std::string e = detail::range_growth_error<Storage>(config); !e.empty()) detail::invalid(fn, e);
   L.row_keys = config.row_keys.size();
   // Column keys all 0 are the default: no array (the same bits without the table search).
   if (std::any_of(config.column_keys.begin(), config.column_keys.end(),

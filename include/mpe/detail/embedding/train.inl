@@ -225,6 +225,7 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
         part.opt_state = fp32_state;
         part.new_state = S > 0 ? b.update.data() : nullptr;
       }
+      part.growth = config_.max_range_growth;
       const detail::StoreScaledLanes<Storage, Rounding> store{part, store_.data(), row_stream(), step_ptr()};
       if constexpr (warp_lanes<Backend> && LanedStore<Storage>) {
         backend_.for_each_lanes(U, detail::ApplyStoreScaledLanes<Storage, Rounding>{store});  // one pass
@@ -237,10 +238,11 @@ void CachedEmbedding<Storage, Cache, Rounding, Backend, StatePrecision>::apply_b
       return;
     }
   }
-  backend_.for_each(U, detail::ApplyRows<Storage, Rounding, Paths>{
-                           b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(),
-                           store_.data(), stride_, config_.dim, S, fp32_state, b.grad.data(), b.update.data(),
-                           row_stream(), step_ptr(), b.outcome.data(), count, gate, state_ref(), lr});
+  backend_.for_each(
+      U, detail::ApplyRows<Storage, Rounding, Paths>{
+             b.uniq.data(), num_sets_ > 0 ? b.slot_of_unique.data() : nullptr, cache_ref(), store_.data(),
+             stride_, config_.dim, S, fp32_state, b.grad.data(), b.update.data(), row_stream(), step_ptr(),
+             b.outcome.data(), count, gate, state_ref(), lr, config_.max_range_growth});
   backend_.reduce_to(U, detail::CountOutcome{b.outcome.data(), count, gate}, &counters->tally);
   backend_.for_each(1, detail::FoldCounts{counters, detail::Fold::Backward, 0, nullptr, 0, gate});
 }

@@ -15,6 +15,7 @@
 #include "mpe/detail/kernels/gradient_sum.hpp"
 #include "mpe/detail/kernels/portable_paths.hpp"
 #include "mpe/detail/kernels/prefetch.hpp"
+#include "mpe/detail/kernels/range_growth.hpp"
 #include "mpe/detail/kernels/row_accumulate.hpp"
 #include "mpe/detail/kernels/scatter_gradients.hpp"
 #include "mpe/detail/kernels/state_ref.hpp"
@@ -260,8 +261,9 @@ struct AccumulateRows {
 
 /// Backward, second pass, for unique row u (after the verdict; gated on the batch's apply
 /// flag): stores the new optimizer state and applies w -= u on the cache row (marked dirty)
-/// or on the store row (dequantize, update, quantize with Rounding at site StoreUpdate).
-/// The update u and the state come from AccumulateRows.
+/// or on the store row (dequantize, update, clamp into the old row's range_box when
+/// `growth` > 0, quantize with Rounding at site StoreUpdate). The update u and the state
+/// come from AccumulateRows.
 template <class Storage, class Rounding, class Paths = PortablePaths>
 struct ApplyRows {
   const index_t* uniq;
@@ -285,6 +287,9 @@ struct ApplyRows {
   // (sums_cannot_overflow); the update of element d is num::mul(*lr, g[d]), the rule's own
   // product, computed here (the same bits).
   const float* lr = nullptr;
+  // EmbeddingConfig::max_range_growth: > 0, a store row's new values are clamped into the
+  // old row's range_box before quantization (cached rows are not).
+  float growth = 0.0f;
   /// Host only: prefetches what unique row v will read and write (its cache row, or its
   /// store row, and its FP32 optimizer state), so the random row accesses of the rows
   /// kPoolPrefetchAhead ahead overlap this one's work. The bits do not depend on it.
@@ -335,6 +340,9 @@ struct ApplyRows {
       } else {
         for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       }
+      if (const RangeBox box = range_box<Storage>(row, D, growth); box.on) {
+        for (std::int32_t d = 0; d < D; ++d) up[d] = box(up[d]);
+      }
       const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
       const bool sat = Paths::template store_row<Storage, Rounding>(up, D, row, rng);
       outcome[u] = sat || state_sat ? kSaturated : 0;
@@ -348,8 +356,9 @@ struct ApplyRows {
 /// the updates AccumulateRows computed, with their FP32 optimizer state (not `scaled`; a
 /// compact state precision takes ApplyRows). A cached row (marked dirty) gets
 /// w = sanitize(w - lr * g), or sanitize(w - update), on each lane's chunks, as ApplyRows
-/// does; a store row's new values rd[d] - lr * g[d], or rd[d] - update[d], are written over
-/// its `update` row for StoreScaledLanes; the lanes copy the row's new state into
+/// does; a store row's new values rd[d] - lr * g[d], or rd[d] - update[d] (clamped into
+/// the old row's range_box when `growth` > 0, as ApplyRows), are written over its `update`
+/// row for StoreScaledLanes; the lanes copy the row's new state into
 /// `opt_state`. Lanes write disjoint elements; any lane that saturates sets
 /// outcome[u] = kSaturated (outcome is zeroed before the launch). Gated on the batch's
 /// apply flag.
@@ -370,6 +379,7 @@ struct ApplyScaledLanes {
   std::int64_t state_floats = 0;     // S per row (not `scaled`)
   float* opt_state = nullptr;        // (rows, S) FP32 optimizer state, or null when S = 0
   const float* new_state = nullptr;  // (U, S) from AccumulateRows
+  float growth = 0.0f;               // EmbeddingConfig::max_range_growth (store rows only)
   /// Row u's slot now (as ApplyRows: a row uncached at forward may have been filled since).
   MPE_HOST_DEVICE index_t slot(index_t u, index_t r) const {
     index_t s = slot_of_unique ? slot_of_unique[u] : -1;
@@ -421,6 +431,8 @@ struct ApplyScaledLanes {
       return;
     }
     const std::uint8_t* row = store + static_cast<std::size_t>(r) * stride;
+    // Every lane reads the old header before any lane's store_at writes the new one.
+    const RangeBox box = range_box<Storage>(row, D, growth);
     for (std::int32_t c = lane_chunk_begin(lane); c < D; c += lane_chunk_step(lanes)) {
       const std::int32_t m = D - c < kLaneChunk ? D - c : kLaneChunk;
       float x[kLaneChunk], g[kLaneChunk];
@@ -428,6 +440,10 @@ struct ApplyScaledLanes {
       load_lane_chunk(up + c, m, g);
       MPE_UNROLL
       for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = num::sub(x[e], scaled ? num::mul(l, g[e]) : g[e]);
+      if (box.on) {
+        MPE_UNROLL
+        for (std::int32_t e = 0; e < kLaneChunk; ++e) x[e] = box(x[e]);
+      }
       store_lane_chunk(up + c, m, x);
     }
   }

@@ -35,6 +35,8 @@ inline ShardedEmbedding<Storage, Cache, Rounding, Comm, Backend>::ShardedEmbeddi
       throw std::invalid_argument("the plan's tables/dim do not match config.table_rows/config.dim");
     if (const std::string e = mpe::detail::stream_keys_error(config); !e.empty())
       throw std::invalid_argument(e);
+    if (const std::string e = mpe::detail::range_growth_error<Storage>(config); !e.empty())
+      throw std::invalid_argument(e);
     if (config.non_finite != NonFinite::Throw || config.validation != Validation::Synchronous)
       throw std::invalid_argument("only NonFinite::Throw and Validation::Synchronous are supported");
   } catch (const std::exception& e) {
