@@ -407,6 +407,10 @@ int main(int argc, char** argv) {
   app.add_option("--loss-trace", base.loss_trace, "append one CSV line per training batch (config, seed, emb_lr, epoch, batch, size, positives, loss, logit_sd) to this file")->group(g_out);
 
   CLI11_PARSE(app, argc, argv);
+  if (!(base.range_growth >= 0.0f && base.range_growth <= 1.0f)) {  // NaN passes CLI::Range
+    std::cerr << "error: --range-growth " << base.range_growth << " is not in [0, 1]\n";
+    return 1;
+  }
   if (o.admission == "second-touch") {  // admission is part of the cache policy: Lru -> SecondTouchLru
     if (o.sweep != "none" || !o.configs.empty()) {
       std::cerr << "error: --admission sets the single config's cache; a --configs or --sweep label names its "

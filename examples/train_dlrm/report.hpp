@@ -121,6 +121,7 @@ inline nlohmann::json to_json(const std::vector<Aggregate>& aggs, double label_m
         {"large_dim", a.spec.large_dim},
         {"large_hash", a.spec.large_hash},
         {"large_tier", a.spec.large_tier},
+        {"range_growth", a.spec.range_growth},
         {"total_rows", r0.total_rows},
         {"memory_bytes", r0.memory_bytes},
         {"memory_ratio", r0.memory_bytes ? nlohmann::json(r0.reduction) : nlohmann::json(nullptr)},

@@ -150,7 +150,10 @@ class TieredRows {
   /// float>, first_row)` (CachedEmbedding's; for MixedDimEmbedding use the callable
   /// overload). Call after map() and before the batch's forward(). A demoted id needs no
   /// copy (it returns to its shared row, which kept training); a private row's old weights
-  /// are overwritten at its next promotion. Synchronous (as the embedding's get/set).
+  /// are overwritten at its next promotion. Weights only: set_weights keeps the private
+  /// row's optimizer state (zero at its first promotion, a former owner's later), and a
+  /// shared row read from the FP32 cache is quantized into the private row's store format.
+  /// Synchronous (as the embedding's get/set).
   /// Throws std::invalid_argument for table_first_row < 0, and what the embedding's calls
   /// throw (a row range outside the table); moves before a failing one are applied.
   template <class Emb>
