@@ -39,7 +39,7 @@ class ReshapedTables {
   void forward(std::span<const std::int64_t> idx, std::span<const std::int64_t> off, std::span<float> out,
                Pooling p, std::span<const float> per_sample_weights = {}) {
     buf_.resize(compact_size(out.size()));
-    remap(idx, off, ids_);
+    remap(idx, off, ids_, /*tiers_too=*/false);
     promote(idx, off);
     md_.forward(std::span<const std::int64_t>(ids_), off, std::span<float>(buf_), p, per_sample_weights);
     expand(buf_, out);
@@ -88,16 +88,16 @@ class ReshapedTables {
                  n = static_cast<std::size_t>(off[(t + 1) * B]) - first;
       tiers_[t]->map(idx.subspan(first, n), std::span<std::int64_t>(ids_).subspan(first, n));
       const auto ti = static_cast<std::int64_t>(t);
-      row_.resize(static_cast<std::size_t>(md_.dim(ti)));
-      for (const auto& mv : tiers_[t]->last_moves()) {
-        md_.get_weights(ti, std::span<float>(row_), mv.from_row);
-        md_.set_weights(ti, std::span<const float>(row_), mv.to_row);
-      }
+      tiers_[t]->copy_moved_rows(
+          md_.dim(ti), 0, [&](std::span<float> out, std::int64_t r) { md_.get_weights(ti, out, r); },
+          [&](std::span<const float> in, std::int64_t r) { md_.set_weights(ti, in, r); });
     }
   }
 
+  // ids = idx with each hashed table's ids hashed and, with tiers_too, each tiered table's
+  // looked up in its tier (a training forward leaves those to promote(), which counts them).
   std::span<const std::int64_t> remap(std::span<const std::int64_t> idx, std::span<const std::int64_t> off,
-                                      std::vector<std::int64_t>& ids) const {
+                                      std::vector<std::int64_t>& ids, bool tiers_too = true) const {
     ids.assign(idx.begin(), idx.end());
     const auto T = static_cast<std::size_t>(md_.num_tables());
     const std::size_t B = (off.size() - 1) / T;
@@ -105,9 +105,10 @@ class ReshapedTables {
       const std::int64_t R = hashed_[t];
       const auto first = static_cast<std::size_t>(off[t * B]),
                  n = static_cast<std::size_t>(off[(t + 1) * B]) - first;
-      if (tiers_[t])
-        tiers_[t]->lookup(idx.subspan(first, n), std::span<std::int64_t>(ids).subspan(first, n));
-      else if (R > 0)
+      if (tiers_[t]) {
+        if (tiers_too)
+          tiers_[t]->lookup(idx.subspan(first, n), std::span<std::int64_t>(ids).subspan(first, n));
+      } else if (R > 0)
         for (std::size_t i = first; i < first + n; ++i) ids[i] %= R;
     }
     return ids;
@@ -128,7 +129,7 @@ class ReshapedTables {
   int D_;
   std::vector<std::int64_t> hashed_;                     // per table: rows after hashing, 0 = not hashed
   std::vector<std::unique_ptr<mpe::TieredRows>> tiers_;  // per table: its tier, or null
-  std::vector<float> buf_, gbuf_, row_;
+  std::vector<float> buf_, gbuf_;
   std::vector<std::int64_t> ids_;
 };
 

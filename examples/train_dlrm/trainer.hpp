@@ -246,12 +246,10 @@ inline std::int64_t cache_rows_of(const RunSpec& spec, const DataSetup& data, st
 }
 
 // The run's --range-growth for a store with an affine per-row grid (INT8, INT4, INT2: what
-// EmbeddingConfig::max_range_growth accepts), else 0.
+// EmbeddingConfig::max_range_growth accepts, by the library's own trait), else 0.
 template <class Storage>
 float range_growth_of(const RunSpec& spec) {
-  constexpr bool affine = std::is_same_v<Storage, mpe::Int8Rowwise> || std::is_same_v<Storage, mpe::Int4Rowwise> ||
-                          std::is_same_v<Storage, mpe::Int2Rowwise>;
-  return affine ? spec.range_growth : 0.0f;
+  return mpe::detail::RowGrid<Storage>::affine ? spec.range_growth : 0.0f;
 }
 
 // "@md<d>" / "@h<k>" runs: tables holding at least 1 % of all rows at D = spec.large_dim

@@ -45,7 +45,7 @@ struct RangeBox {
   MPE_HOST_DEVICE float operator()(float x) const { return x < lo ? lo : (x > hi ? hi : x); }
 };
 
-/// The box of the stored row `row` (D elements) for an update with growth g =
+/// The box of a stored row, read through its Reader `rd`, for an update with growth g =
 /// EmbeddingConfig::max_range_growth: with the old row's grid ends lo = bias and hi =
 /// num::add(num::mul(scale, top), bias) (the values codes 0 and top decode to, from the
 /// header as its Reader decodes it) and m = num::mul(g, num::sub(hi, lo)), the box is
@@ -53,11 +53,10 @@ struct RangeBox {
 /// without an affine grid (RowGrid), and for a constant old row (hi == lo: scale 0, or
 /// a scale too small to move hi off lo), whose range could never grow otherwise.
 template <class Storage>
-MPE_HOST_DEVICE inline RangeBox range_box(const std::uint8_t* row, std::int32_t D, float g) {
+MPE_HOST_DEVICE inline RangeBox range_box(const typename Storage::Reader& rd, float g) {
   RangeBox b;
   if constexpr (RowGrid<Storage>::affine) {
     if (g > 0.0f) {
-      const typename Storage::Reader rd(row, D);
       const float lo = rd.bias;
       const float hi = num::add(num::mul(rd.scale, RowGrid<Storage>::top), rd.bias);
       if (hi > lo) {
@@ -68,11 +67,24 @@ MPE_HOST_DEVICE inline RangeBox range_box(const std::uint8_t* row, std::int32_t 
       }
     }
   } else {
+    (void)rd;
+    (void)g;
+  }
+  return b;
+}
+
+/// range_box of the stored row `row` (D elements), its header decoded here (for a caller
+/// without the row's Reader: the laned path). Off for g not > 0 without reading the row.
+template <class Storage>
+MPE_HOST_DEVICE inline RangeBox range_box(const std::uint8_t* row, std::int32_t D, float g) {
+  if constexpr (RowGrid<Storage>::affine) {
+    if (g > 0.0f) return range_box<Storage>(typename Storage::Reader(row, D), g);
+  } else {
     (void)row;
     (void)D;
     (void)g;
   }
-  return b;
+  return RangeBox{};
 }
 
 }  // namespace mpe::detail

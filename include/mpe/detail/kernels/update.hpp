@@ -340,7 +340,7 @@ struct ApplyRows {
       } else {
         for (std::int32_t d = 0; d < D; ++d) up[d] = num::sub(rd[d], up[d]);
       }
-      if (const RangeBox box = range_box<Storage>(row, D, growth); box.on) {
+      if (const RangeBox box = range_box<Storage>(rd, growth); box.on) {
         for (std::int32_t d = 0; d < D; ++d) up[d] = box(up[d]);
       }
       const num::RowRng rng = stream.at(r, static_cast<std::uint32_t>(*step), num::RoundingSite::StoreUpdate);
