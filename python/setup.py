@@ -62,9 +62,9 @@ WERROR = os.environ.get("MPE_TORCH_WERROR", "0") not in ("", "0")
 CXX_WARNINGS = ["-Wall", "-Wextra"] + (["-Werror"] if WERROR else [])
 
 CSRC = os.path.join("mpe_torch", "csrc")
-# The binding, the registry and one translation unit per storage format (group_<storage>.cpp;
+# The binding, the registry, mpe::TieredRows' binding and one translation unit per storage format (group_<storage>.cpp;
 # FP32's and INT8's other cache policies in group_<storage>_caches.cpp), compiled in parallel.
-SOURCES = [os.path.join(CSRC, f) for f in ("binding.cpp", "registry.cpp")] + sorted(
+SOURCES = [os.path.join(CSRC, f) for f in ("binding.cpp", "registry.cpp", "tiered_binding.cpp")] + sorted(
     os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, CSRC, "group_*.cpp")))
 
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from . import _C
 from ._layout import BagPlanCache
+from ._tiered import TieredRows
 
 try:  # the CUDA module: built where torch has CUDA and nvcc was found (python/setup.py)
     from . import _C_cuda
@@ -39,7 +40,7 @@ except ImportError as e:  # not built (MPE_TORCH_CUDA=0, no nvcc, a CPU-only tor
     _C_cuda = None
     _C_CUDA_ERROR = e
 
-__all__ = ["TableBatchedEmbeddingBags", "CheckpointError", "built_combinations", "built_with_cuda", "planned_memory",
+__all__ = ["TableBatchedEmbeddingBags", "TieredRows", "CheckpointError", "built_combinations", "built_with_cuda", "planned_memory",
            "STORAGES", "CACHES", "ROUNDINGS", "STATE_PRECISIONS", "OPTIMIZERS", "EXPORT_FORMATS", "WEIGHTS_INITS",
            "STORE_PLACEMENTS"]
 
@@ -80,6 +81,7 @@ CACHES = tuple(_C.caches())  # "none", then mpe's cache policies
 ROUNDINGS = tuple(_C.roundings())
 STATE_PRECISIONS = tuple(_C.state_precisions())
 OPTIMIZERS = tuple(_C.optimizers())  # mpe::KnownOptimizers
+_GRID_STORAGES = ("int8", "int4", "int2")  # an affine per-row grid: max_range_growth applies
 EXPORT_FORMATS = tuple(_C.export_formats())  # row formats with an FBGEMM layout (export_table's format=)
 _STATE_FORMAT = 2  # 1: one MPECKPT1 tensor per group; 2: one MPEMIXD1 tensor
 WEIGHTS_INITS = ("uniform", "zeros")  # weights_init's names (it also takes (low, high) pairs)
@@ -560,6 +562,17 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
             the interconnect) or ``"managed"`` (CUDA managed memory, preferred location host).
             The cache, optimizer state and workspaces are device memory always. A CPU module takes
             the default only; kept across moves (it applies while the module is on a CUDA device).
+        max_range_growth: ``0.0`` (default: off) or g in (0, 1] for the ``"int8"``, ``"int4"`` and
+            ``"int2"`` stores (mpe's ``EmbeddingConfig::max_range_growth``): an optimizer update
+            of a store row (not of a cached row) clamps each new value into
+            ``[lo - g (hi - lo), hi + g (hi - lo)]``, lo and hi the ends of the row's grid
+            before the step, then quantizes it. It bounds how fast a row's range can grow:
+            with ``"int2"`` (4 levels) and stochastic rounding an unbounded row widens on most
+            updates, every widening re-rounds the whole row, and training can run away to the
+            label-mean loss at the learning rate FP32 trains best at; 0.01 trains there on the
+            real sets of examples/train_dlrm/tables/real_int2_range_growth.md. Same bits on the
+            CPU and CUDA. Configuration, not state: ``load_state_dict`` keeps the module's own
+            setting.
 
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the
@@ -582,6 +595,9 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
         ValueError: a ``device`` that is not a CPU or CUDA device, a ``store_placement`` not in
             ``STORE_PLACEMENTS`` or other than ``"device"`` on the CPU, or a combination not built
             for CUDA (see ``built_combinations(device="cuda")``).
+        ValueError: a ``max_range_growth`` outside [0, 1] or NaN, or > 0 with a storage other
+            than ``"int8"``, ``"int4"`` or ``"int2"``, named with its value (a bool or string:
+            TypeError).
         RuntimeError: ``device`` a CUDA device where this build has no CUDA module
             (``built_with_cuda()``) or ``torch.cuda.is_available()`` is False.
     """
@@ -589,7 +605,8 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
     def __init__(self, specs, storage="fp32", cache="none", cache_fraction=0.0, rounding="stochastic",
                  optimizer="sgd", learning_rate=0.01, eps=None, beta1=0.9, beta2=0.999, pooling_mode="sum",
                  seed=0, state_precision="fp32", non_finite="raise", slot_index=False, defer_admission=False,
-                 row_keys=None, column_keys=None, weights_init="uniform", device=None, store_placement="device"):
+                 row_keys=None, column_keys=None, weights_init="uniform", device=None, store_placement="device",
+                 max_range_growth=0.0):
         super().__init__()
         if not isinstance(store_placement, str) or store_placement not in STORE_PLACEMENTS:
             raise ValueError(f"mpe_torch: store_placement = {store_placement!r} is not one of "
@@ -612,6 +629,12 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
             raise TypeError(f"mpe_torch: slot_index = {slot_index!r} must be a bool")
         if not isinstance(defer_admission, bool):
             raise TypeError(f"mpe_torch: defer_admission = {defer_admission!r} must be a bool")
+        max_range_growth = _real(max_range_growth, "max_range_growth")
+        if not 0.0 <= max_range_growth <= 1.0:  # NaN fails too
+            raise ValueError(f"mpe_torch: max_range_growth = {max_range_growth!r} must be finite and in [0, 1]")
+        if max_range_growth > 0 and storage not in _GRID_STORAGES:
+            raise ValueError(f"mpe_torch: max_range_growth = {max_range_growth!r} needs a storage with a per-row "
+                             f"grid ({', '.join(map(repr, _GRID_STORAGES))}); storage is {storage!r}")
         keys = {"row_keys": _keys("row_keys", row_keys, len(pairs)),
                 "column_keys": _keys("column_keys", column_keys, len(pairs))}
         if eps is None:
@@ -622,7 +645,7 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
                             rounding=rounding, state_precision=state_precision, pooling_mode=pooling_mode,
                             optimizer=optimizer, seed=seed, non_finite=non_finite, slot_index=slot_index,
                             defer_admission=defer_admission, row_keys=keys["row_keys"],
-                            column_keys=keys["column_keys"])
+                            column_keys=keys["column_keys"], max_range_growth=max_range_growth)
         self._store_placement = store_placement
         self._tbe = self._new_tbe(device, dict(learning_rate=learning_rate, eps=eps, beta1=beta1, beta2=beta2))
         self._device = device
@@ -637,7 +660,7 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
         args = (c["specs"], c["storage"], c["cache"], c["cache_fraction"], c["rounding"], c["state_precision"],
                 c["pooling_mode"], c["optimizer"], params["learning_rate"], params["eps"], params["beta1"],
                 params["beta2"], c["seed"], c["non_finite"], c["slot_index"], c["defer_admission"],
-                c["row_keys"] or [], c["column_keys"] or [])
+                c["row_keys"] or [], c["column_keys"] or [], c["max_range_growth"])
         try:
             if device.type == "cuda":
                 return _C_cuda.Tbe(*args, device.index, self._store_placement)
@@ -870,6 +893,18 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
         a value the storage cannot hold, IndexError for a bad table (TypeError: not an integer)."""
         self._tbe.set_weights(_table_index(table), weights)
 
+    def copy_rows(self, table, src_rows, dst_rows):
+        """Copies row ``src_rows[i]`` of table ``table`` onto row ``dst_rows[i]``, i ascending
+        (a later pair reads what an earlier one wrote): the source's current weights (its
+        cached FP32 row when cached), quantized into the destination's store row with the
+        module's rounding; the destination keeps its optimizer state. ``src_rows``,
+        ``dst_rows``: ``(k,)`` int64 CPU tensors (``TieredRows.copy_moved_rows`` passes its
+        moves). Synchronous (on a CUDA device each row goes through the host). Every row is
+        checked first: IndexError naming the first row outside the table (or a bad table),
+        ValueError for unequal lengths, TypeError for a tensor that is not int64; nothing
+        changes then."""
+        self._tbe.copy_rows(_table_index(table), src_rows, dst_rows)
+
     def split_embedding_weights(self):
         """List of ``get_weights(t)`` for every table (FBGEMM TBE's name; copies, not views)."""
         return [self.get_weights(t) for t in range(self.num_tables)]
@@ -1041,7 +1076,8 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
                 f"state_precision={c['state_precision']!r}, "
                 f"pooling_mode={c['pooling_mode']!r}, optimizer={c['optimizer']!r}, "
                 f"learning_rate={self.get_learning_rate():g}, non_finite={c['non_finite']!r}, "
-                f"slot_index={c['slot_index']}, defer_admission={c['defer_admission']}, "
+                f"slot_index={c['slot_index']}, defer_admission={c['defer_admission']}, " +
+                (f"max_range_growth={c['max_range_growth']:g}, " if c["max_range_growth"] > 0 else "") +
                 f"groups={self.num_groups}" +
                 ("" if self._device.type == "cpu" else
                  f", device={str(self._device)!r}, store_placement={self._store_placement!r}"))

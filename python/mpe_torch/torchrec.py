@@ -100,7 +100,8 @@ SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
 # TableBatchedEmbeddingBags' keyword arguments a table may set (the sharder sets specs,
 # pooling_mode, row_keys and column_keys itself).
 OPTION_NAMES = ("storage", "cache", "cache_fraction", "rounding", "optimizer", "learning_rate", "eps", "beta1",
-                "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission", "store_placement")
+                "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission", "store_placement",
+                "max_range_growth")
 # Where the kernels run: DMP's device type and the planner's compute_device.
 COMPUTE_DEVICES = ("cpu", "cuda")
 _FUSED_KEY = "mpe_options"  # the resolved options in TorchRec's per-table fused_params
@@ -519,7 +520,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         fused_params: ``TableBatchedEmbeddingBags`` keyword arguments for every table
             (``OPTION_NAMES``: storage, cache, cache_fraction, rounding, optimizer,
             learning_rate, eps, beta1, beta2, seed, state_precision, non_finite, slot_index,
-            defer_admission). ``seed`` must be the same on every rank.
+            defer_admission, store_placement, max_range_growth). ``seed`` must be the same on
+            every rank.
         table_options: table name -> overrides of ``fused_params`` for that table (so one
             model mixes, say, an INT4 table with a 1 % cache and an FP16 one). Tables with the
             same resolved options share a kernel (and its cache).
@@ -661,7 +663,8 @@ def sharding_plan(module, per_table, sharder, world_size, path="", compute_devic
 
 # Options that change no byte of the footprint (planned_memory takes the rest).
 # (store_placement moves the store between memories, not its size: shard_storage.)
-_NOT_MEMORY = ("learning_rate", "eps", "beta1", "beta2", "seed", "non_finite", "defer_admission", "store_placement")
+_NOT_MEMORY = ("learning_rate", "eps", "beta1", "beta2", "seed", "non_finite", "defer_admission", "store_placement",
+               "max_range_growth")
 
 
 def _planned(rows, dim, options, column_key):

@@ -104,10 +104,10 @@ def test_the_cuda_core_refuses_a_missing_device():
     cuda = importlib.import_module("mpe_torch._C_cuda")
     with pytest.raises(ValueError, match=r"device = cuda:0 is not one of the 0 CUDA device\(s\)"):
         cuda.Tbe([(10, 4)], "fp32", "none", 0.0, "stochastic", "fp32", "sum", "sgd", 0.01, 1e-8, 0.9, 0.999, 0,
-                 "raise", False, False, [], [], 0, "device")
+                 "raise", False, False, [], [], 0.0, 0, "device")
     with pytest.raises(ValueError, match="store_placement = 'hbm' is not one of"):
         cuda.Tbe([(10, 4)], "fp32", "none", 0.0, "stochastic", "fp32", "sum", "sgd", 0.01, 1e-8, 0.9, 0.999, 0,
-                 "raise", False, False, [], [], 0, "hbm")
+                 "raise", False, False, [], [], 0.0, 0, "hbm")
 
 
 # ---- on a CUDA device ----
@@ -175,6 +175,28 @@ def test_cuda_optimizers_and_weights(optimizer):
     single = [(64, 16)]  # one D-group: the group's own path
     cpu, cuda = _pair(combination, optimizer=optimizer, specs=single)
     _assert_same(_train(cuda, 5, specs=single), _train(cpu, 5, specs=single))
+    _assert_same(_weights(cuda), _weights(cpu))
+
+
+@gpu
+@pytest.mark.parametrize("combination", ["int4/none/stochastic/fp32", "int8/lru/stochastic/fp32"])
+def test_range_growth_and_row_copies_give_the_cpu_bits(combination):
+    # max_range_growth clamps store updates in a kernel shared by both backends; copy_rows
+    # (TieredRows' promotions) goes through each backend's row reads and writes.
+    cpu, cuda = _pair(combination, optimizer="sgd", max_range_growth=0.01)
+    for m in (cpu, cuda):
+        m.set_learning_rate(2.0)  # a rate at which the bound clamps
+    _assert_same(_train(cuda, 10), _train(cpu, 10))
+    _assert_same(_weights(cuda), _weights(cpu))
+    tiers = {d: mpe_torch.TieredRows(ids=500, private_rows=10, shared_rows=SPECS[0][0] - 10, promote_at=2)
+             for d in ("cpu", "cuda")}
+    for step in range(6):
+        idx = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(step))
+        rows = {d: tiers[d](idx.to(d)) for d in tiers}
+        assert rows["cuda"].device.type == "cuda" and torch.equal(rows["cuda"].cpu(), rows["cpu"])
+        tiers["cpu"].copy_moved_rows(cpu, 0)
+        tiers["cuda"].copy_moved_rows(cuda, 0)
+    assert tiers["cpu"].stats()["promotions"] > 0
     _assert_same(_weights(cuda), _weights(cpu))
 
 

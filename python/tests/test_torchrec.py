@@ -45,14 +45,14 @@ def assert_shards_equal(results, ref_weights):
 def test_table_wise_every_storage_equals_one_process(tmp_path):
     storages = mpe_torch.STORAGES
     case = dict(tables=FOUR, batch=4, steps=20, plan=TW,
-                variants=[dict(SGD, storage=s) for s in storages])
+                variants=[dict(SGD, storage=s) for s in storages] + [dict(SGD, storage="int2", max_range_growth=0.01)])
     results = tc.spawn(tc.train_many_body, case, WORLD, tmp_path)
     for v, options in enumerate(case["variants"]):
         one = {**case, "options": options}
         outs, weights, _ = tc.reference(one, WORLD, case["steps"])
         per_rank = [r["variants"][v] for r in results]
         for step in range(case["steps"]):
-            assert torch.equal(joined(per_rank, "outs", step), outs[step]), (options["storage"], step)
+            assert torch.equal(joined(per_rank, "outs", step), outs[step]), (options, step)
         assert_shards_equal(per_rank, weights)
 
 
@@ -344,6 +344,8 @@ def test_sharder_checks_option_values_at_construction():
         mt.EmbeddingBagCollectionSharder(fused_params=dict(learning_rate=-1.0))
     with pytest.raises(ValueError, match="not built"):
         mt.EmbeddingBagCollectionSharder(fused_params=dict(storage="int4", cache="lfu", cache_fraction=0.1))
+    with pytest.raises(ValueError, match="fused_params.*max_range_growth = 0.01 needs a storage with a per-row grid"):
+        mt.EmbeddingBagCollectionSharder(fused_params=dict(storage="fp16", max_range_growth=0.01))
     # A table that turns its cache off drops the inherited fraction; EmbOptimType names map.
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     s = mt.EmbeddingBagCollectionSharder(fused_params=dict(cache="lru", cache_fraction=0.2,

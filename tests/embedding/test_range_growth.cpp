@@ -314,6 +314,17 @@ TEST_CASE("max_range_growth: MixedDimEmbedding passes it to its groups") {
   mc.max_range_growth = 1.5f;
   CHECK_THROWS_WITH_AS((mpe::MixedDimEmbedding<mpe::Int2Rowwise, mpe::Lru<4>, mpe::StochasticRounding>(mc)),
                        doctest::Contains("config.max_range_growth = 1.5"), std::invalid_argument);
+  // Named by MixedDimEmbedding itself (before any group is built), the store too.
+  mc.max_range_growth = 0.01f;
+  CHECK_THROWS_WITH_AS(
+      (mpe::MixedDimEmbedding<mpe::Fp16, mpe::Lru<4>, mpe::StochasticRounding>(mc)),
+      doctest::Contains("MixedDimEmbedding: config.max_range_growth = 0.01 needs a store with an "
+                        "affine per-row grid"),
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      (mpe::MixedDimEmbedding<mpe::Fp16, mpe::Lru<4>, mpe::StochasticRounding>::planned_memory(
+          mc, [](std::int32_t) { return std::int64_t{0}; })),
+      doctest::Contains("this store is fp16"), std::invalid_argument);
 }
 
 TEST_CASE("max_range_growth: invalid values and formats are refused at construction") {

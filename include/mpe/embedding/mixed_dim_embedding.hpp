@@ -274,42 +274,28 @@ class MixedDimEmbedding {
     const std::string prefix = "mpe::MixedDimEmbedding::load: '" + source + "': ";
     auto fail = [&](const std::string& what) { throw checkpoint_error(prefix + what); };
     if (bytes.size() < 8 + 4 + 4 + 4 + 4) fail("truncated: " + std::to_string(bytes.size()) + " bytes");
-    std::size_t at = 0;
     const std::size_t end = bytes.size() - 4;  // the CRC-32C follows
-    auto take = [&](std::size_t n, const char* what) {
-      if (end - at < n) {
-        fail(std::string("truncated in ") + what + " at byte " + std::to_string(at) + " (" +
-             std::to_string(bytes.size()) + " bytes in all)");
-      }
-      const std::uint8_t* p = bytes.data() + at;
-      at += n;
-      return p;
-    };
-    auto get = [&]<class V>(V, const char* what) {
-      V v;
-      std::memcpy(&v, take(sizeof(V), what), sizeof(V));
-      return v;
-    };
+    detail::ckpt::Cursor c{bytes.data(), end, 0, end, prefix};
     // Structure first (magic, version, lengths: truncation is named as such), then the
     // checksum, then the contents.
-    if (std::memcmp(take(8, "magic"), kMagic, 8) != 0) fail("not an mpe mixed-D checkpoint (bad magic)");
-    if (const auto v = get(std::uint32_t{}, "version"); v != kVersion) {
+    if (std::memcmp(c.take(8, "magic"), kMagic, 8) != 0) fail("not an mpe mixed-D checkpoint (bad magic)");
+    if (const auto v = c.get<std::uint32_t>("version"); v != kVersion) {
       fail("format version " + std::to_string(v) + "; this build reads version " + std::to_string(kVersion));
     }
-    const auto T = get(std::uint32_t{}, "T");
-    const std::uint8_t* specs = take(std::size_t{12} * T, "table specs");
-    const auto G = get(std::uint32_t{}, "group count");
+    const auto T = c.get<std::uint32_t>("T");
+    const std::uint8_t* specs = c.take(std::size_t{12} * T, "table specs");
+    const auto G = c.get<std::uint32_t>("group count");
     std::vector<std::span<const std::uint8_t>> parts;
     for (std::uint32_t g = 0; g < G && g <= groups_.size(); ++g) {
-      const auto n = get(std::uint64_t{}, "group length");
-      if (n > end - at) {
+      const auto n = c.get<std::uint64_t>("group length");
+      if (n > end - c.pos) {
         fail("truncated: group " + std::to_string(g) + " claims " + std::to_string(n) + " bytes, " +
-             std::to_string(end - at) + " remain");
+             std::to_string(end - c.pos) + " remain");
       }
-      parts.emplace_back(take(static_cast<std::size_t>(n), "group bytes"), static_cast<std::size_t>(n));
+      parts.emplace_back(c.take(static_cast<std::size_t>(n), "group bytes"), static_cast<std::size_t>(n));
     }
-    if (G == groups_.size() && at != end)
-      fail(std::to_string(end - at) + " unexpected bytes after the last group");
+    if (G == groups_.size() && c.pos != end)
+      fail(std::to_string(end - c.pos) + " unexpected bytes after the last group");
     std::uint32_t stored_crc;
     std::memcpy(&stored_crc, bytes.data() + end, 4);
     if (const auto crc = io::checkpoint::crc32c(bytes.data(), end); crc != stored_crc) {

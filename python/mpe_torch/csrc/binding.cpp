@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "group.hpp"
+#include "tiered_binding.hpp"
 
 #ifdef MPE_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -353,7 +354,7 @@ class Tbe {
       const std::string& state_precision, const std::string& pooling, const std::string& optimizer,
       double learning_rate, double eps, double beta1, double beta2, uint64_t seed,
       const std::string& non_finite, bool slot_index, bool defer_admission,
-      const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys
+      const std::vector<int64_t>& row_keys, const std::vector<int64_t>& column_keys, double max_range_growth
 #ifdef MPE_TORCH_CUDA
       ,
       int64_t device_index, const std::string& store_placement
@@ -380,6 +381,7 @@ class Tbe {
     cfg.seed = seed;
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
     cfg.defer_admission = defer_admission;
+    cfg.max_range_growth = static_cast<float>(max_range_growth);  // MixedDimEmbedding checks it
 #ifdef MPE_TORCH_CUDA
     const StorePlacement placement = parse_placement(store_placement);
     if (device_index < 0 || device_index >= c10::cuda::device_count())
@@ -575,7 +577,7 @@ class Tbe {
     at::Tensor out = at::empty({rows_[t], dims_[t]}, at::TensorOptions().dtype(at::kFloat));
     {
       py::gil_scoped_release nogil;
-      emb_->get_weights(t, mspan<float>(out));  // host memory (waits for the module's stream)
+      emb_->get_weights(t, mspan<float>(out), 0);  // host memory (waits for the module's stream)
     }
     return device_.is_cpu() ? out : out.to(device_);
   }
@@ -589,7 +591,35 @@ class Tbe {
                                   std::to_string(rows_[t]) + ", " + std::to_string(dims_[t]) + ")");
     const at::Tensor host = w.cpu();  // mpe reads weights from host memory (waits for the tensor)
     py::gil_scoped_release nogil;
-    emb_->set_weights(t, cspan<float>(host));
+    emb_->set_weights(t, cspan<float>(host), 0);
+  }
+
+  /// Copies row src_rows[i] of table t onto row dst_rows[i], i ascending (weights only: each
+  /// destination keeps its optimizer state; a later pair reads what an earlier one wrote).
+  /// src_rows, dst_rows: (k) int64 CPU tensors. Every row is checked before anything changes.
+  void copy_rows(int64_t t, const at::Tensor& src, const at::Tensor& dst) {
+    check_table(t);
+    check_tensor("copy_rows", "src_rows", src, at::kLong, 1, at::Device(at::kCPU));
+    check_tensor("copy_rows", "dst_rows", dst, at::kLong, 1, at::Device(at::kCPU));
+    if (src.numel() != dst.numel())
+      throw std::invalid_argument("mpe_torch.TableBatchedEmbeddingBags.copy_rows: src_rows has " +
+                                  std::to_string(src.numel()) + " rows, dst_rows " +
+                                  std::to_string(dst.numel()));
+    const auto s = cspan<std::int64_t>(src), d = cspan<std::int64_t>(dst);
+    for (const auto& [name, rows] : {std::pair{"src_rows", s}, std::pair{"dst_rows", d}}) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i] < 0 || rows[i] >= rows_[t])
+          throw py::index_error("mpe_torch.TableBatchedEmbeddingBags.copy_rows: " + std::string(name) + "[" +
+                                std::to_string(i) + "] = " + std::to_string(rows[i]) + " is outside [0, " +
+                                std::to_string(rows_[t]) + ") of table " + std::to_string(t));
+      }
+    }
+    std::vector<float> row(static_cast<std::size_t>(dims_[t]));
+    py::gil_scoped_release nogil;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      emb_->get_weights(t, row, s[i]);  // host memory (waits for the module's stream)
+      emb_->set_weights(t, row, d[i]);
+    }
   }
 
   void init_uniform(double low, double high) {
@@ -692,6 +722,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("state_precision"), py::arg("slot_index"), py::arg("row_keys"), py::arg("column_keys"),
         "memory() of the module these arguments build, after one training step (workspace 0), "
         "computed without building it (use mpe_torch.planned_memory).");
+  mpe_torch::bind_tiered_rows(m);  // host code: the CPU module only
 #endif
   // The variant lists (csrc/variants.hpp), as the Python API names them.
   m.def("storages", [] { return mpe_torch::names(mpe_torch::Storages{}); });
@@ -707,22 +738,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,
                     double, double, double, double, uint64_t, const std::string&, bool, bool,
-                    const std::vector<int64_t>&, const std::vector<int64_t>&, int64_t, const std::string&>(),
+                    const std::vector<int64_t>&, const std::vector<int64_t>&, double, int64_t,
+                    const std::string&>(),
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
            py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
            py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"), py::arg("row_keys"),
-           py::arg("column_keys"), py::arg("device_index"), py::arg("store_placement"))
+           py::arg("column_keys"), py::arg("max_range_growth"), py::arg("device_index"),
+           py::arg("store_placement"))
 #else
       .def(py::init<const std::vector<std::pair<int64_t, int64_t>>&, const std::string&, const std::string&,
                     double, const std::string&, const std::string&, const std::string&, const std::string&,
                     double, double, double, double, uint64_t, const std::string&, bool, bool,
-                    const std::vector<int64_t>&, const std::vector<int64_t>&>(),
+                    const std::vector<int64_t>&, const std::vector<int64_t>&, double>(),
            py::arg("specs"), py::arg("storage"), py::arg("cache"), py::arg("cache_fraction"),
            py::arg("rounding"), py::arg("state_precision"), py::arg("pooling"), py::arg("optimizer"),
            py::arg("learning_rate"), py::arg("eps"), py::arg("beta1"), py::arg("beta2"), py::arg("seed"),
            py::arg("non_finite"), py::arg("slot_index"), py::arg("defer_admission"), py::arg("row_keys"),
-           py::arg("column_keys"))
+           py::arg("column_keys"), py::arg("max_range_growth"))
 #endif
       .def_property_readonly("num_tables", &Tbe::num_tables)
       .def_property_readonly("total_dim", &Tbe::total_dim)
@@ -744,6 +777,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("alignment"), py::arg("scale_bias_last"))
       .def("get_weights", &Tbe::get_weights, py::arg("table"))
       .def("set_weights", &Tbe::set_weights, py::arg("table"), py::arg("weights"))
+      .def("copy_rows", &Tbe::copy_rows, py::arg("table"), py::arg("src_rows"), py::arg("dst_rows"))
       .def("init_uniform", &Tbe::init_uniform, py::arg("low"), py::arg("high"))
       .def("init_uniform_tables", &Tbe::init_uniform_tables, py::arg("low"), py::arg("high"))
       .def("flush", &Tbe::flush)

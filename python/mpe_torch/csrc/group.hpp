@@ -77,8 +77,10 @@ class Group {
   virtual std::size_t export_row_bytes(std::int64_t table, const LayoutSpec& layout, int target) const = 0;
   virtual std::int64_t import_table(std::int64_t table, const LayoutSpec& layout,
                                     std::span<const std::uint8_t> bytes) = 0;
-  virtual void get_weights(std::int64_t table, std::span<float> out) const = 0;
-  virtual void set_weights(std::int64_t table, std::span<const float> w) = 0;
+  /// Rows [first_row, first_row + out.size() / D) of `table` (MixedDimEmbedding::get_weights).
+  virtual void get_weights(std::int64_t table, std::span<float> out, std::int64_t first_row) const = 0;
+  /// Writes rows from first_row on (MixedDimEmbedding::set_weights: the rows' optimizer state is kept).
+  virtual void set_weights(std::int64_t table, std::span<const float> w, std::int64_t first_row) = 0;
   virtual void init_uniform(float low, float high) = 0;
   /// A range per table (MixedDimEmbedding::init_uniform(span, span)).
   virtual void init_uniform_tables(std::span<const float> low, std::span<const float> high) = 0;

@@ -107,8 +107,12 @@ class GroupImpl final : public Group {
     return 0;  // not reached: check_layout or host_only threw
   }
 
-  void get_weights(std::int64_t table, std::span<float> out) const override { emb_.get_weights(table, out); }
-  void set_weights(std::int64_t table, std::span<const float> w) override { emb_.set_weights(table, w); }
+  void get_weights(std::int64_t table, std::span<float> out, std::int64_t first_row) const override {
+    emb_.get_weights(table, out, first_row);
+  }
+  void set_weights(std::int64_t table, std::span<const float> w, std::int64_t first_row) override {
+    emb_.set_weights(table, w, first_row);
+  }
   void init_uniform(float low, float high) override { emb_.init_uniform(low, high); }
   void init_uniform_tables(std::span<const float> low, std::span<const float> high) override {
     emb_.init_uniform(low, high);

@@ -64,6 +64,11 @@ inline detail::MixedLayout MixedDimEmbedding<Storage, Cache, Rounding, StatePrec
                       std::to_string((std::int64_t{1} << 26) - dim));
     }
   }
+  {  // Named here, not by the first group's CachedEmbedding (same rule: range_growth_error).
+    EmbeddingConfig growth;
+    growth.max_range_growth = config.max_range_growth;
+    if (const std::string e = detail::range_growth_error<Storage>(growth); !e.empty()) invalid(fn, e);
+  }
   detail::MixedLayout L;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableSpec& s = config.tables[t];

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpe/detail/io/bytes.hpp"
+
 namespace mpe {
 
 namespace detail::tiered {
@@ -23,31 +25,6 @@ inline constexpr std::uint64_t kSaltMix = 0x9e3779b97f4a7c15ull;
   throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + field + " = " + value +
                               " must be " + rule);
 }
-
-// Little-endian appender and bounds-checked reader (the host is little-endian:
-// io/checkpoint_format.hpp asserts it).
-struct Writer {
-  std::vector<std::uint8_t> v;
-  template <class T>
-  void put(T x) {
-    const std::size_t n = v.size();
-    v.resize(n + sizeof(T));
-    std::memcpy(v.data() + n, &x, sizeof(T));
-  }
-};
-struct Reader {
-  std::span<const std::uint8_t> b;
-  std::size_t at = 0;
-  template <class T>
-  T get(const char* what) {
-    if (b.size() - at < sizeof(T))
-      throw checkpoint_error(std::string("mpe::TieredRows::load_bytes: truncated at ") + what);
-    T x;
-    std::memcpy(&x, b.data() + at, sizeof(T));
-    at += sizeof(T);
-    return x;
-  }
-};
 
 // One hot id as MPETIER1 stores it.
 struct HotEntry {
@@ -267,9 +244,9 @@ inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
       fr.push_back(static_cast<std::int32_t>(r));
   }
   std::sort(hot.begin(), hot.end(), [](const t::HotEntry& a, const t::HotEntry& b) { return a.id < b.id; });
-  t::Writer w;
+  detail::ckpt::Bytes w;
   w.v.reserve(t::kHeaderBytes + sketch_.size() + 16 + hot.size() * 16 + fr.size() * 4 + 60);
-  for (char ch : t::kMagic) w.put(ch);
+  w.raw(t::kMagic, sizeof t::kMagic);
   w.put(t::kVersion);
   w.put(std::uint64_t{0});  // total_bytes, patched below
   w.put(cfg_.ids);
@@ -281,7 +258,7 @@ inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
   w.put(cfg_.sketch_width);
   w.put(cfg_.seed);
   w.put(decay_clock_);
-  w.v.insert(w.v.end(), sketch_.begin(), sketch_.end());
+  w.raw(sketch_.data(), sketch_.size());
   w.put(static_cast<std::int64_t>(hot.size()));
   for (const t::HotEntry& s : hot) {
     w.put(s.id);
@@ -306,7 +283,8 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
     bad("truncated: " + std::to_string(bytes.size()) + " bytes, less than the header's " +
         std::to_string(t::kHeaderBytes + 4));
   if (std::memcmp(bytes.data(), t::kMagic, 8) != 0) bad("magic is not MPETIER1");
-  t::Reader r{bytes, 8};
+  const std::string prefix = "mpe::TieredRows::load_bytes: ";
+  detail::ckpt::Cursor r{bytes.data(), bytes.size(), 8, bytes.size(), prefix};
   const auto version = r.get<std::uint32_t>("version");
   if (version == 1) bad("version 1 (u32 sketch counters) is not read; this build reads version 2 only");
   if (version != t::kVersion) bad("version " + std::to_string(version) + " is not 2");
@@ -319,7 +297,7 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   const std::uint32_t want = io::checkpoint::crc32c(bytes.data(), bytes.size() - 4);
   if (crc != want)
     bad("CRC-32C mismatch (stored " + std::to_string(crc) + ", computed " + std::to_string(want) + ")");
-  r.b = bytes.first(bytes.size() - 4);  // the fields end before the CRC
+  r.end = r.file_size = bytes.size() - 4;  // the fields end before the CRC
   const auto same = [](const char* field, auto file, auto mine) {
     if (file != mine)
       bad("config field " + std::string(field) + " = " + std::to_string(file) +
@@ -336,7 +314,7 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   const auto clock = r.get<std::int64_t>("decay_clock");
   if (clock < 0) bad("decay_clock = " + std::to_string(clock) + " is negative");
   std::vector<std::uint8_t> sketch(sketch_.size());
-  for (std::uint8_t& c : sketch) c = r.get<std::uint8_t>("sketch");
+  std::memcpy(sketch.data(), r.take(sketch.size(), "sketch"), sketch.size());
   const std::int64_t p = cfg_.private_rows;
   const auto n_hot = r.get<std::int64_t>("n_hot");
   if (n_hot < 0 || n_hot > p)
@@ -380,9 +358,8 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
     if (*stat_fields[i] < 0)
       bad(std::string("stats ") + stat_names[i] + " = " + std::to_string(*stat_fields[i]) + " is negative");
   }
-  if (r.at != r.b.size())
-    bad(std::to_string(r.b.size() - r.at) +
-        " bytes after the stats (the sizes do not add up to total_bytes)");
+  if (r.pos != r.end)
+    bad(std::to_string(r.end - r.pos) + " bytes after the stats (the sizes do not add up to total_bytes)");
   // Verified: replace the state (nothing below throws but allocation).
   std::vector<std::int64_t> owner(owner_.size(), -1);
   std::vector<std::uint32_t> count(count_.size(), 0u);

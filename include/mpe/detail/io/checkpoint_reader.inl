@@ -20,47 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "mpe/detail/io/bytes.hpp"
+
 namespace mpe::detail::ckpt {
 
 namespace fmt = ::mpe::io::checkpoint;
-
-/// Bounds-checked reader over the file bytes; every failure names the byte offset.
-struct Cursor {
-  const std::uint8_t* data;
-  std::size_t end;  // readable limit
-  std::size_t pos;
-  std::size_t file_size;
-  const std::string& prefix;
-
-  [[noreturn]] void fail(const std::string& what) const { throw checkpoint_error(prefix + what); }
-  const std::uint8_t* take(std::size_t n, const char* field) {
-    if (n > end - pos) {
-      if (end == file_size) {
-        fail("truncated at byte " + std::to_string(file_size) + ": " + field + " needs " + std::to_string(n) +
-             " bytes at byte " + std::to_string(pos));
-      }
-      fail(std::string(field) + " at byte " + std::to_string(pos) + " runs past the end of the header");
-    }
-    const std::uint8_t* p = data + pos;
-    pos += n;
-    return p;
-  }
-  template <class T>
-  T get(const char* field) {
-    T x;
-    std::memcpy(&x, take(sizeof x, field), sizeof x);
-    return x;
-  }
-  std::string str(const char* field) {
-    const auto n = get<std::uint16_t>(field);
-    if (n > fmt::kMaxNameBytes) {
-      fail(std::string(field) + " length " + std::to_string(n) + " at byte " + std::to_string(pos - 2) +
-           " exceeds " + std::to_string(fmt::kMaxNameBytes));
-    }
-    const auto* p = take(n, field);
-    return std::string(reinterpret_cast<const char*>(p), n);
-  }
-};
 
 inline std::string hex32(std::uint32_t x) {
   static const char* d = "0123456789abcdef";

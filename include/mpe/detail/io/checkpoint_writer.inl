@@ -20,6 +20,8 @@
 #include <system_error>
 #include <vector>
 
+#include "mpe/detail/io/bytes.hpp"
+
 namespace mpe::detail {
 
 /// What save() is about to do to the file system (argument of checkpoint_io_hook).
@@ -35,25 +37,6 @@ inline std::function<void(CheckpointIoOp, std::size_t)> checkpoint_io_hook;
 namespace ckpt {
 
 namespace fmt = ::mpe::io::checkpoint;
-
-/// Little-endian byte sink (the header).
-struct Bytes {
-  std::vector<std::uint8_t> v;
-  void raw(const void* p, std::size_t n) {
-    if (n == 0) return;
-    const std::size_t at = v.size();
-    v.resize(at + n);
-    std::memcpy(v.data() + at, p, n);
-  }
-  template <class T>
-  void put(T x) {
-    raw(&x, sizeof x);  // little-endian host (static_assert in checkpoint_format.hpp)
-  }
-  void str(const std::string& s) {
-    put(static_cast<std::uint16_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-};
 
 /// Writes a file atomically: a temporary file in the target's directory, fsync, rename
 /// over the target, fsync of the directory. The destructor removes the temporary file

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// mpe_torch._C.TieredRows: mpe::TieredRows (include/mpe/embedding/tiered_rows.hpp) over
+// int64 CPU tensors, behind the Python class mpe_torch.TieredRows (mpe_torch/_tiered.py), which
+// moves tensors between devices. Host code: the map runs on the calling thread.
+#include "tiered_binding.hpp"
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mpe/embedding/tiered_rows.hpp"
+
+namespace py = pybind11;
+
+namespace mpe_torch {
+namespace {
+
+/// ids as a span: a 1-D contiguous int64 CPU tensor, else std::invalid_argument / TypeError
+/// naming `fn` and the argument.
+std::span<const std::int64_t> ids_of(const char* fn, const at::Tensor& ids) {
+  const std::string where = std::string("mpe_torch.TieredRows.") + fn + ": ids";
+  if (!ids.defined()) throw std::invalid_argument(where + " is undefined");
+  if (ids.scalar_type() != at::kLong)
+    throw py::type_error(where + " must have dtype torch.int64, got " +
+                         std::string(c10::toString(ids.scalar_type())));
+  if (!ids.device().is_cpu() || ids.layout() != at::kStrided || ids.dim() != 1 || !ids.is_contiguous())
+    throw std::invalid_argument(where + " must be a 1-D contiguous CPU tensor");
+  return {ids.data_ptr<std::int64_t>(), static_cast<std::size_t>(ids.numel())};
+}
+
+class Tiered {
+ public:
+  Tiered(int64_t ids, int64_t private_rows, int64_t shared_rows, int64_t promote_at, int64_t demote_below,
+         int64_t decay_every, int64_t sketch_width, uint64_t seed)
+      : t_(make_config(ids, private_rows, shared_rows, promote_at, demote_below, decay_every, sketch_width,
+                       seed)) {}
+
+  at::Tensor map(const at::Tensor& ids) {
+    const auto in = ids_of("map", ids);
+    at::Tensor rows = at::empty({ids.numel()}, at::TensorOptions().dtype(at::kLong));
+    py::gil_scoped_release nogil;
+    t_.map(in, {rows.data_ptr<std::int64_t>(), in.size()});
+    return rows;
+  }
+  at::Tensor lookup(const at::Tensor& ids) const {
+    const auto in = ids_of("lookup", ids);
+    at::Tensor rows = at::empty({ids.numel()}, at::TensorOptions().dtype(at::kLong));
+    py::gil_scoped_release nogil;
+    t_.lookup(in, {rows.data_ptr<std::int64_t>(), in.size()});
+    return rows;
+  }
+  int64_t row_of(int64_t id) const { return t_.row_of(id); }
+  /// (k, 3) int64: id, from_row, to_row of each promotion of the last map().
+  at::Tensor last_moves() const {
+    const auto m = t_.last_moves();
+    at::Tensor out = at::empty({static_cast<int64_t>(m.size()), 3}, at::TensorOptions().dtype(at::kLong));
+    auto* p = out.data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      p[3 * i] = m[i].id;
+      p[3 * i + 1] = m[i].from_row;
+      p[3 * i + 2] = m[i].to_row;
+    }
+    return out;
+  }
+  py::dict config() const {
+    const mpe::TieredRowsConfig& c = t_.config();
+    py::dict d;
+    d["ids"] = c.ids;
+    d["private_rows"] = c.private_rows;
+    d["shared_rows"] = c.shared_rows;
+    d["promote_at"] = c.promote_at;
+    d["demote_below"] = c.demote_below;
+    d["decay_every"] = c.decay_every;
+    d["sketch_width"] = c.sketch_width;
+    d["seed"] = c.seed;
+    return d;
+  }
+  py::dict stats() const {
+    const mpe::TieredRowsStats& s = t_.stats();
+    py::dict d;
+    d["lookups"] = s.lookups;
+    d["private_lookups"] = s.private_lookups;
+    d["shared_lookups"] = s.shared_lookups;
+    d["promotions"] = s.promotions;
+    d["demotions"] = s.demotions;
+    d["decays"] = s.decays;
+    d["refused_promotions"] = s.refused_promotions;
+    return d;
+  }
+  void reset_stats() { t_.reset_stats(); }
+  int64_t physical_rows() const { return t_.physical_rows(); }
+  int64_t hot_ids() const { return t_.hot_ids(); }
+  int64_t memory_bytes() const { return static_cast<int64_t>(t_.memory_bytes()); }
+  at::Tensor save_bytes() const {
+    const std::vector<std::uint8_t> b = t_.save_bytes();
+    at::Tensor out = at::empty({static_cast<int64_t>(b.size())}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(out.data_ptr<std::uint8_t>(), b.data(), b.size());
+    return out;
+  }
+  void load_bytes(const at::Tensor& bytes) {
+    if (bytes.scalar_type() != at::kByte || !bytes.device().is_cpu() || bytes.dim() != 1 ||
+        !bytes.is_contiguous())
+      throw std::invalid_argument(
+          "mpe_torch.TieredRows.load_bytes: bytes must be a 1-D contiguous uint8 CPU tensor");
+    t_.load_bytes({bytes.data_ptr<std::uint8_t>(), static_cast<std::size_t>(bytes.numel())});
+  }
+
+ private:
+  static mpe::TieredRowsConfig make_config(int64_t ids, int64_t private_rows, int64_t shared_rows,
+                                           int64_t promote_at, int64_t demote_below, int64_t decay_every,
+                                           int64_t sketch_width, uint64_t seed) {
+    // The u32 fields: a value beyond u32 is named here (mpe checks the ranges it can see).
+    for (const auto& [name, v] :
+         {std::pair{"promote_at", promote_at}, std::pair{"demote_below", demote_below}}) {
+      if (v < 0 || v > 0xffffffffLL)
+        throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + name + " = " +
+                                    std::to_string(v) + " must be in [0, 2^32)");
+    }
+    mpe::TieredRowsConfig c;
+    c.ids = ids;
+    c.private_rows = private_rows;
+    c.shared_rows = shared_rows;
+    c.promote_at = static_cast<std::uint32_t>(promote_at);
+    c.demote_below = static_cast<std::uint32_t>(demote_below);
+    c.decay_every = decay_every;
+    c.sketch_width = sketch_width;
+    c.seed = seed;
+    return c;
+  }
+  mpe::TieredRows t_;
+};
+
+}  // namespace
+
+void bind_tiered_rows(py::module_& m) {
+  py::class_<Tiered>(m, "TieredRows")
+      .def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint64_t>(),
+           py::arg("ids"), py::arg("private_rows"), py::arg("shared_rows"), py::arg("promote_at"),
+           py::arg("demote_below"), py::arg("decay_every"), py::arg("sketch_width"), py::arg("seed"))
+      .def("map", &Tiered::map, py::arg("ids"))
+      .def("lookup", &Tiered::lookup, py::arg("ids"))
+      .def("row_of", &Tiered::row_of, py::arg("id"))
+      .def("last_moves", &Tiered::last_moves)
+      .def("config", &Tiered::config)
+      .def("stats", &Tiered::stats)
+      .def("reset_stats", &Tiered::reset_stats)
+      .def_property_readonly("physical_rows", &Tiered::physical_rows)
+      .def_property_readonly("hot_ids", &Tiered::hot_ids)
+      .def("memory_bytes", &Tiered::memory_bytes)
+      .def("save_bytes", &Tiered::save_bytes)
+      .def("load_bytes", &Tiered::load_bytes, py::arg("bytes"));
+}
+
+}  // namespace mpe_torch
