@@ -570,9 +570,11 @@ class TableBatchedEmbeddingBags(_Movable, nn.Module):
             with ``"int2"`` (4 levels) and stochastic rounding an unbounded row widens on most
             updates, every widening re-rounds the whole row, and training can run away to the
             label-mean loss at the learning rate FP32 trains best at; 0.01 trains there on the
-            real sets of examples/train_dlrm/tables/real_int2_range_growth.md. Same bits on the
-            CPU and CUDA. Configuration, not state: ``load_state_dict`` keeps the module's own
-            setting.
+            real sets of examples/train_dlrm/tables/real_int2_range_growth.md. Rows held in the
+            FP32 cache are updated unbounded and written back as they are: with a large cache
+            the bound does little. A nonzero value below float32's smallest (it would round to
+            0, i.e. off) is refused. Same bits on the CPU and CUDA. Configuration, not state:
+            ``load_state_dict`` keeps the module's own setting.
 
     Raises:
         ValueError: bad specs or hyperparameters (mpe's message), an unknown name (the

@@ -24,11 +24,11 @@ class TieredRows(nn.Module):
     ``physical_rows = private_rows + shared_rows`` rows.
 
     Give a ``TableBatchedEmbeddingBags`` table ``physical_rows`` rows, and before each training
-    batch map its ids and copy the promoted rows::
+    batch map its ids and copy the promoted rows (each ``map``'s moves are copied once)::
 
         tiers = mpe_torch.TieredRows(ids=10_000_000, private_rows=200_000, shared_rows=800_000)
         emb = mpe_torch.TableBatchedEmbeddingBags([(tiers.physical_rows, 64)], storage="int4", ...)
-        rows = tiers(indices)                 # training: counts, promotes, decays; eval: lookup only
+        rows = tiers(indices)                 # training: counts, promotes, decays; eval / no_grad: lookup
         tiers.copy_moved_rows(emb, table=0)   # each promoted id starts from its shared row's weights
         out = emb(rows, offsets)
 
@@ -38,7 +38,8 @@ class TieredRows(nn.Module):
     exactly: docs/architecture.md "Frequency tiers" and include/mpe/embedding/tiered_rows.hpp.
     The same configuration and sequence of batches give the same rows, moves and state on every
     machine. The map is host code: ids on a CUDA device are copied to the host and the rows
-    back (the call waits for the ids).
+    back (the call waits for the ids). ``copy.copy`` gives a second module sharing the same
+    map; ``copy.deepcopy`` raises TypeError and pickling fails (copy the state with ``state_dict()``).
 
     Args:
         ids: logical ids of the table, ids in [0, ids). >= 1.
@@ -77,11 +78,14 @@ class TieredRows(nn.Module):
             if not -2**63 <= args[k] < 2**63:
                 raise ValueError(f"mpe_torch.TieredRows: {k} = {args[k]} is outside int64")
         self._map = _C.TieredRows(**args)
+        self._moves_copied = True  # no map() yet: nothing to copy
 
     # ---- the map ----
     def forward(self, ids):
-        """``map(ids)`` in training mode, ``lookup(ids)`` in eval mode."""
-        return self.map(ids) if self.training else self.lookup(ids)
+        """``map(ids)`` in training mode with gradients enabled; ``lookup(ids)`` in eval mode or
+        under ``torch.no_grad()`` / ``torch.inference_mode()`` (as TableBatchedEmbeddingBags
+        treats a forward there: an evaluation changes nothing)."""
+        return self.map(ids) if self.training and torch.is_grad_enabled() else self.lookup(ids)
 
     def map(self, ids):
         """Training lookup: counts the batch, promotes and decays, then maps. ``ids``: int64
@@ -90,7 +94,9 @@ class TieredRows(nn.Module):
         Raises IndexError naming ``ids[i]`` and its value for an id outside [0, ids), TypeError
         for a tensor that is not int64; nothing changes then."""
         host = self._host_ids(ids, "map")
-        return self._map.map(host.reshape(-1)).reshape(ids.shape).to(ids.device)
+        rows = self._map.map(host.reshape(-1)).reshape(ids.shape).to(ids.device)
+        self._moves_copied = False
+        return rows
 
     def lookup(self, ids):
         """Read-only lookup (evaluation): the rows ``map`` would give from the current state,
@@ -100,7 +106,10 @@ class TieredRows(nn.Module):
 
     def row_of(self, id):
         """The physical row of one id now (as ``lookup``). IndexError outside [0, ids)."""
-        return self._map.row_of(_int(id, "id"))
+        id = _int(id, "id")
+        if not 0 <= id < self.config["ids"]:
+            raise IndexError(f"mpe_torch.TieredRows.row_of: id = {id} is outside [0, {self.config['ids']})")
+        return self._map.row_of(id)
 
     def last_moves(self):
         """The last ``map`` call's promotions, ascending id: a ``(k, 3)`` int64 CPU tensor of
@@ -112,15 +121,30 @@ class TieredRows(nn.Module):
         ``module`` (a ``TableBatchedEmbeddingBags`` whose table has ``physical_rows`` rows):
         weights only (the private row keeps its optimizer state; a row read from the FP32
         cache is quantized into the store's format). Call after ``map`` and before the batch's
-        forward. Synchronous. Raises ValueError when the table's row count is not
-        ``physical_rows``, IndexError for a bad table."""
-        rows = module.specs[operator.index(table)][0]
-        if rows != self.physical_rows:
-            raise ValueError(f"mpe_torch.TieredRows.copy_moved_rows: table {table} has {rows} rows; this map "
-                             f"needs physical_rows = {self.physical_rows}")
+        forward. Each ``map``'s moves are copied once: a later call before the next ``map``
+        (after an evaluation, a refused ``map`` or a second call) copies nothing and returns
+        False, so it never overwrites rows trained since. Returns True when it copied.
+        Synchronous. Raises TypeError for a module that is not a TableBatchedEmbeddingBags or
+        a table that is not an integer, IndexError for a table outside the module, ValueError
+        when the table's row count is not ``physical_rows``; nothing is copied then."""
+        from . import TableBatchedEmbeddingBags
+        if not isinstance(module, TableBatchedEmbeddingBags):
+            raise TypeError("mpe_torch.TieredRows.copy_moved_rows: module must be a TableBatchedEmbeddingBags, got "
+                            f"{type(module).__name__}")
+        table = _int(table, "table")
+        specs = module.specs
+        if not 0 <= table < len(specs):
+            raise IndexError(f"mpe_torch.TieredRows.copy_moved_rows: table = {table} is outside [0, {len(specs)})")
+        if specs[table][0] != self.physical_rows:
+            raise ValueError(f"mpe_torch.TieredRows.copy_moved_rows: table {table} has {specs[table][0]} rows; this "
+                             f"map needs physical_rows = {self.physical_rows}")
+        if self._moves_copied:
+            return False
         moves = self.last_moves()
         if moves.shape[0]:
             module.copy_rows(table, moves[:, 1].contiguous(), moves[:, 2].contiguous())
+        self._moves_copied = True
+        return True
 
     # ---- facts ----
     @property
@@ -139,8 +163,9 @@ class TieredRows(nn.Module):
         return self._map.config()
 
     def stats(self):
-        """Counters of ``map`` since construction, ``reset_stats()`` or a load (dict: lookups,
-        private_lookups, shared_lookups, promotions, demotions, decays, refused_promotions)."""
+        """Counters of ``map`` since construction or ``reset_stats()``, or the saved counters
+        a load restored (dict: lookups (id occurrences), private_lookups, shared_lookups,
+        promotions, demotions, decays, refused_promotions)."""
         return self._map.stats()
 
     def reset_stats(self):
@@ -159,6 +184,11 @@ class TieredRows(nn.Module):
             raise ValueError("mpe_torch.TieredRows: _extra_state must be a 1-D uint8 tensor of MPETIER1 bytes, "
                              f"got {type(state).__name__}")
         self._map.load_bytes(state.cpu().contiguous())
+        self._moves_copied = True  # a load empties last_moves()
+
+    def __deepcopy__(self, memo):
+        raise TypeError("mpe_torch: a TieredRows cannot be deep-copied (its map is mpe's C++ object); save "
+                        "state_dict() and load it into a TieredRows built with the same configuration")
 
     def extra_repr(self):
         c = self.config

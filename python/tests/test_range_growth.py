@@ -97,3 +97,8 @@ def test_bad_types_and_stores_are_named():
             mpe_torch.TableBatchedEmbeddingBags(SPECS, storage=storage, max_range_growth=0.01)
     for storage in ("int8", "int4"):
         mpe_torch.TableBatchedEmbeddingBags(SPECS, storage=storage, max_range_growth=1.0)
+
+
+def test_a_value_float32_rounds_to_zero_is_refused():
+    with pytest.raises(ValueError, match="max_range_growth = 1e-300 is outside float32's range"):
+        module(1e-300)

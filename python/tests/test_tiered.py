@@ -203,3 +203,37 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="dtype torch.int64, got torch.int32"):
         tiers.map(torch.tensor([1], dtype=torch.int32))
     assert "private_rows=24" in repr(tiers) and tiers.memory_bytes() == 4 * 64 + 12 * 24 + 4 * 64
+
+
+def test_moves_are_copied_once_and_evaluation_changes_nothing():
+    tiers = mpe_torch.TieredRows(**CFG)
+    emb = mpe_torch.TableBatchedEmbeddingBags([(tiers.physical_rows, 4)], storage="fp32", seed=5)
+    assert tiers.copy_moved_rows(emb, 0) is False  # no map yet
+    batch = torch.tensor([1, 1, 1, 2, 2, 2, 3])
+    for _ in range(3):
+        tiers(batch)
+    assert tiers.last_moves().shape[0] > 0
+    assert tiers.copy_moved_rows(emb, 0) is True
+    trained = emb.get_weights(0)
+    trained[tiers.last_moves()[:, 2]] += 1.0  # stands for training since the copy
+    emb.set_weights(0, trained)
+    state = tiers.get_extra_state()
+    with torch.no_grad():
+        tiers(batch)  # training mode, no gradients: a lookup
+    tiers.eval()
+    tiers(batch)
+    with pytest.raises(IndexError):
+        tiers.map(torch.tensor([CFG["ids"]]))
+    assert torch.equal(tiers.get_extra_state(), state)  # nothing counted
+    assert tiers.copy_moved_rows(emb, 0) is False and torch.equal(emb.get_weights(0), trained)
+    with pytest.raises(TypeError, match="module must be a TableBatchedEmbeddingBags, got Linear"):
+        tiers.copy_moved_rows(torch.nn.Linear(2, 2), 0)
+    with pytest.raises(IndexError, match=r"table = 5 is outside \[0, 1\)"):
+        tiers.copy_moved_rows(emb, 5)
+    with pytest.raises(TypeError, match="table = True must be an integer"):
+        tiers.copy_moved_rows(emb, True)
+    with pytest.raises(IndexError, match=r"id = 1180591620717411303424 is outside \[0, 400\)"):
+        tiers.row_of(2**70)
+    with pytest.raises(TypeError, match="cannot be deep-copied"):
+        import copy
+        copy.deepcopy(tiers)

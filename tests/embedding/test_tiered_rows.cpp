@@ -447,6 +447,11 @@ TEST_CASE("TieredRows::load_bytes refuses bad bytes and changes nothing") {
     reseal(x);
     require_refused(t, x, "free row");
   }
+  // A hot count below demote_below (3 here): no sequence of batches leaves one.
+  x = good;
+  put32(x, hot_at + 12, 2);
+  reseal(x);
+  require_refused(t, x, "count 2 below demote_below = 3");
   // n_hot above P.
   x = good;
   put64(x, n_hot_at, cfg.private_rows + 1);

@@ -205,10 +205,10 @@ class TieredRows {
   /// all of it: size (at least the header; equal to total_bytes: "truncated"), magic,
   /// version (2 only; version 1 is refused, naming it), CRC-32C, each config field equal to this object's
   /// resolved config (naming the field and both values), decay_clock >= 0, n_hot in [0, P] and n_free = P -
-  /// n_hot, hot ids ascending (so unique) and in [0, ids), hot rows in [0, P) and unique, free rows
-  /// ascending, in [0, P) and none a hot row (so exactly the complement), stats >= 0, the
-  /// sizes adding up to total_bytes. Throws mpe::checkpoint_error naming what is wrong;
-  /// the object is then unchanged.
+  /// n_hot, hot ids ascending (so unique) and in [0, ids), hot rows in [0, P) and unique, hot counts >=
+  /// demote_below, free rows ascending, in [0, P) and none a hot row (so exactly the complement), stats >= 0,
+  /// the sizes adding up to total_bytes. Throws mpe::checkpoint_error naming what is wrong; the object is
+  /// then unchanged.
   void load_bytes(std::span<const std::uint8_t> bytes);
 
  private:

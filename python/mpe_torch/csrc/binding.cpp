@@ -381,7 +381,7 @@ class Tbe {
     cfg.seed = seed;
     cfg.non_finite = non_finite == "skip" ? mpe::NonFinite::Skip : mpe::NonFinite::Throw;
     cfg.defer_admission = defer_admission;
-    cfg.max_range_growth = static_cast<float>(max_range_growth);  // MixedDimEmbedding checks it
+    cfg.max_range_growth = float_arg("max_range_growth", max_range_growth);  // MixedDimEmbedding checks it
 #ifdef MPE_TORCH_CUDA
     const StorePlacement placement = parse_placement(store_placement);
     if (device_index < 0 || device_index >= c10::cuda::device_count())

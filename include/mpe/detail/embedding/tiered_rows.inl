@@ -334,6 +334,11 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
     if (s.row < 0 || s.row >= p)
       bad(who + ": row " + std::to_string(s.row) + " outside [0, private_rows = " + std::to_string(p) + ")");
     if (used[static_cast<std::size_t>(s.row)]) bad(who + ": duplicate row " + std::to_string(s.row));
+    // A hot id starts at its estimate (>= promote_at >= demote_below), only grows between
+    // decays and is demoted at a decay once below demote_below.
+    if (s.count < cfg_.demote_below)
+      bad(who + ": count " + std::to_string(s.count) +
+          " below demote_below = " + std::to_string(cfg_.demote_below));
     used[static_cast<std::size_t>(s.row)] = 1;
   }
   const auto n_free = r.get<std::int64_t>("n_free");
