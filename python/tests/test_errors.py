@@ -155,8 +155,9 @@ def test_set_learning_rate(m):
 
 
 def test_hyperparameters_are_real_numbers():
-    for field in ("learning_rate", "eps", "beta1", "beta2", "cache_fraction"):
-        for bad in ("0.5", True, [0.5]):
+    import numpy as np
+    for field in ("learning_rate", "eps", "beta1", "beta2", "cache_fraction", "max_range_growth"):
+        for bad in ("0.5", True, [0.5], np.bool_(True)):
             with pytest.raises(TypeError, match=f"mpe_torch: {field} = .* must be a real number"):
                 mpe_torch.TableBatchedEmbeddingBags(SPECS, optimizer="adam", **{field: bad})
     with pytest.raises(ValueError, match="eps = 1e-300 is outside float32's range"):

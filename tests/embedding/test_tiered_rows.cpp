@@ -462,6 +462,17 @@ TEST_CASE("TieredRows::load_bytes refuses bad bytes and changes nothing") {
   put64(x, good.size() - 4 - 8, -1);
   reseal(x);
   require_refused(t, x, "refused_promotions = -1");
+  // Counters loaded near INT64_MAX saturate instead of overflowing.
+  x = good;
+  put64(x, good.size() - 4 - 56, INT64_MAX - 1);  // stats.lookups
+  reseal(x);
+  {
+    mpe::TieredRows near(cfg);
+    near.load_bytes(x);
+    std::vector<i64> three(3);
+    near.map(std::vector<i64>{1, 2, 3}, three);
+    REQUIRE(near.stats().lookups == INT64_MAX);
+  }
   // The good bytes load.
   t.load_bytes(good);
   REQUIRE(t.save_bytes() == good);

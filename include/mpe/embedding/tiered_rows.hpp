@@ -49,6 +49,8 @@ struct TieredRowsConfig {
 /// Counters of a TieredRows map since construction, the last reset_stats() or the state a
 /// load_bytes() restored. Every field counts events of map() only (lookup() and row_of()
 /// count nothing).
+/// Each saturates at INT64_MAX (a loaded state's counters may start anywhere in
+/// [0, INT64_MAX]).
 struct TieredRowsStats {
   std::int64_t lookups = 0;          ///< id occurrences mapped (every occurrence, repeats included)
   std::int64_t private_lookups = 0;  ///< occurrences mapped to a private row

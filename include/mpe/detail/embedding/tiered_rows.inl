@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,10 @@ inline constexpr std::uint64_t kSaltMix = 0x9e3779b97f4a7c15ull;
   throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + field + " = " + value +
                               " must be " + rule);
 }
+
+// A counter += n, saturating at INT64_MAX (a loaded state's counters may be anywhere in
+// [0, INT64_MAX]).
+inline void bump(std::int64_t& c, std::int64_t n = 1) { c = c > INT64_MAX - n ? INT64_MAX : c + n; }
 
 // One hot id as MPETIER1 stores it.
 struct HotEntry {
@@ -139,9 +144,9 @@ inline void TieredRows::decay() {
     count_[r] = 0;
     --hot_count_;
     lowest_free_ = std::min(lowest_free_, static_cast<std::int64_t>(r));
-    ++stats_.demotions;
+    detail::tiered::bump(stats_.demotions);
   }
-  ++stats_.decays;
+  detail::tiered::bump(stats_.decays);
   decay_clock_ = 0;
 }
 
@@ -170,7 +175,7 @@ inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::in
     }
     if (est < cfg_.promote_at) continue;
     if (lowest_free_ >= p) {
-      ++stats_.refused_promotions;
+      detail::tiered::bump(stats_.refused_promotions);
       continue;
     }
     const auto row = static_cast<std::int32_t>(lowest_free_);
@@ -180,20 +185,20 @@ inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::in
     ++hot_count_;
     while (lowest_free_ < p && owner_[static_cast<std::size_t>(lowest_free_)] >= 0) ++lowest_free_;
     moves_.push_back(Move{id, shared_row_of(id), row});
-    ++stats_.promotions;
+    detail::tiered::bump(stats_.promotions);
   }
   decay_clock_ += static_cast<std::int64_t>(scratch_.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int64_t hot = find(ids[i]);
     if (hot >= 0) {
       rows[i] = hot;
-      ++stats_.private_lookups;
+      detail::tiered::bump(stats_.private_lookups);
     } else {
       rows[i] = shared_row_of(ids[i]);
-      ++stats_.shared_lookups;
+      detail::tiered::bump(stats_.shared_lookups);
     }
   }
-  stats_.lookups += static_cast<std::int64_t>(ids.size());
+  detail::tiered::bump(stats_.lookups, static_cast<std::int64_t>(ids.size()));
 }
 
 inline void TieredRows::lookup(std::span<const std::int64_t> ids, std::span<std::int64_t> rows) const {
