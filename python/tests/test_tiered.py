@@ -148,8 +148,8 @@ def test_int8_copy_requantizes_and_keeps_errors_named():
         w = emb.get_weights(0)
         tiers.copy_moved_rows(emb, 0)
         for _, src, dst in tiers.last_moves().tolist():
-            # Re-quantized into an 8-bit row of its own range: within half a step of it (the
-            # row's range / 255, stochastic rounding: one step).
+            # Re-quantized into an 8-bit row of the source's range with stochastic rounding:
+            # each value within one code step (the range / 255) of the source's.
             step = float(w[src].max() - w[src].min()) / 255
             assert torch.allclose(emb.get_weights(0)[dst], w[src], atol=step + 1e-7)
         out = emb(rows, torch.arange(0, 41, 4))
