@@ -2,8 +2,9 @@
 /// @file mpe/detail/io/bytes.hpp
 /// @brief The little-endian byte sink and the bounds-checked reader that mpe's binary formats
 /// share: the checkpoint header (MPECKPT1, io/checkpoint_format.hpp), MixedDimEmbedding's
-/// MPEMIXD1 and TieredRows' MPETIER1. The host is little-endian (checkpoint_format.hpp
-/// asserts it), so a value's bytes are its memory.
+/// MPEMIXD1 and TieredRows' MPETIER1. The host is little-endian (io/checkpoint_format.hpp
+/// asserts it), so a value's bytes are its memory. Needs core only (include/mpe folders
+/// form no cycle: tests/layout/check_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "mpe/core/types.hpp"
-#include "mpe/io/checkpoint_format.hpp"
 
 namespace mpe::detail::ckpt {
 
@@ -66,15 +66,6 @@ struct Cursor {
     T x;
     std::memcpy(&x, take(sizeof x, field), sizeof x);
     return x;
-  }
-  std::string str(const char* field) {
-    const auto n = get<std::uint16_t>(field);
-    if (n > ::mpe::io::checkpoint::kMaxNameBytes) {
-      fail(std::string(field) + " length " + std::to_string(n) + " at byte " + std::to_string(pos - 2) +
-           " exceeds " + std::to_string(::mpe::io::checkpoint::kMaxNameBytes));
-    }
-    const auto* p = take(n, field);
-    return std::string(reinterpret_cast<const char*>(p), n);
   }
 };
 

@@ -26,6 +26,17 @@ namespace mpe::detail::ckpt {
 
 namespace fmt = ::mpe::io::checkpoint;
 
+/// A u16-length-prefixed name (Bytes::str's layout) of at most fmt::kMaxNameBytes bytes.
+inline std::string read_name(Cursor& c, const char* field) {
+  const auto n = c.get<std::uint16_t>(field);
+  if (n > fmt::kMaxNameBytes) {
+    c.fail(std::string(field) + " length " + std::to_string(n) + " at byte " + std::to_string(c.pos - 2) +
+           " exceeds " + std::to_string(fmt::kMaxNameBytes));
+  }
+  const auto* p = c.take(n, field);
+  return std::string(reinterpret_cast<const char*>(p), n);
+}
+
 inline std::string hex32(std::uint32_t x) {
   static const char* d = "0123456789abcdef";
   std::string s = "0x";
@@ -119,12 +130,12 @@ void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string
   // ---- header fields (inside the checksummed header) ----
   c.end = H - 4;
   auto quote = [](const std::string& s) { return "'" + s + "'"; };
-  if (auto s = c.str("storage"); s != S::name) mismatch("storage", quote(s), quote(S::name));
-  if (auto s = c.str("cache_policy"); s != C::name) mismatch("cache policy", quote(s), quote(C::name));
+  if (auto s = read_name(c, "storage"); s != S::name) mismatch("storage", quote(s), quote(S::name));
+  if (auto s = read_name(c, "cache_policy"); s != C::name) mismatch("cache policy", quote(s), quote(C::name));
   if (auto w = c.get<std::uint32_t>("ways"); w != static_cast<std::uint32_t>(C::ways)) {
     mismatch("ways", std::to_string(w), std::to_string(C::ways));
   }
-  if (auto s = c.str("rounding"); s != R::name) mismatch("rounding", quote(s), quote(R::name));
+  if (auto s = read_name(c, "rounding"); s != R::name) mismatch("rounding", quote(s), quote(R::name));
   const auto T = c.get<std::uint32_t>("T");
   if (T != e.config().table_rows.size()) {
     mismatch("table count", std::to_string(T), std::to_string(e.config().table_rows.size()));
@@ -170,7 +181,7 @@ void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string
     if (kind > 2) c.fail("optimizer_kind = " + std::to_string(kind) + " is not a version-1 optimizer kind");
     opt_name = kind == 0 ? "" : kind == 1 ? "sgd" : "rowwise_adagrad";
   } else {
-    opt_name = c.str("optimizer");
+    opt_name = read_name(c, "optimizer");
   }
   const auto state_floats = c.get<std::uint32_t>("optimizer_state_floats");
   // The optimizer must be one this build knows, with its state size for this D.
@@ -187,7 +198,7 @@ void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string
   }
   // The state's precision (from version 3; versions 1 and 2 hold FP32 state): a mismatch is a
   // usage error, not a bad file.
-  const std::string precision = version >= 3 ? c.str("state_precision") : std::string("fp32");
+  const std::string precision = version >= 3 ? read_name(c, "state_precision") : std::string("fp32");
   if (precision != P::name) {
     throw std::invalid_argument(prefix + "optimizer state precision " + quote(precision) + " in file, " +
                                 quote(P::name) +
@@ -248,7 +259,7 @@ void load_bytes(E& e, const std::uint8_t* data, std::size_t n, const std::string
   for (std::uint32_t i = 0; i < n_sections; ++i) {
     const std::string want = i == fmt::kPolicySection ? fmt::policy_section_name(version, C::name)
                                                       : std::string(fmt::kSectionNames[i]);
-    const std::string name = c.str("section name");
+    const std::string name = read_name(c, "section name");
     if (name != want) {
       c.fail("section " + std::to_string(i) + " is " + quote(name) + ", expected " + quote(want));
     }
