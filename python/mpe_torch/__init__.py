@@ -23,13 +23,13 @@ misuse, such as a second backward of one forward) and ``mpe_torch.CheckpointErro
 import importlib.util
 import math
 import numbers
-import operator
 import re
 
 import torch
 from torch import nn
 
 from . import _C
+from ._args import _integer, _real
 from ._layout import BagPlanCache
 from ._tiered import TieredRows
 
@@ -45,29 +45,6 @@ __all__ = ["TableBatchedEmbeddingBags", "TieredRows", "CheckpointError", "built_
            "STORE_PLACEMENTS"]
 
 CheckpointError = _C.CheckpointError
-
-
-def _integer(value, name, what):
-    # An int (or a 0-d integer tensor), never a bool or a float silently truncated.
-    try:
-        if isinstance(value, bool) or (torch.is_tensor(value) and value.dtype == torch.bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"mpe_torch: {name} = {value!r} must be {what}") from None
-
-
-def _real(value, name):
-    # A real number (a Python number or a 0-d real tensor), never a bool or a string that float()
-    # would parse: a typo such as learning_rate="0.1" or learning_rate=True is an error, not 0.1 or 1.0.
-    # NumPy's bool_ is no bool subclass: its dtype says what it is.
-    if isinstance(value, (bool, str, bytes)) or str(getattr(value, "dtype", "")) == "bool" or (
-            torch.is_tensor(value) and (value.dim() != 0 or value.dtype == torch.bool or value.is_complex())):
-        raise TypeError(f"mpe_torch: {name} = {value!r} must be a real number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"mpe_torch: {name} = {value!r} must be a real number") from None
 
 
 def _table_index(table):

@@ -1,20 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """mpe_torch.TieredRows: mpe's frequency-tiered id -> row map (mpe::TieredRows) for one table."""
-import operator
 
 import torch
 from torch import nn
 
 from . import _C
-
-
-def _int(value, name):
-    if isinstance(value, bool):
-        raise TypeError(f"mpe_torch.TieredRows: {name} = {value!r} must be an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"mpe_torch.TieredRows: {name} = {value!r} must be an integer") from None
+from ._args import _integer
 
 
 class TieredRows(nn.Module):
@@ -71,7 +62,7 @@ class TieredRows(nn.Module):
         super().__init__()
         args = dict(ids=ids, private_rows=private_rows, shared_rows=shared_rows, promote_at=promote_at,
                     demote_below=demote_below, decay_every=decay_every, sketch_width=sketch_width, seed=seed)
-        args = {k: _int(v, k) for k, v in args.items()}
+        args = {k: _integer(v, k, "an integer") for k, v in args.items()}
         if not 0 <= args["seed"] < 2**64:
             raise ValueError(f"mpe_torch.TieredRows: seed = {args['seed']} is outside [0, 2**64)")
         for k in ("ids", "private_rows", "shared_rows", "decay_every", "sketch_width"):
@@ -106,7 +97,7 @@ class TieredRows(nn.Module):
 
     def row_of(self, id):
         """The physical row of one id now (as ``lookup``). IndexError outside [0, ids)."""
-        id = _int(id, "id")
+        id = _integer(id, "id", "an integer")
         if not 0 <= id < self.config["ids"]:
             raise IndexError(f"mpe_torch.TieredRows.row_of: id = {id} is outside [0, {self.config['ids']})")
         return self._map.row_of(id)
@@ -131,7 +122,7 @@ class TieredRows(nn.Module):
         if not isinstance(module, TableBatchedEmbeddingBags):
             raise TypeError("mpe_torch.TieredRows.copy_moved_rows: module must be a TableBatchedEmbeddingBags, got "
                             f"{type(module).__name__}")
-        table = _int(table, "table")
+        table = _integer(table, "table", "an integer table number")
         specs = module.specs
         if not 0 <= table < len(specs):
             raise IndexError(f"mpe_torch.TieredRows.copy_moved_rows: table = {table} is outside [0, {len(specs)})")
@@ -169,6 +160,7 @@ class TieredRows(nn.Module):
         return self._map.stats()
 
     def reset_stats(self):
+        """Zeroes ``stats()``; the map, sketch and decay clock are unchanged."""
         self._map.reset_stats()
 
     def memory_bytes(self):

@@ -272,15 +272,15 @@ class MixedDimEmbedding {
   // out-of-class definition whose body holds a template lambda, which the host compiler rejects.)
   void load_bytes(std::span<const std::uint8_t> bytes, const std::string& source = "in-memory checkpoint") {
     const std::string prefix = "mpe::MixedDimEmbedding::load: '" + source + "': ";
-    auto fail = [&](const std::string& what) { throw checkpoint_error(prefix + what); };
-    if (bytes.size() < 8 + 4 + 4 + 4 + 4) fail("truncated: " + std::to_string(bytes.size()) + " bytes");
-    const std::size_t end = bytes.size() - 4;  // the CRC-32C follows
+    const std::size_t end = bytes.size() < 4 ? 0 : bytes.size() - 4;  // the CRC-32C follows
     detail::ckpt::Cursor c{bytes.data(), end, 0, end, prefix};
+    if (bytes.size() < 8 + 4 + 4 + 4 + 4) c.fail("truncated: " + std::to_string(bytes.size()) + " bytes");
     // Structure first (magic, version, lengths: truncation is named as such), then the
     // checksum, then the contents.
-    if (std::memcmp(c.take(8, "magic"), kMagic, 8) != 0) fail("not an mpe mixed-D checkpoint (bad magic)");
+    if (std::memcmp(c.take(8, "magic"), kMagic, 8) != 0) c.fail("not an mpe mixed-D checkpoint (bad magic)");
     if (const auto v = c.get<std::uint32_t>("version"); v != kVersion) {
-      fail("format version " + std::to_string(v) + "; this build reads version " + std::to_string(kVersion));
+      c.fail("format version " + std::to_string(v) + "; this build reads version " +
+             std::to_string(kVersion));
     }
     const auto T = c.get<std::uint32_t>("T");
     const std::uint8_t* specs = c.take(std::size_t{12} * T, "table specs");
@@ -289,22 +289,22 @@ class MixedDimEmbedding {
     for (std::uint32_t g = 0; g < G && g <= groups_.size(); ++g) {
       const auto n = c.get<std::uint64_t>("group length");
       if (n > end - c.pos) {
-        fail("truncated: group " + std::to_string(g) + " claims " + std::to_string(n) + " bytes, " +
-             std::to_string(end - c.pos) + " remain");
+        c.fail("truncated: group " + std::to_string(g) + " claims " + std::to_string(n) + " bytes, " +
+               std::to_string(end - c.pos) + " remain");
       }
       parts.emplace_back(c.take(static_cast<std::size_t>(n), "group bytes"), static_cast<std::size_t>(n));
     }
     if (G == groups_.size() && c.pos != end)
-      fail(std::to_string(end - c.pos) + " unexpected bytes after the last group");
+      c.fail(std::to_string(end - c.pos) + " unexpected bytes after the last group");
     std::uint32_t stored_crc;
     std::memcpy(&stored_crc, bytes.data() + end, 4);
     if (const auto crc = io::checkpoint::crc32c(bytes.data(), end); crc != stored_crc) {
-      fail("checksum mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) +
-           ")");
+      c.fail("checksum mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) +
+             ")");
     }
     if (T != static_cast<std::uint32_t>(layout_.T())) {
-      fail("table count " + std::to_string(T) + " in the checkpoint, " + std::to_string(layout_.T()) +
-           " here");
+      c.fail("table count " + std::to_string(T) + " in the checkpoint, " + std::to_string(layout_.T()) +
+             " here");
     }
     for (std::uint32_t t = 0; t < T; ++t) {
       std::int64_t rows;
@@ -312,14 +312,14 @@ class MixedDimEmbedding {
       std::memcpy(&rows, specs + 12 * t, 8);
       std::memcpy(&dim, specs + 12 * t + 8, 4);
       if (rows != layout_.rows[t] || dim != layout_.dims[t]) {
-        fail("table " + std::to_string(t) + " is (" + std::to_string(rows) + ", " + std::to_string(dim) +
-             ") in the checkpoint, (" + std::to_string(layout_.rows[t]) + ", " +
-             std::to_string(layout_.dims[t]) + ") here");
+        c.fail("table " + std::to_string(t) + " is (" + std::to_string(rows) + ", " + std::to_string(dim) +
+               ") in the checkpoint, (" + std::to_string(layout_.rows[t]) + ", " +
+               std::to_string(layout_.dims[t]) + ") here");
       }
     }
     if (G != groups_.size()) {
-      fail("group count " + std::to_string(G) + " in the checkpoint, " + std::to_string(groups_.size()) +
-           " here");
+      c.fail("group count " + std::to_string(G) + " in the checkpoint, " + std::to_string(groups_.size()) +
+             " here");
     }
     std::vector<group_type> fresh;
     fresh.reserve(groups_.size());

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "group.hpp"
+#include "tensors.hpp"
 #include "tiered_binding.hpp"
 
 #ifdef MPE_TORCH_CUDA
@@ -47,71 +48,10 @@ namespace py = pybind11;
 namespace mpe_torch {
 namespace {
 
-/// The dtype as Python spells it (torch.int64, not c10's "Long").
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kLong:
-      return "torch.int64";
-    case at::kInt:
-      return "torch.int32";
-    case at::kShort:
-      return "torch.int16";
-    case at::kChar:
-      return "torch.int8";
-    case at::kByte:
-      return "torch.uint8";
-    case at::kBool:
-      return "torch.bool";
-    case at::kFloat:
-      return "torch.float32";
-    case at::kDouble:
-      return "torch.float64";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    default:
-      return std::string("torch.") + c10::toString(t);
-  }
-}
-
-std::string shape_str(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + (t.dim() == 1 ? ",)" : ")");
-}
-
-/// Refuses (never converts) a tensor that is not a contiguous tensor on `device` of `dtype`
-/// with `dims` dimensions.
+/// tensors.hpp's check_tensor_arg for an argument of TableBatchedEmbeddingBags.`fn`.
 void check_tensor(const char* fn, const char* name, const at::Tensor& t, at::ScalarType dtype, int64_t dims,
                   const at::Device& device = at::Device(at::kCPU)) {
-  const std::string where = std::string("mpe_torch.TableBatchedEmbeddingBags.") + fn + ": " + name;
-  if (!t.defined()) throw std::invalid_argument(where + " is undefined");
-  if (t.scalar_type() != dtype)
-    throw py::type_error(where + " must have dtype " + dtype_name(dtype) + ", got " +
-                         dtype_name(t.scalar_type()) + " (convert it yourself, e.g. " + name + ".to(" +
-                         dtype_name(dtype) + "))");
-  if (t.device() != device)
-    throw std::invalid_argument(
-        where + " must be on " + (device.is_cpu() ? "the CPU" : device.str()) +
-        " (this module's device; move the tensor, or the module with .to()), got device " + t.device().str());
-  if (t.layout() != at::kStrided) throw std::invalid_argument(where + " must be a dense (strided) tensor");
-  if (t.dim() != dims)
-    throw std::invalid_argument(where + " must have " + std::to_string(dims) + " dimension" +
-                                (dims == 1 ? "" : "s") + ", got shape " + shape_str(t));
-  if (!t.is_contiguous())
-    throw std::invalid_argument(where + " must be contiguous (call .contiguous()), got strides that are not");
-  if (t.requires_grad() && std::string(name) == "per_sample_weights")
-    throw std::invalid_argument(where + " must not require grad (mpe_torch does not differentiate them)");
-}
-
-template <class T>
-std::span<const T> cspan(const at::Tensor& t) {
-  return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
-}
-template <class T>
-std::span<T> mspan(at::Tensor& t) {
-  return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
+  check_tensor_arg("TableBatchedEmbeddingBags", fn, name, t, dtype, dims, device);
 }
 
 #ifdef MPE_TORCH_CUDA
@@ -523,9 +463,7 @@ class Tbe {
       py::gil_scoped_release nogil;
       bytes = emb_->save_bytes();
     }
-    at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-    return t;
+    return bytes_tensor(bytes);
   }
 
   /// Replaces the whole state, or nothing: mpe verifies all of the bytes (every group's

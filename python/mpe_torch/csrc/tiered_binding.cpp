@@ -7,30 +7,23 @@
 #include <torch/extension.h>
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mpe/embedding/tiered_rows.hpp"
+#include "tensors.hpp"
 
 namespace py = pybind11;
 
 namespace mpe_torch {
 namespace {
 
-/// ids as a span: a 1-D contiguous int64 CPU tensor, else std::invalid_argument / TypeError
-/// naming `fn` and the argument.
+/// ids as a span: a (n) contiguous int64 CPU tensor (else the errors of check_tensor_arg).
 std::span<const std::int64_t> ids_of(const char* fn, const at::Tensor& ids) {
-  const std::string where = std::string("mpe_torch.TieredRows.") + fn + ": ids";
-  if (!ids.defined()) throw std::invalid_argument(where + " is undefined");
-  if (ids.scalar_type() != at::kLong)
-    throw py::type_error(where + " must have dtype torch.int64, got " +
-                         std::string(c10::toString(ids.scalar_type())));
-  if (!ids.device().is_cpu() || ids.layout() != at::kStrided || ids.dim() != 1 || !ids.is_contiguous())
-    throw std::invalid_argument(where + " must be a 1-D contiguous CPU tensor");
-  return {ids.data_ptr<std::int64_t>(), static_cast<std::size_t>(ids.numel())};
+  check_tensor_arg("TieredRows", fn, "ids", ids, at::kLong, 1);
+  return cspan<std::int64_t>(ids);
 }
 
 class Tiered {
@@ -44,14 +37,14 @@ class Tiered {
     const auto in = ids_of("map", ids);
     at::Tensor rows = at::empty({ids.numel()}, at::TensorOptions().dtype(at::kLong));
     py::gil_scoped_release nogil;
-    t_.map(in, {rows.data_ptr<std::int64_t>(), in.size()});
+    t_.map(in, mspan<std::int64_t>(rows));
     return rows;
   }
   at::Tensor lookup(const at::Tensor& ids) const {
     const auto in = ids_of("lookup", ids);
     at::Tensor rows = at::empty({ids.numel()}, at::TensorOptions().dtype(at::kLong));
     py::gil_scoped_release nogil;
-    t_.lookup(in, {rows.data_ptr<std::int64_t>(), in.size()});
+    t_.lookup(in, mspan<std::int64_t>(rows));
     return rows;
   }
   int64_t row_of(int64_t id) const { return t_.row_of(id); }
@@ -96,18 +89,10 @@ class Tiered {
   int64_t physical_rows() const { return t_.physical_rows(); }
   int64_t hot_ids() const { return t_.hot_ids(); }
   int64_t memory_bytes() const { return static_cast<int64_t>(t_.memory_bytes()); }
-  at::Tensor save_bytes() const {
-    const std::vector<std::uint8_t> b = t_.save_bytes();
-    at::Tensor out = at::empty({static_cast<int64_t>(b.size())}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(out.data_ptr<std::uint8_t>(), b.data(), b.size());
-    return out;
-  }
+  at::Tensor save_bytes() const { return bytes_tensor(t_.save_bytes()); }
   void load_bytes(const at::Tensor& bytes) {
-    if (bytes.scalar_type() != at::kByte || !bytes.device().is_cpu() || bytes.dim() != 1 ||
-        !bytes.is_contiguous())
-      throw std::invalid_argument(
-          "mpe_torch.TieredRows.load_bytes: bytes must be a 1-D contiguous uint8 CPU tensor");
-    t_.load_bytes({bytes.data_ptr<std::uint8_t>(), static_cast<std::size_t>(bytes.numel())});
+    check_tensor_arg("TieredRows", "load_bytes", "bytes", bytes, at::kByte, 1);
+    t_.load_bytes(cspan<std::uint8_t>(bytes));
   }
 
  private:

@@ -38,10 +38,6 @@ struct HotEntry {
   std::uint32_t count = 0;
 };
 
-[[noreturn]] inline void bad(const std::string& what) {
-  throw checkpoint_error("mpe::TieredRows::load_bytes: " + what);
-}
-
 }  // namespace detail::tiered
 
 inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
@@ -283,30 +279,29 @@ inline std::vector<std::uint8_t> TieredRows::save_bytes() const {
 
 inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   namespace t = detail::tiered;
-  using t::bad;
-  if (bytes.size() < t::kHeaderBytes + 4)
-    bad("truncated: " + std::to_string(bytes.size()) + " bytes, less than the header's " +
-        std::to_string(t::kHeaderBytes + 4));
-  if (std::memcmp(bytes.data(), t::kMagic, 8) != 0) bad("magic is not MPETIER1");
   const std::string prefix = "mpe::TieredRows::load_bytes: ";
-  detail::ckpt::Cursor r{bytes.data(), bytes.size(), 8, bytes.size(), prefix};
+  detail::ckpt::Cursor r{bytes.data(), bytes.size(), 0, bytes.size(), prefix};
+  if (bytes.size() < t::kHeaderBytes + 4)
+    r.fail("truncated: " + std::to_string(bytes.size()) + " bytes, less than the header's " +
+           std::to_string(t::kHeaderBytes + 4));
+  if (std::memcmp(r.take(8, "magic"), t::kMagic, 8) != 0) r.fail("magic is not MPETIER1");
   const auto version = r.get<std::uint32_t>("version");
-  if (version == 1) bad("version 1 (u32 sketch counters) is not read; this build reads version 2 only");
-  if (version != t::kVersion) bad("version " + std::to_string(version) + " is not 2");
+  if (version == 1) r.fail("version 1 (u32 sketch counters) is not read; this build reads version 2 only");
+  if (version != t::kVersion) r.fail("version " + std::to_string(version) + " is not 2");
   const auto total = r.get<std::uint64_t>("total_bytes");
   if (total != bytes.size())
-    bad("truncated or extended: " + std::to_string(bytes.size()) + " bytes, total_bytes says " +
-        std::to_string(total));
+    r.fail("truncated or extended: " + std::to_string(bytes.size()) + " bytes, total_bytes says " +
+           std::to_string(total));
   std::uint32_t crc;
   std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
   const std::uint32_t want = io::checkpoint::crc32c(bytes.data(), bytes.size() - 4);
   if (crc != want)
-    bad("CRC-32C mismatch (stored " + std::to_string(crc) + ", computed " + std::to_string(want) + ")");
+    r.fail("CRC-32C mismatch (stored " + std::to_string(crc) + ", computed " + std::to_string(want) + ")");
   r.end = r.file_size = bytes.size() - 4;  // the fields end before the CRC
-  const auto same = [](const char* field, auto file, auto mine) {
+  const auto same = [&r](const char* field, auto file, auto mine) {
     if (file != mine)
-      bad("config field " + std::string(field) + " = " + std::to_string(file) +
-          " differs from this object's " + std::to_string(mine));
+      r.fail("config field " + std::string(field) + " = " + std::to_string(file) +
+             " differs from this object's " + std::to_string(mine));
   };
   same("ids", r.get<std::int64_t>("ids"), cfg_.ids);
   same("private_rows", r.get<std::int64_t>("private_rows"), cfg_.private_rows);
@@ -317,13 +312,13 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   same("sketch_width", r.get<std::int64_t>("sketch_width"), cfg_.sketch_width);
   same("seed", r.get<std::uint64_t>("seed"), cfg_.seed);
   const auto clock = r.get<std::int64_t>("decay_clock");
-  if (clock < 0) bad("decay_clock = " + std::to_string(clock) + " is negative");
+  if (clock < 0) r.fail("decay_clock = " + std::to_string(clock) + " is negative");
   std::vector<std::uint8_t> sketch(sketch_.size());
   std::memcpy(sketch.data(), r.take(sketch.size(), "sketch"), sketch.size());
   const std::int64_t p = cfg_.private_rows;
   const auto n_hot = r.get<std::int64_t>("n_hot");
   if (n_hot < 0 || n_hot > p)
-    bad("n_hot = " + std::to_string(n_hot) + " outside [0, " + std::to_string(p) + "]");
+    r.fail("n_hot = " + std::to_string(n_hot) + " outside [0, " + std::to_string(p) + "]");
   std::vector<std::uint8_t> used(static_cast<std::size_t>(p), 0);
   std::vector<t::HotEntry> hot(static_cast<std::size_t>(n_hot));
   for (std::int64_t i = 0; i < n_hot; ++i) {
@@ -332,30 +327,32 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
     s.row = r.get<std::int32_t>("hot row");
     s.count = r.get<std::uint32_t>("hot count");
     const std::string who = "hot entry " + std::to_string(i) + " (id " + std::to_string(s.id) + ")";
-    if (s.id < 0 || s.id >= cfg_.ids) bad(who + ": id outside [0, " + std::to_string(cfg_.ids) + ")");
+    if (s.id < 0 || s.id >= cfg_.ids) r.fail(who + ": id outside [0, " + std::to_string(cfg_.ids) + ")");
     if (i > 0 && s.id <= hot[static_cast<std::size_t>(i - 1)].id)
-      bad(who + ": duplicate or unsorted hot id (previous " +
-          std::to_string(hot[static_cast<std::size_t>(i - 1)].id) + ")");
+      r.fail(who + ": duplicate or unsorted hot id (previous " +
+             std::to_string(hot[static_cast<std::size_t>(i - 1)].id) + ")");
     if (s.row < 0 || s.row >= p)
-      bad(who + ": row " + std::to_string(s.row) + " outside [0, private_rows = " + std::to_string(p) + ")");
-    if (used[static_cast<std::size_t>(s.row)]) bad(who + ": duplicate row " + std::to_string(s.row));
+      r.fail(who + ": row " + std::to_string(s.row) + " outside [0, private_rows = " + std::to_string(p) +
+             ")");
+    if (used[static_cast<std::size_t>(s.row)]) r.fail(who + ": duplicate row " + std::to_string(s.row));
     // A hot id starts at its estimate (>= promote_at >= demote_below), only grows between
     // decays and is demoted at a decay once below demote_below.
     if (s.count < cfg_.demote_below)
-      bad(who + ": count " + std::to_string(s.count) +
-          " below demote_below = " + std::to_string(cfg_.demote_below));
+      r.fail(who + ": count " + std::to_string(s.count) +
+             " below demote_below = " + std::to_string(cfg_.demote_below));
     used[static_cast<std::size_t>(s.row)] = 1;
   }
   const auto n_free = r.get<std::int64_t>("n_free");
   if (n_free != p - n_hot)
-    bad("n_free = " + std::to_string(n_free) + " is not private_rows - n_hot = " + std::to_string(p - n_hot));
-  std::vector<std::int32_t> fr(static_cast<std::size_t>(n_free));  // checked, then dropped (derived)
+    r.fail("n_free = " + std::to_string(n_free) +
+           " is not private_rows - n_hot = " + std::to_string(p - n_hot));
+  std::vector<std::int32_t> fr(static_cast<std::size_t>(n_free));  // checked; its first is lowest_free_
   for (std::int64_t i = 0; i < n_free; ++i) {
     const auto row = r.get<std::int32_t>("free row");
     const std::string who = "free row " + std::to_string(i) + " = " + std::to_string(row);
-    if (row < 0 || row >= p) bad(who + " outside [0, private_rows = " + std::to_string(p) + ")");
-    if (i > 0 && row <= fr[static_cast<std::size_t>(i - 1)]) bad(who + ": duplicate or unsorted");
-    if (used[static_cast<std::size_t>(row)]) bad(who + ": also a hot id's row");
+    if (row < 0 || row >= p) r.fail(who + " outside [0, private_rows = " + std::to_string(p) + ")");
+    if (i > 0 && row <= fr[static_cast<std::size_t>(i - 1)]) r.fail(who + ": duplicate or unsorted");
+    if (used[static_cast<std::size_t>(row)]) r.fail(who + ": also a hot id's row");
     fr[static_cast<std::size_t>(i)] = row;
   }
   TieredRowsStats st;
@@ -366,10 +363,11 @@ inline void TieredRows::load_bytes(std::span<const std::uint8_t> bytes) {
   for (int i = 0; i < 7; ++i) {
     *stat_fields[i] = r.get<std::int64_t>(stat_names[i]);
     if (*stat_fields[i] < 0)
-      bad(std::string("stats ") + stat_names[i] + " = " + std::to_string(*stat_fields[i]) + " is negative");
+      r.fail(std::string("stats ") + stat_names[i] + " = " + std::to_string(*stat_fields[i]) +
+             " is negative");
   }
   if (r.pos != r.end)
-    bad(std::to_string(r.end - r.pos) + " bytes after the stats (the sizes do not add up to total_bytes)");
+    r.fail(std::to_string(r.end - r.pos) + " bytes after the stats (the sizes do not add up to total_bytes)");
   // Verified: replace the state (nothing below throws but allocation).
   std::vector<std::int64_t> owner(owner_.size(), -1);
   std::vector<std::uint32_t> count(count_.size(), 0u);
