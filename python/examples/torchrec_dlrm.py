@@ -5,6 +5,7 @@ default fused FBGEMM kernel), trained with DistributedModelParallel on the CPU (
   torchrun --nproc_per_node 2 python/examples/torchrec_dlrm.py --kernel mpe --storage int8 --cache lru --cache-fraction 0.05
   torchrun --nproc_per_node 2 python/examples/torchrec_dlrm.py --kernel fused        # TorchRec's default kernel, FP32
   python python/examples/torchrec_dlrm.py --data ../shared/data/criteo-terabyte-day0-head1k.tsv --test-fraction 0.2
+  torchrun --nproc_per_node 2 python/examples/torchrec_dlrm.py --storage int4 --cache none --tiers 0.02,0.1
 
 Model: ``torchrec.models.dlrm.DLRM`` (dense arch 13 -> 64 -> D, 26 tables of D, dot
 interaction, over arch -> 64 -> 1), BCE loss, SGD at --lr for the dense layers and the
@@ -16,8 +17,8 @@ Criteo-Kaggle-shaped stream (scale 0.01: 26 tables, 337,640 rows) or a Criteo-fo
 planner (with mpe's byte estimates for mpe's kernel: mpe_torch.torchrec.planner).
 
 Rank 0 prints one line: log loss and AUC on the test set (every rank's predictions), the step
-time, and the embedding memory summed over ranks (store + cache + metadata; the optimizer
-state is 0 for SGD). Without torchrun it runs as one process.
+time, and the embedding memory summed over ranks (store + cache + metadata + the maps of tables
+tiered by --tiers; the optimizer state is 0 for SGD). Without torchrun it runs as one process.
 
 Needs: torch, fbgemm_gpu (fbgemm-gpu-cpu: TorchRec imports it), torchrec, Eigen's headers (the
 data helper) and, for --kernel mpe, mpe_torch; a missing one is named with its install command
@@ -25,6 +26,7 @@ at start (exit status 2; python/README.md, Install).
 """
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -72,7 +74,7 @@ def build_model(args, table_rows, world):
                        learning_rate=args.emb_lr, seed=args.seed)
         if args.cache != "none":
             options["cache_fraction"] = args.cache_fraction
-        sharder = mt.EmbeddingBagCollectionSharder(fused_params=options)
+        sharder = mt.EmbeddingBagCollectionSharder(fused_params=options, table_options=tier_options(args, tables))
         kernel, table_wise, column_wise = mt.MPE_KERNEL, mt.table_wise, mt.column_wise
     else:
         from torchrec.distributed import sharding_plan as sp
@@ -109,10 +111,32 @@ def build_model(args, table_rows, world):
     return dmp, plan
 
 
+def tier_options(args, tables):
+    """--tiers P,S: every table with more than --tier-min-ids ids gets ceil(P * ids) private and
+    ceil(S * ids) shared rows (mpe_torch.torchrec's ``tiers`` option, the other fields default)."""
+    if not args.tiers:
+        return None
+    p, s = args.tiers
+    return {t.name: dict(tiers=dict(private_rows=math.ceil(p * t.num_embeddings),
+                                    shared_rows=max(1, math.ceil(s * t.num_embeddings))))
+            for t in tables if t.num_embeddings > args.tier_min_ids}
+
+
+def fractions(text):
+    try:
+        p, s = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tiers {text!r}: give two fractions P,S (e.g. 0.02,0.1)") from None
+    if not (0 <= p <= 1 and 0 < s <= 1):
+        raise argparse.ArgumentTypeError(f"--tiers {text!r}: P must be in [0, 1] and S in (0, 1]")
+    return p, s
+
+
 def embedding_bytes(dmp, args, table_rows):
     if args.kernel == "mpe":
         import mpe_torch.torchrec as mt
-        mine = sum(m.memory()["embedding_bytes"] for m in dmp.modules()
+        # Rows, cache and metadata, plus the tiered tables' maps (host bytes).
+        mine = sum(m.memory()["embedding_bytes"] + m.memory()["tiers_bytes"] for m in dmp.modules()
                    if isinstance(m, mt.ShardedEmbeddingBagCollection))
     else:  # TorchRec's fused FP32 tables: this rank's shards
         mine = sum(p.numel() * p.element_size() for n, p in dmp.named_parameters() if "embedding_bags" in n)
@@ -184,6 +208,7 @@ def run(args):
     if rank == 0:
         p, y = torch.cat(gathered_p), torch.cat(gathered_y)
         res = dict(kernel=args.kernel, storage=args.storage if args.kernel == "mpe" else "fp32",
+                   tiers=list(args.tiers) if args.kernel == "mpe" and args.tiers else None,
                    cache=args.cache if args.kernel == "mpe" else "none",
                    cache_fraction=args.cache_fraction if args.kernel == "mpe" and args.cache != "none" else 0.0,
                    world_size=world, dim=args.dim, seed=args.seed, logloss=log_loss(p, y), auc=roc_auc(p, y),
@@ -191,7 +216,9 @@ def run(args):
                    train_seconds=train_seconds, embedding_bytes=mem,
                    plan={n: s.sharding_type for m in plan.plan.values() for n, s in m.items()})
         kinds = sorted(set(res["plan"].values()))
-        print(f"{args.kernel} {res['storage']} cache={res['cache']}:{res['cache_fraction']} on {world} process(es) "
+        tiers = f" tiers={args.tiers[0]},{args.tiers[1]}" if res["tiers"] else ""
+        print(f"{args.kernel} {res['storage']} cache={res['cache']}:{res['cache_fraction']}{tiers} on {world} "
+              f"process(es) "
               f"({'/'.join(kinds)}): log loss {res['logloss']:.5f}  AUC {res['auc']:.4f}  "
               f"step {res['step_ms']:.2f} ms  embedding memory {mem / 2**20:.2f} MiB")
         if args.json:
@@ -213,6 +240,10 @@ def main(argv=None):
                     help="table-wise: tables dealt largest first to the least loaded rank (the same for both "
                          "kernels); planner: TorchRec's planner (mpe's: mpe_torch.torchrec.planner) over "
                          "table- and column-wise")
+    ap.add_argument("--tiers", type=fractions, default=None, metavar="P,S",
+                    help="--kernel mpe: frequency tiers for every table with more than --tier-min-ids ids: "
+                         "P and S of its ids as private and shared rows (e.g. 0.02,0.1)")
+    ap.add_argument("--tier-min-ids", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256, help="global batch (all processes together)")

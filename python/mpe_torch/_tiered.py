@@ -194,3 +194,17 @@ class TieredRows(nn.Module):
         if ids.dtype != torch.int64:
             raise TypeError(f"mpe_torch.TieredRows.{fn}: ids must have dtype torch.int64, got {ids.dtype}")
         return ids.detach().to("cpu").contiguous()
+
+
+def _pow2_at_least(n):
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _planned_tier_bytes(private_rows, sketch_width=0, **_):
+    """``TieredRows.memory_bytes()`` of a map with these fields, without building it: 4 W + 12 P
+    + 4 C (W the sketch width, default the smallest power of two >= max(64, P); C the hot-id
+    index's capacity, the smallest power of two >= 2 P, 0 for P = 0)."""
+    p = int(private_rows)
+    w = int(sketch_width) or _pow2_at_least(max(64, p))
+    c = _pow2_at_least(2 * p) if p else 0
+    return 4 * w + 12 * p + 4 * c

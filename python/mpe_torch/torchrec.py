@@ -48,17 +48,29 @@ TorchRec's fused kernel does): each their own bits. A cache is per kernel (its s
 fraction of the kernel's rows), so cached training equals the unsharded bits only where the
 caches make the same decisions.
 
+**Frequency tiers.** ``table_options[name]["tiers"]`` (a dict of ``TIER_FIELDS``, the
+arguments of ``mpe_torch.TieredRows`` but ``ids``, which is the table's ``num_embeddings``)
+gives a table ``private_rows + shared_rows`` physical rows and an ``mpe_torch.TieredRows`` in
+front of each of its shards: in training with gradients a kernel maps the batch's ids of the
+table (one ``map`` over all its features) and copies the promoted rows before its lookup; in
+evaluation it looks up. The map depends on the set of ids of each batch only, so every shard
+of a table (table- or column-wise) keeps the one-process map of the global batch, and the
+collection's rows are keyed by the tables' physical rows: a sharded run trains the bits of
+one ``TableBatchedEmbeddingBags`` (physical rows) with a ``TieredRows`` per tiered table.
+
 **Errors.** Option names and values are checked when the sharder is made, plans when DMP
 shards (every rank alike); a batch a kernel refuses (an index outside its table, a
 non-finite gradient) is refused by that kernel, after kernels before it in the lookup have
 run: all-or-nothing holds per kernel, not across the model.
 
 **Checkpoints.** ``state_dict()`` holds, per rank, each kernel's exact mpe state
-(``<prefix>_mpe.rank<r>.<k>.mpe_state``: mpe's checkpoint bytes as ``bytes``, and ``.config``: its
-configuration and hyperparameters as JSON text), the plan
+(``<prefix>_mpe.rank<r>.<k>.mpe_state``: mpe's checkpoint bytes as ``bytes``, ``.config``: its
+configuration and hyperparameters as JSON text, and ``.tiers<t>``: the MPETIER1 bytes of its
+table t's map, for a tiered table), the plan
 (``<prefix>_mpe_plan``, the same on every rank) and, readable as TorchRec users read them,
 ``<prefix>embedding_bags.<table>.weight``: a ShardedTensor of the table's ``(rows, D)``
-float32 weights as the module reads them (cached rows in FP32, others dequantized). Loading
+float32 weights as the module reads them (cached rows in FP32, others dequantized; a tiered
+table's ``(num_embeddings, D)`` as its ids read their physical rows). Loading
 (``load_state_dict``, or ``torch.distributed.checkpoint`` then ``load_state_dict``) checks the
 plan first (another plan or world size is refused naming both), verifies every kernel's
 bytes, and replaces nothing on any rank unless every rank can load; the ``weight`` entries
@@ -89,11 +101,13 @@ from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 
 import mpe_torch as _mpe
 from . import STORE_PLACEMENTS, TableBatchedEmbeddingBags, _Movable
+from ._args import _integer
 from ._layout import BagPlanCache
+from ._tiered import TieredRows, _planned_tier_bytes
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
            "SHARDING_TYPES", "OPTION_NAMES", "COMPUTE_DEVICES", "table_wise", "column_wise", "sharding_plan", "planner",
-           "shard_bytes", "shard_storage"]
+           "shard_bytes", "shard_storage", "TIER_FIELDS"]
 
 MPE_KERNEL = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
 SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
@@ -102,6 +116,9 @@ SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value)
 OPTION_NAMES = ("storage", "cache", "cache_fraction", "rounding", "optimizer", "learning_rate", "eps", "beta1",
                 "beta2", "seed", "state_precision", "non_finite", "slot_index", "defer_admission", "store_placement",
                 "max_range_growth")
+# The fields of a table's "tiers" option (table_options only): mpe_torch.TieredRows' arguments
+# but ids, which is the table's num_embeddings.
+TIER_FIELDS = ("private_rows", "shared_rows", "promote_at", "demote_below", "decay_every", "sketch_width", "seed")
 # Where the kernels run: DMP's device type and the planner's compute_device.
 COMPUTE_DEVICES = ("cpu", "cuda")
 _FUSED_KEY = "mpe_options"  # the resolved options in TorchRec's per-table fused_params
@@ -113,7 +130,7 @@ def _check_options(options, where):
     if not isinstance(options, dict):
         raise TypeError(f"mpe_torch.torchrec: {where} must be a dict of TableBatchedEmbeddingBags options, got "
                         f"{type(options).__name__}")
-    bad = [k for k in options if k not in OPTION_NAMES]
+    bad = [k for k in options if k not in OPTION_NAMES and k != "tiers"]
     if "weights_init" in bad:
         raise ValueError(f"mpe_torch.torchrec: {where} sets weights_init; a sharded table starts "
                          "U(weight_init_min, weight_init_max) of its EmbeddingBagConfig: set the range there")
@@ -131,6 +148,22 @@ def _check_options(options, where):
 # fbgemm_gpu's EmbOptimType names -> mpe's optimizers (the same updates).
 _EMB_OPTIM_TYPES = {"EXACT_SGD": "sgd", "SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
                     "EXACT_ADAGRAD": "adagrad", "ADAM": "adam"}
+
+
+def _check_tiers(tiers, where):
+    """A table's ``tiers`` option: a dict of TIER_FIELDS with integer values (private_rows and
+    shared_rows required). Their ranges are checked against the table's ids when DMP shards."""
+    if not isinstance(tiers, dict):
+        raise TypeError(f"mpe_torch.torchrec: {where}['tiers'] must be a dict of {', '.join(TIER_FIELDS)}, got "
+                        f"{type(tiers).__name__}")
+    bad = [k for k in tiers if k not in TIER_FIELDS]
+    if bad:
+        raise ValueError(f"mpe_torch.torchrec: {where}['tiers'] has unknown field(s) {', '.join(map(repr, bad))}; "
+                         f"valid: {', '.join(TIER_FIELDS)} (ids is the table's num_embeddings)")
+    missing = [k for k in ("private_rows", "shared_rows") if k not in tiers]
+    if missing:
+        raise ValueError(f"mpe_torch.torchrec: {where}['tiers'] lacks {' and '.join(missing)}")
+    return {k: _integer(v, f"{where}['tiers'][{k!r}]", "an integer") for k, v in tiers.items()}
 
 
 def _validate(options, where, device=None):
@@ -177,10 +210,14 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
         device: where the kernel runs: None, ``cpu`` or ``meta`` (mpe's host backend) or
             ``cuda:N`` (mpe's CUDA backend, its store where the options' ``store_placement``
             says; RuntimeError where CUDA cannot run, as ``TableBatchedEmbeddingBags`` raises).
+        tiers: table name -> ``mpe_torch.TieredRows`` arguments (``ids`` included) of the
+            tiered tables (None: none); such a table's shard has ``private_rows +
+            shared_rows`` rows and its ids go through the map (module docstring).
 
     ``forward(features)`` takes the KeyedJaggedTensor TorchRec's input distribution gives this
     rank (int64 values on the kernel's device; weights when the EBC is weighted) and returns
-    ``(B, sum_f D_f)`` float32 on that device, or with a variable batch per feature
+    ``(B, sum_f D_f)`` float32 on that device (a tiered table's ids are mapped first: host
+    code, so on CUDA the ids are copied to the host and the rows back), or with a variable batch per feature
     (``features.variable_stride_per_key()``) the rank-major ``(sum_r sum_f B[f][r] * D_f,)`` of
     TorchRec's VBE. On CUDA it queues its work (no host round trip; mpe's own waits are
     ``TableBatchedEmbeddingBags``'); a new batch shape's index tensors are built on the host
@@ -195,17 +232,23 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
 
     _conversion_advice = "choose the format in the sharder's fused_params or table_options instead"
 
-    def __init__(self, config, table_keys, sharding_type=None, device=None):
+    def __init__(self, config, table_keys, sharding_type=None, device=None, tiers=None):
         super().__init__()
         self._config = config
         options = dict(config.fused_params[_FUSED_KEY])
         tables = config.embedding_tables
         self._tables = tables
         specs, row_keys, column_keys, feature_table = [], [], [], []
+        self._maps = {}  # table index -> TieredRows (a plain dict: the maps' state is written by the hook)
         for i, t in enumerate(tables):
             md = t.local_metadata
             row0, col0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
-            specs.append((t.local_rows, t.local_cols))
+            rows = t.local_rows
+            if tiers and t.name in tiers:
+                # Table- and column-wise shards hold every row: the map covers the table's ids.
+                self._maps[i] = TieredRows(**tiers[t.name])
+                rows = self._maps[i].physical_rows
+            specs.append((rows, t.local_cols))
             row_keys.append(table_keys[t.name] + row0)
             column_keys.append(col0)
             feature_table.extend([i] * t.num_features())
@@ -215,6 +258,8 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
                                              column_keys=column_keys, weights_init=self._init_ranges(),
                                              **_kernel_options(options, device))
         self._direct = feature_table == list(range(len(tables)))  # one feature per table
+        self._feature_table = feature_table
+        self._rows = [r for r, _ in specs]
         self._plans = BagPlanCache(feature_table, [d for _, d in specs])
         self._optimizer = _MpeFusedOptimizer(self.tbe)
 
@@ -246,12 +291,62 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
         if weights is not None and not torch.is_floating_point(weights):
             weights = None
         values, offsets = features.values(), features.offsets()
+        if self._maps:
+            values = self._map_ids(features, values)
         variable = features.variable_stride_per_key()
         if self._direct and not variable:
             return self.tbe(values, offsets, weights)
         batch = features.stride_per_key_per_rank() if variable else [[features.stride()]] * len(features.keys())
         plan = self._plans.get(batch, variable)
         return plan.output(self.tbe(values, plan.offsets(offsets), weights))
+
+    def _map_ids(self, features, values):
+        """The batch's values with each tiered table's ids replaced by their physical rows: in
+        training with gradients each map counts, promotes and decays (one map() per table over
+        all its features' ids) and its promoted rows are copied; else a lookup. Every feature's
+        ids are checked against its table first, so a refused batch changes no map."""
+        bounds = features.offset_per_key()
+        keys = features.keys()
+        for f, t in enumerate(self._feature_table):
+            a, b = bounds[f], bounds[f + 1]
+            if b > a:
+                ids = values[a:b]
+                limit = self._maps[t].config["ids"] if t in self._maps else self._rows[t]
+                bad = ((ids < 0) | (ids >= limit)).nonzero()
+                if bad.numel():
+                    i = int(bad[0, 0])
+                    raise IndexError(f"mpe_torch.torchrec: feature {keys[f]!r} of table {self._tables[t].name!r} has "
+                                     f"id {int(ids[i])} (its value {i} in this batch) outside [0, {limit})")
+        train = self.training and torch.is_grad_enabled()
+        values = values.clone()
+        for t, m in self._maps.items():
+            spans = [(bounds[f], bounds[f + 1]) for f, ft in enumerate(self._feature_table) if ft == t]
+            ids = torch.cat([values[a:b] for a, b in spans])
+            rows = m.map(ids) if train else m.lookup(ids)
+            at = 0
+            for a, b in spans:
+                values[a:b] = rows[at:at + b - a]
+                at += b - a
+            if train:
+                m.copy_moved_rows(self.tbe, t)
+        return values
+
+    def tiers(self):
+        """This kernel's tiered tables: table name -> its ``mpe_torch.TieredRows`` (the map in
+        front of the shard; its ``stats()`` count this kernel's training batches)."""
+        return {self._tables[t].name: m for t, m in self._maps.items()}
+
+    def logical_weights(self):
+        """Each local table shard's weights as its ids read them, ``(ids, local_cols)`` float32
+        (copies): a tiered table's id i reads its physical row ``row_of(i)``; an untiered table's
+        weights as ``weights()`` (materialises ids x local_cols floats)."""
+        out = []
+        for i, w in enumerate(self.weights()):
+            m = self._maps.get(i)
+            if m is not None:
+                w = w[m.lookup(torch.arange(m.config["ids"], dtype=torch.int64)).to(w.device)]
+            out.append(w)
+        return out
 
     # TorchRec's kernel interface: no torch parameters (the tables are mpe's), nothing to flush
     # (a cached row is part of the exact state), nothing to purge.
@@ -274,7 +369,8 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
         return self._optimizer
 
     def weights(self):
-        """Each local table shard's weights, ``(local_rows, local_cols)`` float32 (copies)."""
+        """Each local table shard's weights, ``(local_rows, local_cols)`` float32 (copies); a
+        tiered table's ``(private_rows + shared_rows, local_cols)`` physical rows."""
         return [self.tbe.get_weights(i) for i in range(len(self._tables))]
 
 
@@ -299,15 +395,16 @@ class _MpeFusedOptimizer(FusedOptimizer):
 class _MpeLookup(GroupedPooledEmbeddingsLookup):
     """TorchRec's pooled lookup whose kernels are MpeEmbeddingBag."""
 
-    def __init__(self, table_keys, **kwargs):
+    def __init__(self, table_keys, tiers, **kwargs):
         object.__setattr__(self, "_mpe_table_keys", table_keys)
+        object.__setattr__(self, "_mpe_tiers", tiers)
         super().__init__(**kwargs)
 
     def _create_embedding_kernel(self, config, device, pg, sharding_type, env):
         if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
             raise ValueError(f"mpe_torch.torchrec: table(s) {config.table_names()} have compute kernel "
                              f"{config.compute_kernel.value}; mpe's sharder runs '{MPE_KERNEL}' only")
-        return MpeEmbeddingBag(config, self._mpe_table_keys, sharding_type, device)
+        return MpeEmbeddingBag(config, self._mpe_table_keys, sharding_type, device, self._mpe_tiers)
 
     def forward(self, sparse_features):
         # With a variable batch per feature and several kernels, each kernel's rank-major output
@@ -323,13 +420,22 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
     """TorchRec's ShardedEmbeddingBagCollection over MpeEmbeddingBag kernels (built by
     ``EmbeddingBagCollectionSharder.shard``); see the module docstring for its state dict."""
 
-    def __init__(self, module, table_name_to_parameter_sharding, env, options_of, **kwargs):
+    def __init__(self, module, table_name_to_parameter_sharding, env, options_of, tiers_of=None, **kwargs):
         object.__setattr__(self, "_mpe_options_of", options_of)
+        tiers = {}
+        for c in module.embedding_bag_configs():
+            t = tiers_of(c.name) if tiers_of is not None else None
+            if t is not None:
+                tiers[c.name] = dict(t, ids=c.num_embeddings)
+        # Each table's row 0 in the whole collection: its physical rows (a tiered table's
+        # private + shared rows) follow the tables before it.
         keys, start = {}, 0
         for c in module.embedding_bag_configs():
             keys[c.name] = start
-            start += c.num_embeddings
+            t = tiers.get(c.name)
+            start += c.num_embeddings if t is None else t["private_rows"] + t["shared_rows"]
         object.__setattr__(self, "_mpe_table_keys", keys)
+        object.__setattr__(self, "_mpe_tiers", tiers)
         super().__init__(module, table_name_to_parameter_sharding, env, **kwargs)
         self._mpe_rank = dist.get_rank(env.process_group) if env.process_group is not None else 0
         self._mpe_world = env.world_size
@@ -351,8 +457,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
     def _create_lookups(self):
         for sharding_type, sharding in zip(self._sharding_types, self._embedding_shardings):
             self._lookups.append(
-                _MpeLookup(self._mpe_table_keys, grouped_configs=sharding._grouped_embedding_configs, pg=sharding._pg,
-                           device=sharding._device, env=sharding._env, sharding_type=ShardingType(sharding_type)))
+                _MpeLookup(self._mpe_table_keys, self._mpe_tiers, grouped_configs=sharding._grouped_embedding_configs,
+                           pg=sharding._pg, device=sharding._device, env=sharding._env, sharding_type=ShardingType(sharding_type)))
 
     def kernels(self):
         """This rank's MpeEmbeddingBag kernels, in lookup order."""
@@ -374,12 +480,25 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         return self
 
     def memory(self):
-        """This rank's mpe bytes, summed over its kernels (``TableBatchedEmbeddingBags.memory``)."""
+        """This rank's mpe bytes, summed over its kernels (``TableBatchedEmbeddingBags.memory``),
+        with ``tiers_bytes``: the tiered tables' maps (``TieredRows.memory_bytes``, host memory;
+        0 when no table is tiered)."""
         total = {}
         for k in self.kernels():
             for name, v in k.tbe.memory().items():
                 total[name] = total.get(name, 0) + v
+            total["tiers_bytes"] = total.get("tiers_bytes", 0) + sum(m.memory_bytes() for m in k._maps.values())
         return total
+
+    def tiers(self):
+        """This rank's maps of tiered tables: table name -> list of ``mpe_torch.TieredRows``,
+        one per local shard (a column-wise table's shards on one rank see the same ids, so
+        their maps agree)."""
+        out = {}
+        for k in self.kernels():
+            for name, m in k.tiers().items():
+                out.setdefault(name, []).append(m)
+        return out
 
     # ---- state dict ----
     def _mpe_plan(self):
@@ -404,9 +523,11 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
             destination[prefix + self._mpe_key(i) + "mpe_state"] = state["mpe_state"].numpy().tobytes()
             # The configuration and hyperparameters as JSON text (one leaf: DCP saves it whole).
             destination[prefix + self._mpe_key(i) + "config"] = json.dumps(state["_extra_state"], sort_keys=True)
+            for t, m in sorted(k._maps.items()):  # each tiered table's map: MPETIER1 bytes
+                destination[prefix + self._mpe_key(i) + f"tiers{t}"] = m.get_extra_state().numpy().tobytes()
         local = {}
         for k in kernels:
-            for t, w in zip(k._tables, k.weights()):
+            for t, w in zip(k._tables, k.logical_weights()):
                 # On the shard's placement (cuda:N for a CUDA kernel; get_weights reads back to it).
                 w = w.to(t.local_metadata.placement.device())
                 local.setdefault(t.name, []).append(Shard(tensor=w, metadata=t.local_metadata))
@@ -422,8 +543,9 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
 
     def _mpe_state_keys(self, prefix):
         keys = [prefix + "_mpe_plan"]
-        for i in range(len(self.kernels())):
+        for i, k in enumerate(self.kernels()):
             keys += [prefix + self._mpe_key(i) + key for key in ("mpe_state", "config")]
+            keys += [prefix + self._mpe_key(i) + f"tiers{t}" for t in sorted(k._maps)]
         return keys
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -442,15 +564,33 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         kernels = self.kernels()
         wanted = [(prefix + self._mpe_key(i) + "mpe_state", prefix + self._mpe_key(i) + "config")
                   for i in range(len(kernels))]
+        tier_keys = [{t: prefix + self._mpe_key(i) + f"tiers{t}" for t in sorted(k._maps)}
+                     for i, k in enumerate(kernels)]
         absent = [key for pair in wanted for key in pair if key not in state_dict]
+        absent += [key for per_kernel in tier_keys for key in per_kernel.values() if key not in state_dict]
         error = None
         if absent:
             error = ValueError(f"mpe_torch.torchrec: rank {self._mpe_rank}'s state lacks {', '.join(absent)}; "
                                "nothing was loaded")
-        backups, loaded = [k.tbe.state_dict() for k in kernels], 0
+        backups, loaded = [(k.tbe.state_dict(), {t: m.get_extra_state() for t, m in k._maps.items()})
+                           for k in kernels], 0
         if error is None:
             try:
-                for k, (state_key, config_key) in zip(kernels, wanted):
+                for k, (state_key, config_key), per_kernel in zip(kernels, wanted, tier_keys):
+                    # Every map's bytes verify (MPETIER1: size, CRC-32C, configuration, rows)
+                    # before the kernel's own state is touched.
+                    maps = {}
+                    for t, key in per_kernel.items():
+                        raw = state_dict[key]
+                        if not isinstance(raw, (bytes, bytearray)):
+                            raise ValueError(f"mpe_torch.torchrec: {key} must be the bytes mpe_torch writes, got "
+                                             f"{type(raw).__name__}")
+                        probe = TieredRows(**{f: k._maps[t].config[f] for f in ("ids",) + TIER_FIELDS})
+                        try:
+                            probe.set_extra_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+                        except _mpe.CheckpointError as e:
+                            raise _mpe.CheckpointError(f"mpe_torch.torchrec: {key}: {e}") from None
+                        maps[t] = probe
                     try:
                         extra = json.loads(state_dict[config_key])
                     except (TypeError, ValueError):
@@ -462,6 +602,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                                          f"{type(raw).__name__}")
                     k.tbe.load_state_dict({"mpe_state": torch.frombuffer(bytearray(raw), dtype=torch.uint8),
                                            "_extra_state": extra})
+                    for t, probe in maps.items():
+                        k._maps[t].set_extra_state(probe.get_extra_state())
                     k.fused_optimizer.param_groups[0]["lr"] = k.tbe.get_learning_rate()
                     loaded += 1
             except Exception as e:  # restore below, then raise on every rank
@@ -473,8 +615,10 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         if pg is not None and dist.get_world_size(pg) > 1:
             dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=pg)
         if int(failed.item()) != 0:
-            for k, backup in list(zip(kernels, backups))[:loaded]:
+            for k, (backup, map_backups) in list(zip(kernels, backups))[:loaded]:
                 k.tbe.load_state_dict(backup)
+                for t, b in map_backups.items():
+                    k._maps[t].set_extra_state(b)
                 k.fused_optimizer.param_groups[0]["lr"] = k.tbe.get_learning_rate()
             if error is None:
                 raise RuntimeError("mpe_torch.torchrec: another rank could not load its state; nothing was loaded "
@@ -523,22 +667,30 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
             defer_admission, store_placement, max_range_growth). ``seed`` must be the same on
             every rank.
         table_options: table name -> overrides of ``fused_params`` for that table (so one
-            model mixes, say, an INT4 table with a 1 % cache and an FP16 one). Tables with the
-            same resolved options share a kernel (and its cache).
+            model mixes, say, an INT4 table with a 1 % cache and an FP16 one), and ``tiers``:
+            the table's frequency tiers (a dict of ``TIER_FIELDS``; module docstring). Tables
+            with the same resolved options share a kernel (and its cache), tiered or not.
 
     Raises:
-        TypeError: an options argument that is not a dict.
-        ValueError: an unknown option name (the message lists the valid ones). Option values
-            are checked when the kernels are built (``TableBatchedEmbeddingBags``' errors).
+        TypeError: an options argument (or ``tiers``) that is not a dict; a ``tiers`` field
+            that is not an integer.
+        ValueError: an unknown option or ``tiers`` field (the message lists the valid ones),
+            ``tiers`` without private_rows or shared_rows, or in ``fused_params``. Option values
+            are checked here by building a tiny kernel (``TableBatchedEmbeddingBags``' errors);
+            ``tiers`` sizes against the table's ids when DMP shards.
     """
 
     def __init__(self, fused_params=None, table_options=None, qcomm_codecs_registry=None):
         defaults = _check_options(fused_params, "fused_params")
+        if "tiers" in defaults:
+            raise ValueError("mpe_torch.torchrec: fused_params sets tiers; tiers are sized per table (their rows "
+                             "within its ids): set them in table_options[<table>]['tiers']")
         if table_options is not None and not isinstance(table_options, dict):
             raise TypeError("mpe_torch.torchrec: table_options must map table names to option dicts")
         per_table = {str(n): _check_options(o, f"table_options[{n!r}]") for n, o in (table_options or {}).items()}
+        tiers = {n: _check_tiers(o.pop("tiers"), f"table_options[{n!r}]") for n, o in per_table.items() if "tiers" in o}
         super().__init__(fused_params=None, qcomm_codecs_registry=qcomm_codecs_registry)
-        self._mpe_defaults, self._mpe_table_options = defaults, per_table
+        self._mpe_defaults, self._mpe_table_options, self._mpe_tiers = defaults, per_table, tiers
         _validate(self.options(None), "fused_params")
         for name in per_table:
             _validate(self.options(name), f"table_options[{name!r}] (with fused_params)")
@@ -552,6 +704,12 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         if own.get("cache") == "none" and "cache_fraction" not in own:
             resolved.pop("cache_fraction", None)
         return resolved
+
+    def tiers(self, table_name):
+        """Table ``table_name``'s ``tiers`` (a dict of TIER_FIELDS as given), or None when the
+        table is not tiered."""
+        t = self._mpe_tiers.get(table_name)
+        return None if t is None else dict(t)
 
     def sharding_types(self, compute_device_type):
         """``SHARDING_TYPES`` for a ``cpu`` or ``cuda`` compute device; ValueError naming any
@@ -606,6 +764,15 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
                                      "rounding streams line up with the whole table's): choose shard widths that are "
                                      "multiples of 4")
         configs = module.embedding_bag_configs()
+        for c in configs:
+            if c.name in self._mpe_tiers:
+                # Every rank checks every tiered table's sizes against its ids before any
+                # kernel is built (a map is built to check, then dropped).
+                try:
+                    TieredRows(ids=c.num_embeddings, **self._mpe_tiers[c.name])
+                except (ValueError, TypeError) as e:
+                    raise type(e)(f"mpe_torch.torchrec: table_options[{c.name!r}]['tiers'] for its "
+                                  f"{c.num_embeddings} ids: {e}") from None
         if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in configs):
             raise ValueError("mpe_torch.torchrec: only SUM and MEAN pooling are supported")
         mean = [c.name for c in configs if c.pooling == PoolingType.MEAN]
@@ -617,7 +784,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
             # every rank alike before any kernel is built.
             for name in names:
                 _validate(self.options(name), f"table {name!r} on {device}", device)
-        return ShardedEmbeddingBagCollection(module, params, env, self.options, fused_params=self.fused_params,
+        return ShardedEmbeddingBagCollection(module, params, env, self.options, self.tiers,
+                                             fused_params=self.fused_params,
                                              device=device, qcomm_codecs_registry=self.qcomm_codecs_registry,
                                              module_fqn=module_fqn)
 
@@ -674,28 +842,36 @@ def _planned(rows, dim, options, column_key):
     return planned_memory([(rows, dim)], row_keys=[0], column_keys=[column_key] if column_key else None, **kw)
 
 
-def shard_bytes(rows, dim, options, column_key=0):
+def shard_bytes(rows, dim, options, column_key=0, tiers=None):
     """mpe's bytes for one table shard of ``(rows, dim)`` held alone by a kernel with these
     resolved options: store + cache + metadata + optimizer state, as the built module's
     ``memory()`` reports them after its first step (``mpe_torch.planned_memory``; nothing is
-    allocated). Tables sharing a kernel share one cache, sized from their rows together."""
-    m = _planned(rows, dim, options, column_key)
-    return m["store_bytes"] + m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
+    allocated). Tables sharing a kernel share one cache, sized from their rows together.
+    ``tiers``: as ``shard_storage``'s (the shard's ``private_rows + shared_rows`` rows and its
+    map's bytes)."""
+    return sum(shard_storage(rows, dim, options, column_key, "cpu", tiers))
 
 
-def shard_storage(rows, dim, options, column_key=0, compute_device="cpu"):
+def shard_storage(rows, dim, options, column_key=0, compute_device="cpu", tiers=None):
     """``shard_bytes`` split by memory: ``(hbm, ddr)`` bytes of the shard's kernel on
     ``compute_device``. ``"cpu"``: ``(0, shard_bytes)``. ``"cuda"``: cache, optimizer state and
     metadata in HBM; the store in HBM with ``store_placement`` ``"device"`` (the default), in
-    host memory (DDR) with ``"host_mapped"`` or ``"managed"`` (mpe's CudaBackend placements)."""
+    host memory (DDR) with ``"host_mapped"`` or ``"managed"`` (mpe's CudaBackend placements).
+    ``tiers``: the table's ``tiers`` option (``EmbeddingBagCollectionSharder.tiers``): the shard
+    then holds ``private_rows + shared_rows`` rows, not ``rows``, plus its map's host bytes
+    (``TieredRows.memory_bytes``) in DDR on either device."""
     _device_kind(compute_device, "compute_device")
+    map_bytes = 0
+    if tiers is not None:
+        rows = int(tiers["private_rows"]) + int(tiers["shared_rows"])
+        map_bytes = _planned_tier_bytes(**tiers)
     m = _planned(rows, dim, options, column_key)
     rest = m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]
     if compute_device == "cpu":
-        return 0, m["store_bytes"] + rest
+        return 0, m["store_bytes"] + rest + map_bytes
     if options.get("store_placement", "device") == "device":
-        return m["store_bytes"] + rest, 0
-    return rest, m["store_bytes"]
+        return m["store_bytes"] + rest, map_bytes
+    return rest, m["store_bytes"] + map_bytes
 
 
 def planner(world_size, sharder=None, constraints=None, batch_size=None, ddr_bytes_per_rank=None,
@@ -801,7 +977,8 @@ class _StorageEstimator:
                 # TorchRec's estimate is its FP32 tensor slice + its input/output buffers (DDR on
                 # the CPU, HBM on CUDA); mpe's bytes replace the tensor slice.
                 tensor_part = -(-fp32 * srows * scols // (rows * dim))
-                hbm, ddr = shard_storage(srows, scols, opts, shard.offset[1], self._device)
+                hbm, ddr = shard_storage(srows, scols, opts, shard.offset[1], self._device,
+                                         self._sharder.tiers(o.name))
                 if self._device == "cuda":
                     io = shard.storage.hbm - tensor_part
                     shard.storage = Storage(hbm=io + hbm, ddr=shard.storage.ddr + ddr)

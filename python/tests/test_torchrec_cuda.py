@@ -232,7 +232,10 @@ CASES = {
         tables=[("a", 80, 8, ["fa", "fb"]), ("b", 120, 16, ["fc"])], batch=3, steps=5, weighted=True,
         plan={"a": ("tw", 0), "b": ("cw", [0, 0])}, vbe={0: [2], 1: [3], 2: [1]},
         options=dict(storage="fp16", cache="lru", cache_fraction=0.5, optimizer="sgd", learning_rate=0.3, seed=3),
-        table_options={"b": dict(storage="int4", store_placement="host_mapped")}),
+        table_options={"b": dict(storage="int4", store_placement="host_mapped"),
+                       # a tiered table read by two features: its map runs on the host
+                       "a": dict(tiers=dict(private_rows=8, shared_rows=20, promote_at=2, demote_below=1,
+                                            decay_every=20))}),
 }
 
 

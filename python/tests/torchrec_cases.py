@@ -109,7 +109,11 @@ def reference(case, world, steps, division=True, keys=None):
     configs must have one feature each. ``keys``: the tables' row keys when they are a part of
     a larger collection."""
     cfgs = table_configs(case)
-    specs = [(c.num_embeddings, c.embedding_dim) for c in cfgs]
+    # A tiered table (table_options' "tiers"): an mpe_torch.TieredRows over its ids in front of
+    # its private + shared rows, mapping each step's global batch of the table once.
+    maps = {t: mpe_torch.TieredRows(ids=c.num_embeddings, **case["table_options"][c.name]["tiers"])
+            for t, c in enumerate(cfgs) if "tiers" in case.get("table_options", {}).get(c.name, {})}
+    specs = [(maps[t].physical_rows if t in maps else c.num_embeddings, c.embedding_dim) for t, c in enumerate(cfgs)]
     if keys is None:  # each table's row 0 in the collection
         keys = [0]
         for rows, _ in specs[:-1]:
@@ -123,7 +127,11 @@ def reference(case, world, steps, division=True, keys=None):
         bags, weights = global_batch(case, step, world)
         lengths = torch.tensor([len(b) for fb in bags for b in fb], dtype=torch.int64)
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
-        values = torch.cat([b for fb in bags for b in fb])
+        per_table = [torch.cat(fb) if fb else torch.empty(0, dtype=torch.int64) for fb in bags]
+        for t, m in maps.items():
+            per_table[t] = m(per_table[t])
+            m.copy_moved_rows(tbe, t)
+        values = torch.cat(per_table)
         psw = torch.cat([w for fw in weights for w in fw]) if case.get("weighted") else None
         out = tbe(values, offsets, psw)
         outs.append(out.detach().clone())
@@ -131,6 +139,7 @@ def reference(case, world, steps, division=True, keys=None):
         if division:
             grad = grad / world
         out.backward(grad)
+    tbe.maps = {cfgs[t].name: m for t, m in maps.items()}
     return outs, {c.name: tbe.get_weights(t) for t, c in enumerate(cfgs)}, tbe
 
 
@@ -228,7 +237,9 @@ def train_body(rank, world, case):
     set_gradient_division(case.get("division", True))
     model = build_dmp(case, world)
     outs = train_steps(model, case, rank, world, case["steps"])
-    return dict(outs=outs, weights=local_weights(model), memory=sharded_module(model).memory())
+    sharded = sharded_module(model)
+    return dict(outs=outs, weights=local_weights(model), memory=sharded.memory(),
+                tiers={name: [(m.stats(), m.get_extra_state()) for m in ms] for name, ms in sharded.tiers().items()})
 
 
 def train_many_body(rank, world, case):
