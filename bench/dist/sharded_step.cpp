@@ -17,9 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mpe/mpe.hpp>
 #include <mpe/sharded/mpi_comm.hpp>
 #include <mpe/sharded/sharded_embedding.hpp>
-#include <mpe/mpe.hpp>
 #include <string>
 #include <vector>
 

@@ -440,8 +440,8 @@ template <class S>
 FbFn make_fbgemm(std::int64_t D, int pf) {
   if constexpr (std::is_same_v<S, mpe::Int4Rowwise> || std::is_same_v<S, mpe::Int2Rowwise>) {
     const int bit_rate = std::is_same_v<S, mpe::Int4Rowwise> ? 4 : 2;
-    auto k = fbgemm::GenerateEmbeddingSpMDMNBit<std::int64_t, std::int64_t, float>(bit_rate, D, false, false, pf,
-                                                                                   false, true);
+    auto k = fbgemm::GenerateEmbeddingSpMDMNBit<std::int64_t, std::int64_t, float>(bit_rate, D, false, false,
+                                                                                   pf, false, true);
     return [k](std::int64_t os, std::int64_t is, std::int64_t ds, const std::uint8_t* in,
                const std::int64_t* ind, const std::int64_t* off,
                float* out) { return k(os, is, ds, in, ind, off, nullptr, out); };

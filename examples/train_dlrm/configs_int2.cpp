@@ -3,6 +3,8 @@
 
 namespace dlrm {
 
-RunResult run_int2(const RunSpec& spec, const DataSetup& data) { return run_storage<mpe::Int2Rowwise>(spec, data); }
+RunResult run_int2(const RunSpec& spec, const DataSetup& data) {
+  return run_storage<mpe::Int2Rowwise>(spec, data);
+}
 
 }  // namespace dlrm

@@ -4,6 +4,8 @@
 
 namespace dlrm {
 
-RunResult run_int8(const RunSpec& spec, const DataSetup& data) { return run_storage<mpe::Int8Rowwise>(spec, data); }
+RunResult run_int8(const RunSpec& spec, const DataSetup& data) {
+  return run_storage<mpe::Int8Rowwise>(spec, data);
+}
 
 }  // namespace dlrm

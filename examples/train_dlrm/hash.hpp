@@ -24,9 +24,7 @@ constexpr std::uint64_t hash_combine(std::uint64_t a, std::uint64_t b) noexcept 
 }
 
 // Uniform double in [0, 1) from the top 53 bits.
-constexpr double unit_double(std::uint64_t x) noexcept {
-  return static_cast<double>(x >> 11) * 0x1.0p-53;
-}
+constexpr double unit_double(std::uint64_t x) noexcept { return static_cast<double>(x >> 11) * 0x1.0p-53; }
 
 // splitmix64 generator: the state is a counter, each draw mixes it.
 class Rng {
@@ -40,9 +38,7 @@ class Rng {
   // [0, 1)
   constexpr double uniform() noexcept { return unit_double(next()); }
   // (0, 1): never 0, so log() is finite.
-  constexpr double uniform_open() noexcept {
-    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
-  }
+  constexpr double uniform_open() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
   // Standard normal by Box-Muller (cosine branch only; two draws each).
   double normal() noexcept {
     const double u1 = uniform_open();
@@ -65,12 +61,10 @@ inline double keyed_normal(std::uint64_t key) noexcept {
 // "missing" row (empty field). A present 32-bit hash h maps to
 //     1 + splitmix64((feature << 32) | h) % (rows - 1)
 // so distinct features with the same hash land on unrelated rows. rows >= 2.
-constexpr std::int64_t criteo_row(bool present, std::uint32_t h, int feature,
-                                  std::int64_t rows) noexcept {
+constexpr std::int64_t criteo_row(bool present, std::uint32_t h, int feature, std::int64_t rows) noexcept {
   if (!present) return 0;
   const std::uint64_t key = (static_cast<std::uint64_t>(feature) << 32) | h;
-  return 1 + static_cast<std::int64_t>(splitmix64(key) %
-                                       static_cast<std::uint64_t>(rows - 1));
+  return 1 + static_cast<std::int64_t>(splitmix64(key) % static_cast<std::uint64_t>(rows - 1));
 }
 
 }  // namespace dlrm

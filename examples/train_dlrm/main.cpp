@@ -4,8 +4,6 @@
 // sizes/policies and rounding modes. See README.md.
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -16,6 +14,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -136,12 +135,13 @@ bool is_fp32_reference(const RunSpec& s, const RunSpec& base) {
 // the large tables alone hashed into fewer rows or at a smaller D.
 // Memory counts weights, cache, metadata and optimizer state.
 std::vector<RunSpec> frontier_sweep(const RunSpec& base) {
-  std::vector<std::string> labels = {"dense-only",      "fp32",    "fp16/sr",       "int8/sr",         "int8+lru5%/sr",
-                                     "int8+stlru5%/sr", "int4/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2/sr",
-                                     "int2+lru1%/sr",   "int2+stlru1%/sr"};
+  std::vector<std::string> labels = {
+      "dense-only", "fp32",          "fp16/sr",         "int8/sr", "int8+lru5%/sr", "int8+stlru5%/sr",
+      "int4/sr",    "int4+lru1%/sr", "int4+stlru1%/sr", "int2/sr", "int2+lru1%/sr", "int2+stlru1%/sr"};
   for (int div : {2, 4}) {
     const std::string d = "@d" + std::to_string(std::max(1, base.dim / div));
-    for (const char* c : {"fp32", "int8+lru1%/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2+lru1%/sr", "int2+stlru1%/sr"})
+    for (const char* c :
+         {"fp32", "int8+lru1%/sr", "int4+lru1%/sr", "int4+stlru1%/sr", "int2+lru1%/sr", "int2+stlru1%/sr"})
       labels.push_back(std::string(c) + d);
   }
   // The large tables (each >= 1 % of all rows) reshaped, the others as at D: hashed into
@@ -179,12 +179,14 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
   // Suffixes come in the order @d<D>, @md<d>, @h<k>, each at most once. A reshaping suffix
   // (@md, @h) ends the label: its number is the digits after it (at most `max_digits`), the
   // label before it parses to the config it reshapes.
-  const auto reshaped = [&](const char* tag, std::size_t max_digits, const char* rule) -> std::optional<std::pair<RunSpec, int>> {
+  const auto reshaped = [&](const char* tag, std::size_t max_digits,
+                            const char* rule) -> std::optional<std::pair<RunSpec, int>> {
     const auto at = text.rfind(tag);
     if (at == std::string::npos) return std::nullopt;
     const std::string n = text.substr(at + std::strlen(tag));
     const std::string suffix = std::string(tag) + (tag[1] == 'h' ? "<k>" : "<d>");
-    if (n.empty() || n.size() > max_digits || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (n.empty() || n.size() > max_digits ||
+        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
       throw bad(suffix + " needs " + rule + ", digits only, in the order @d, @md, @h");
     if (text.substr(0, at).find(tag) != std::string::npos) throw bad(suffix + " given twice");
     RunSpec r = parse_config(text.substr(0, at), s);
@@ -197,8 +199,8 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
   if (const auto at = text.rfind("@t"); at != std::string::npos) {
     // "@t<p>" after @h<k>: the hashed tables tiered, p % of their ids in rows of their own.
     const std::string n = text.substr(at + 2);
-    if (n.empty() || n.size() > 2 || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-        std::stoi(n) < 1)
+    if (n.empty() || n.size() > 2 ||
+        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }) || std::stoi(n) < 1)
       throw bad("@t<p> needs p in [1, 99] (percent), digits only, after @h<k>");
     RunSpec r = parse_config(text.substr(0, at), s);
     if (r.large_hash == 0 || r.large_tier != 0) throw bad("@t<p> comes once, right after @h<k>");
@@ -247,9 +249,12 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
   if (const auto slash = text.find('/'); slash != std::string::npos) {
     const std::string r = text.substr(slash + 1);
     main_part = text.substr(0, slash);
-    if (r == "sr" || r == "stochastic") s.rounding = "stochastic";
-    else if (r == "rn" || r == "nearest") s.rounding = "nearest";
-    else throw bad("rounding must be sr or rn");
+    if (r == "sr" || r == "stochastic")
+      s.rounding = "stochastic";
+    else if (r == "rn" || r == "nearest")
+      s.rounding = "nearest";
+    else
+      throw bad("rounding must be sr or rn");
   }
   s.cache = "none";
   s.cache_fraction = 0;
@@ -265,7 +270,8 @@ RunSpec parse_config(const std::string& text, const RunSpec& base) {
     try {
       std::size_t used = 0;
       s.cache_fraction = std::stod(c.substr(i), &used) / 100.0;
-      if (used != c.size() - i || !(s.cache_fraction > 0 && s.cache_fraction <= 1)) throw bad("cache percentage");
+      if (used != c.size() - i || !(s.cache_fraction > 0 && s.cache_fraction <= 1))
+        throw bad("cache percentage");
     } catch (const std::logic_error&) {
       throw bad("cache percentage must be a number in (0, 100]");
     }
@@ -363,48 +369,138 @@ int main(int argc, char** argv) {
   opt_train->needs(opt_test);
   opt_test->needs(opt_train);
   app.add_flag("--strict", o.strict, "a malformed line is fatal (exit 3) instead of skipped")->group(g_data);
-  app.add_option("--max-rows-per-table", o.max_rows, "file input: table rows = min(cardinality + 1, this)")->group(g_data)->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
-  app.add_option("--scale", o.scale, "synthetic: Kaggle cardinalities times this, min 2 rows")->group(g_data)->check(CLI::PositiveNumber);
-  app.add_option("--zipf", o.zipf, "synthetic: Zipf exponent of the id distribution")->group(g_data)->check(CLI::PositiveNumber);
-  app.add_option("--effect-scale", o.effect_scale, "synthetic: scale of the hidden per-row effects")->group(g_data)->check(CLI::NonNegativeNumber);
-  app.add_option("--train-samples", o.train_samples, "synthetic: training samples per epoch")->group(g_data)->check(CLI::PositiveNumber);
-  app.add_option("--test-samples", o.test_samples, "synthetic: test samples")->group(g_data)->check(CLI::PositiveNumber);
-  app.add_option("--data-seed", o.data_seed, "synthetic: seed of the hidden model and the sample stream")->group(g_data);
+  app.add_option("--max-rows-per-table", o.max_rows, "file input: table rows = min(cardinality + 1, this)")
+      ->group(g_data)
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
+  app.add_option("--scale", o.scale, "synthetic: Kaggle cardinalities times this, min 2 rows")
+      ->group(g_data)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--zipf", o.zipf, "synthetic: Zipf exponent of the id distribution")
+      ->group(g_data)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--effect-scale", o.effect_scale, "synthetic: scale of the hidden per-row effects")
+      ->group(g_data)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--train-samples", o.train_samples, "synthetic: training samples per epoch")
+      ->group(g_data)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--test-samples", o.test_samples, "synthetic: test samples")
+      ->group(g_data)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data-seed", o.data_seed, "synthetic: seed of the hidden model and the sample stream")
+      ->group(g_data);
 
   auto* g_cfg = "Configuration";
-  app.add_option("--storage", base.storage, "store format")->group(g_cfg)->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "int2", "dense"}));
-  app.add_option("--cache", base.cache, "cache policy: lru, lfu, direct, stlru (second-touch LRU: a miss replaces a row only from its second touch), none")->group(g_cfg)->check(CLI::IsMember({"lru", "lfu", "direct", "stlru", "none"}));
-  app.add_option("--admission", o.admission, "which misses the LRU cache admits: all (every miss) or second-touch (--cache stlru: a miss replaces a row only from its second touch; refused rows are read and updated in the store)")->group(g_cfg)->check(CLI::IsMember({"all", "second-touch"}));
-  app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")->group(g_cfg)->check(CLI::Range(0.0, 1.0));
-  app.add_option("--rounding", base.rounding, "rounding into the store")->group(g_cfg)->check(CLI::IsMember({"stochastic", "nearest"}));
-  app.add_option("--optimizer", base.optimizer, "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")->group(g_cfg)->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
-  app.add_option("--state-precision", base.state_precision, "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; cached rows keep theirs in FP32)")->group(g_cfg)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")->group(g_cfg)->check(CLI::Range(1, 4096));
-  app.add_option("--sweep", o.sweep, "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer state) vs log loss, each store with and without a cache at D, D/2 and D/4, and the large tables hashed (@h2, @h3, @h4) or at D/4 (@md)")->group(g_cfg)->check(CLI::IsMember({"none", "paper", "frontier"}));
-  app.add_option("--configs", o.configs, "comma-separated config labels as in the table, e.g. fp32,int8+lru5%/sr,int4/rn,dense-only,int4+stlru1%/sr@h3 (instead of --storage/--cache/...; suffixes @d<D>, @md<d>, @h<k>, @t<p>: see the README)")->group(g_cfg)->delimiter(',');
-  app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")->group(g_cfg);
+  app.add_option("--storage", base.storage, "store format")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"fp32", "fp16", "int8", "fp8", "int4", "int2", "dense"}));
+  app.add_option("--cache", base.cache,
+                 "cache policy: lru, lfu, direct, stlru (second-touch LRU: a miss replaces a row only from "
+                 "its second touch), none")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"lru", "lfu", "direct", "stlru", "none"}));
+  app.add_option("--admission", o.admission,
+                 "which misses the LRU cache admits: all (every miss) or second-touch (--cache stlru: a miss "
+                 "replaces a row only from its second touch; refused rows are read and updated in the store)")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"all", "second-touch"}));
+  app.add_option("--cache-fraction", base.cache_fraction, "cache rows as a fraction of all rows")
+      ->group(g_cfg)
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--rounding", base.rounding, "rounding into the store")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"stochastic", "nearest"}));
+  app.add_option("--optimizer", base.optimizer,
+                 "embedding optimizer (dense part: SGD); --emb-lr is its learning rate")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"sgd", "adagrad", "rowwise_adagrad", "adam"}));
+  app.add_option("--state-precision", base.state_precision,
+                 "embedding optimizer state: fp32, or bf16/fp16 (2 bytes a value, rounded with --rounding; "
+                 "cached rows keep theirs in FP32)")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--dim", base.dim, "embedding dimension D (also the bottom MLP output)")
+      ->group(g_cfg)
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--sweep", o.sweep,
+                 "none; paper: dense-only, FP32, FP16, INT8 x {0,1,5 %} x {LRU,LFU}, FP8 E4M3 x {0,1,5 % "
+                 "LRU}, INT4 x {0,1,5 %}, each x {stochastic,nearest}; frontier: memory (weights + optimizer "
+                 "state) vs log loss, each store with and without a cache at D, D/2 and D/4, and the large "
+                 "tables hashed (@h2, @h3, @h4) or at D/4 (@md)")
+      ->group(g_cfg)
+      ->check(CLI::IsMember({"none", "paper", "frontier"}));
+  app.add_option("--configs", o.configs,
+                 "comma-separated config labels as in the table, e.g. "
+                 "fp32,int8+lru5%/sr,int4/rn,dense-only,int4+stlru1%/sr@h3 (instead of "
+                 "--storage/--cache/...; suffixes @d<D>, @md<d>, @h<k>, @t<p>: see the README)")
+      ->group(g_cfg)
+      ->delimiter(',');
+  app.add_flag("--baselines", o.baselines, "also run FP32 and dense-only next to the chosen config")
+      ->group(g_cfg);
 
   auto* g_train = "Training";
   app.add_option("--seed", base.seed, "model seed (init, stochastic rounding)")->group(g_train);
-  app.add_option("--seeds", o.seeds, "repeat with seeds seed, seed+1, ...; report mean and sd")->group(g_train)->check(CLI::Range(1, 1000));
-  app.add_option("--epochs", base.epochs, "passes over the training data")->group(g_train)->check(CLI::Range(1, 1000));
-  app.add_option("--batch-size", base.batch_size, "mini-batch size")->group(g_train)->check(CLI::Range(1, 1 << 20));
-  auto* opt_lr = app.add_option("--lr", base.lr, "SGD learning rate (dense and embeddings)")->group(g_train)->check(CLI::PositiveNumber);
-  auto* opt_emb_lr = app.add_option("--emb-lr", base.emb_lr, "SGD learning rate of the embeddings (default: --lr)")->group(g_train)->check(CLI::PositiveNumber);
-  app.add_option("--range-growth", base.range_growth, "bound on a store row's range growth per update, as a fraction of its range (EmbeddingConfig::max_range_growth; int8/int4/int2 stores only, others ignore it; 0 = off; e.g. 0.01 keeps int2/sr stable at high --emb-lr)")->group(g_train)->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--emb-init", base.emb_init, "embeddings start ~ U(-a, a)")->group(g_train)->check(CLI::PositiveNumber);
-  app.add_option("--bottom-mlp", base.bottom_hidden, "bottom MLP hidden sizes (13 -> ... -> D)")->group(g_train)->delimiter(',');
-  app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")->group(g_train)->delimiter(',');
-  app.add_option("--shard", base.shard, "run under mpirun -np N: shard the tables table-wise, row-wise, column-wise or auto (mixed); one rank prints")->group(g_train)->check(CLI::IsMember({"none", "table", "row", "column", "auto"}));
-  app.add_option("--comm-precision", base.comm_precision, "with --shard: pooled vectors and their gradients on the wire as fp32, fp16 or bf16 (rounded with --rounding)")->group(g_train)->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--on-divergence", o.on_divergence, "a run whose training loss returns to the label-mean baseline after learning: stop (exit 4 with the cause), backoff (retry it with the embedding lr divided by 3, up to 3 times, and report the largest stable rate tried), ignore (finish it)")->group(g_train)->check(CLI::IsMember({"stop", "backoff", "ignore"}));
-  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->group(g_train)->check(CLI::NonNegativeNumber);
+  app.add_option("--seeds", o.seeds, "repeat with seeds seed, seed+1, ...; report mean and sd")
+      ->group(g_train)
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--epochs", base.epochs, "passes over the training data")
+      ->group(g_train)
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--batch-size", base.batch_size, "mini-batch size")
+      ->group(g_train)
+      ->check(CLI::Range(1, 1 << 20));
+  auto* opt_lr = app.add_option("--lr", base.lr, "SGD learning rate (dense and embeddings)")
+                     ->group(g_train)
+                     ->check(CLI::PositiveNumber);
+  auto* opt_emb_lr =
+      app.add_option("--emb-lr", base.emb_lr, "SGD learning rate of the embeddings (default: --lr)")
+          ->group(g_train)
+          ->check(CLI::PositiveNumber);
+  app.add_option("--range-growth", base.range_growth,
+                 "bound on a store row's range growth per update, as a fraction of its range "
+                 "(EmbeddingConfig::max_range_growth; int8/int4/int2 stores only, others ignore it; 0 = off; "
+                 "e.g. 0.01 keeps int2/sr stable at high --emb-lr)")
+      ->group(g_train)
+      ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--emb-init", base.emb_init, "embeddings start ~ U(-a, a)")
+      ->group(g_train)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--bottom-mlp", base.bottom_hidden, "bottom MLP hidden sizes (13 -> ... -> D)")
+      ->group(g_train)
+      ->delimiter(',');
+  app.add_option("--top-mlp", base.top_hidden, "top MLP hidden sizes (... -> 1)")
+      ->group(g_train)
+      ->delimiter(',');
+  app.add_option("--shard", base.shard,
+                 "run under mpirun -np N: shard the tables table-wise, row-wise, column-wise or auto "
+                 "(mixed); one rank prints")
+      ->group(g_train)
+      ->check(CLI::IsMember({"none", "table", "row", "column", "auto"}));
+  app.add_option("--comm-precision", base.comm_precision,
+                 "with --shard: pooled vectors and their gradients on the wire as fp32, fp16 or bf16 "
+                 "(rounded with --rounding)")
+      ->group(g_train)
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--on-divergence", o.on_divergence,
+                 "a run whose training loss returns to the label-mean baseline after learning: stop (exit 4 "
+                 "with the cause), backoff (retry it with the embedding lr divided by 3, up to 3 times, and "
+                 "report the largest stable rate tried), ignore (finish it)")
+      ->group(g_train)
+      ->check(CLI::IsMember({"stop", "backoff", "ignore"}));
+  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")
+      ->group(g_train)
+      ->check(CLI::NonNegativeNumber);
 
   auto* g_out = "Output";
   app.add_option("--json", o.json, "write the results as a JSON list of records")->group(g_out);
-  app.add_option("--plot", o.plot, "draw log loss vs memory with gnuplot (PNG, or SVG if the name ends in .svg)")->group(g_out);
+  app.add_option("--plot", o.plot,
+                 "draw log loss vs memory with gnuplot (PNG, or SVG if the name ends in .svg)")
+      ->group(g_out);
   app.add_flag("--quiet", o.quiet, "no progress line")->group(g_out);
-  app.add_option("--loss-trace", base.loss_trace, "append one CSV line per training batch (config, seed, emb_lr, epoch, batch, size, positives, loss, logit_sd) to this file")->group(g_out);
+  app.add_option("--loss-trace", base.loss_trace,
+                 "append one CSV line per training batch (config, seed, emb_lr, epoch, batch, size, "
+                 "positives, loss, logit_sd) to this file")
+      ->group(g_out);
 
   CLI11_PARSE(app, argc, argv);
   if (!(base.range_growth >= 0.0f && base.range_growth <= 1.0f)) {  // NaN passes CLI::Range
@@ -413,8 +509,9 @@ int main(int argc, char** argv) {
   }
   if (o.admission == "second-touch") {  // admission is part of the cache policy: Lru -> SecondTouchLru
     if (o.sweep != "none" || !o.configs.empty()) {
-      std::cerr << "error: --admission sets the single config's cache; a --configs or --sweep label names its "
-                   "own (+stlru)\n";
+      std::cerr
+          << "error: --admission sets the single config's cache; a --configs or --sweep label names its "
+             "own (+stlru)\n";
       return 1;
     }
     if (base.cache != "lru" && base.cache != "stlru") {
@@ -430,7 +527,8 @@ int main(int argc, char** argv) {
   }
   if (base.shard != "none") {
     if (!dist_available()) {
-      std::cerr << "error: --shard needs train_dlrm built with MPI (apt-get install libopenmpi-dev openmpi-bin)\n";
+      std::cerr
+          << "error: --shard needs train_dlrm built with MPI (apt-get install libopenmpi-dev openmpi-bin)\n";
       return 1;
     }
     dist_init(&argc, &argv);
@@ -509,7 +607,8 @@ int main(int argc, char** argv) {
         }
       }
       if (!left_out.empty())
-        std::cerr << "--shard " << base.shard << ": left out of the sweep (no sharded build): " << left_out << "\n";
+        std::cerr << "--shard " << base.shard << ": left out of the sweep (no sharded build): " << left_out
+                  << "\n";
       specs = std::move(kept);
     }
 
@@ -530,7 +629,8 @@ int main(int argc, char** argv) {
         RunSpec sp = specs[i];
         sp.seed = base.seed + static_cast<std::uint64_t>(s);
         aggs[i].spec = sp;
-        if (!o.quiet) std::cerr << "[" << ++k << "/" << total_runs << "] " << sp.label << " seed " << sp.seed << "\n";
+        if (!o.quiet)
+          std::cerr << "[" << ++k << "/" << total_runs << "] " << sp.label << " seed " << sp.seed << "\n";
         RunResult r;
         std::string backoff_notes;
         for (int attempt = 0;; ++attempt) {
@@ -540,18 +640,21 @@ int main(int argc, char** argv) {
           } catch (const Diverged& e) {
             if (o.on_divergence != "backoff" || attempt + 1 == kBackoffTries) throw;
             std::cerr << "warning: " << e.what() << "\n    retrying with the embedding lr divided by 3\n";
-            backoff_notes += std::string(backoff_notes.empty() ? "" : "; ") + "diverged at embedding lr " + fmt_g(sp.emb_lr);
+            backoff_notes += std::string(backoff_notes.empty() ? "" : "; ") + "diverged at embedding lr " +
+                             fmt_g(sp.emb_lr);
             sp.emb_lr /= 3.0f;
           }
         }
         if (!backoff_notes.empty()) {
-          r.diverged = backoff_notes + "; trained at embedding lr " + fmt_g(sp.emb_lr) + ", the largest stable rate tried";
+          r.diverged = backoff_notes + "; trained at embedding lr " + fmt_g(sp.emb_lr) +
+                       ", the largest stable rate tried";
           std::cerr << "    " << sp.label << " seed " << sp.seed << ": " << r.diverged << "\n";
         }
         if (!o.quiet)
-          std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc) << "  hit rate "
-                    << fmt("%.3f", r.hit_rate) << "  memory " << bytes_str(static_cast<double>(r.memory_bytes))
-                    << "  " << fmt("%.1f", r.train_seconds) << "s\n";
+          std::cerr << "    log loss " << fmt("%.5f", r.logloss) << "  AUC " << fmt("%.4f", r.auc)
+                    << "  hit rate " << fmt("%.3f", r.hit_rate) << "  memory "
+                    << bytes_str(static_cast<double>(r.memory_bytes)) << "  " << fmt("%.1f", r.train_seconds)
+                    << "s\n";
         if (is_fp32_reference(sp, base)) fp32_ll = r.logloss;
         if (r.bayes_logloss >= 0) bayes = r.bayes_logloss;
         aggs[i].runs.push_back(std::move(r));
@@ -565,8 +668,7 @@ int main(int argc, char** argv) {
     // ran; otherwise against an FP32 table of the config's own D (RunResult::fp32_bytes).
     std::size_t fp32_memory = 0;
     for (const auto& a : aggs)
-      if (is_fp32_reference(a.spec, base) && !a.runs.empty())
-        fp32_memory = a.runs.front().memory_bytes;
+      if (is_fp32_reference(a.spec, base) && !a.runs.empty()) fp32_memory = a.runs.front().memory_bytes;
     for (auto& a : aggs)
       for (auto& r : a.runs)
         if (r.memory_bytes && fp32_memory)
@@ -574,9 +676,11 @@ int main(int argc, char** argv) {
 
     std::cout << "data: " << data.description << "\n"
               << "D = " << base.dim << ", batch " << base.batch_size << ", lr " << base.lr << " (embeddings "
-              << base.emb_lr << "), epochs " << base.epochs << ", seeds " << base.seed << ".." << base.seed + static_cast<std::uint64_t>(o.seeds) - 1
-              << ", " << total << " embedding rows; memory = store + cache + metadata + optimizer state, vs FP32 = "
-              << (fp32_memory ? "the fp32 config's memory / this memory" : "4*D*rows (+ FP32 state) / this memory")
+              << base.emb_lr << "), epochs " << base.epochs << ", seeds " << base.seed << ".."
+              << base.seed + static_cast<std::uint64_t>(o.seeds) - 1 << ", " << total
+              << " embedding rows; memory = store + cache + metadata + optimizer state, vs FP32 = "
+              << (fp32_memory ? "the fp32 config's memory / this memory"
+                              : "4*D*rows (+ FP32 state) / this memory")
               << "\n";
     print_table(aggs, o.seeds, bayes);
     if (data.label_mean_logloss >= 0)
@@ -584,7 +688,8 @@ int main(int argc, char** argv) {
                 << fmt("%.5f", data.label_mean_logloss) << "\n";
     for (const auto& a : aggs)
       for (const auto& r : a.runs)
-        if (!r.diverged.empty()) std::cout << "note: " << a.spec.label << " seed " << r.spec.seed << ": " << r.diverged << "\n";
+        if (!r.diverged.empty())
+          std::cout << "note: " << a.spec.label << " seed " << r.spec.seed << ": " << r.diverged << "\n";
 
     if (!o.json.empty()) {
       std::ofstream js(o.json);
@@ -598,12 +703,14 @@ int main(int argc, char** argv) {
       std::ostringstream title;
       title << "train_dlrm, D=" << base.dim << ", " << (world ? std::string("synthetic") : o.format + " file")
             << ", " << o.seeds << " seed(s)";
-      if (!write_plot(o.plot, aggs, bayes, title.str())) std::cerr << "warning: gnuplot failed; no plot written\n";
+      if (!write_plot(o.plot, aggs, bayes, title.str()))
+        std::cerr << "warning: gnuplot failed; no plot written\n";
     }
   } catch (const Diverged& e) {
-    std::cerr << "error: " << e.what() << "\n"
-              << "  the run was stopped; lower --emb-lr (a third is a usual step), or run with --on-divergence "
-                 "backoff to find the largest stable rate\n";
+    std::cerr
+        << "error: " << e.what() << "\n"
+        << "  the run was stopped; lower --emb-lr (a third is a usual step), or run with --on-divergence "
+           "backoff to find the largest stable rate\n";
     return 4;
   } catch (const DataError& e) {
     std::cerr << "error: " << e.what() << "\n";

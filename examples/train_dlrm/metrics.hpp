@@ -30,14 +30,18 @@ inline double roc_auc(std::span<const float> score, std::span<const float> y) {
   const std::size_t n = score.size();
   std::vector<std::uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return score[a] < score[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return score[a] < score[b]; });
   double pos = 0, rank_sum = 0;
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i;
     while (j < n && score[order[j]] == score[order[i]]) ++j;
     const double avg_rank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1 .. j
     for (std::size_t k = i; k < j; ++k)
-      if (y[order[k]] > 0.5f) { pos += 1; rank_sum += avg_rank; }
+      if (y[order[k]] > 0.5f) {
+        pos += 1;
+        rank_sum += avg_rank;
+      }
     i = j;
   }
   const double neg = static_cast<double>(n) - pos;

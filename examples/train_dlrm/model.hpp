@@ -10,7 +10,6 @@
 #pragma once
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -168,8 +167,7 @@ struct DlrmShape {
 template <class S>
 class DlrmT {
  public:
-  DlrmT(const DlrmShape& shape, std::uint64_t seed)
-      : DlrmT(shape, Rng(hash_combine(seed, 0xd1e5e))) {}
+  DlrmT(const DlrmShape& shape, std::uint64_t seed) : DlrmT(shape, Rng(hash_combine(seed, 0xd1e5e))) {}
 
   // Training forward; caches what backward needs. Returns logits (1, B).
   const MatT<S>& forward(const MatT<S>& dense, const S* emb) {

@@ -120,8 +120,7 @@ RunResult run_sharded_inst(const RunSpec& spec, const DataSetup& data) {
   cfg.max_range_growth = range_growth_of<Storage>(spec);
   const int N = comm.size();
   // --shard and --comm-precision are checked by CLI11 (IsMember); the helpers throw too.
-  const mpe::sharded::ShardingPlan plan =
-      mpe::sharded::plan_by_name(spec.shard, cfg.table_rows, cfg.dim, N);
+  const mpe::sharded::ShardingPlan plan = mpe::sharded::plan_by_name(spec.shard, cfg.table_rows, cfg.dim, N);
   mpe::sharded::ShardOptions opts;
   opts.precision = mpe::sharded::comm_precision_from_string(spec.comm_precision);
   Sh sh(cfg, plan, comm, opts);

@@ -30,8 +30,8 @@
 namespace dlrm {
 
 inline constexpr std::array<std::int64_t, kNumCat> kKaggleCardinalities = {
-    1460, 583,   10131227, 2202608, 305, 24,      12517, 633, 3,  93145, 5683, 8351593, 3194,
-    27,   14992, 5461306,  10,      5652, 2173,   4,     7046547, 18, 15, 286181, 105, 142572};
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 
 inline std::vector<std::int64_t> scaled_cardinalities(double scale) {
   std::vector<std::int64_t> rows(kNumCat);
@@ -56,7 +56,8 @@ class ZipfSampler {
       const double x = h_integral_inverse(u);
       std::int64_t k = static_cast<std::int64_t>(x + 0.5);
       k = std::clamp<std::int64_t>(k, 1, n_);
-      if (static_cast<double>(k) - x <= s_value_ || u >= h_integral(static_cast<double>(k) + 0.5) - h(static_cast<double>(k)))
+      if (static_cast<double>(k) - x <= s_value_ ||
+          u >= h_integral(static_cast<double>(k) + 0.5) - h(static_cast<double>(k)))
         return k;
     }
   }
@@ -77,7 +78,8 @@ class ZipfSampler {
     return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x));
   }
   static double helper2(double x) {
-    return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
+    return std::abs(x) > 1e-8 ? std::expm1(x) / x
+                              : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
   }
   std::int64_t n_;
   double s_, h_x1_ = 0, h_n_ = 0, s_value_ = 0;
@@ -152,7 +154,8 @@ class SyntheticWorld {
   }
 
   // Sample i: dense[13], rows[t * row_stride] for t < 26, label; returns p_true.
-  double sample(std::uint64_t i, float* dense, std::int64_t* rows, std::size_t row_stride, float& label) const {
+  double sample(std::uint64_t i, float* dense, std::int64_t* rows, std::size_t row_stride,
+                float& label) const {
     Rng r(hash_combine(cfg_.seed ^ 0xda7a5eedULL, i));
     const double logit = intercept_ + draw_features(r, dense, rows, row_stride);
     const double p = 1.0 / (1.0 + std::exp(-logit));
@@ -221,7 +224,8 @@ class SyntheticSource final : public BatchSource {
   void reset() override { pos_ = 0; }
   bool next(Batch& b, int max_batch) override {
     if (pos_ >= count_) return false;
-    const int n = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(max_batch), count_ - pos_));
+    const int n =
+        static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(max_batch), count_ - pos_));
     b.resize(n, kNumCat, true);
     const std::uint64_t base = first_ + pos_;
 #pragma omp parallel for schedule(static)

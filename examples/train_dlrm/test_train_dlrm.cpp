@@ -3,6 +3,7 @@
 // backward pass of the dense model.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,8 +14,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "data.hpp"
 #include "divergence.hpp"
@@ -54,7 +53,10 @@ struct TempFile {
     std::ofstream(path, std::ios::binary) << content;
   }
   ~TempFile() { std::filesystem::remove(path); }
-  static int& counter() { static int c = 0; return c; }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
 };
 
 }  // namespace
@@ -67,9 +69,9 @@ TEST_CASE("parse: a well-formed line") {
   cat[4] = "0000002a";
   REQUIRE(parse_criteo_line(make_line("1", dense, cat), s).empty());
   CHECK(s.label == 1.0f);
-  CHECK(s.dense[0] == 0.0f);           // log(1 + 0)
-  CHECK(s.dense[1] == 0.0f);           // negative -> max(x, 0) = 0
-  CHECK(s.dense[2] == 0.0f);           // empty -> 0
+  CHECK(s.dense[0] == 0.0f);                                          // log(1 + 0)
+  CHECK(s.dense[1] == 0.0f);                                          // negative -> max(x, 0) = 0
+  CHECK(s.dense[2] == 0.0f);                                          // empty -> 0
   CHECK(s.dense[3] == doctest::Approx(std::log(8.0)).epsilon(1e-6));  // float rounding of log(8)
   CHECK_FALSE(s.cat_present[3]);
   CHECK(s.cat_present[4]);
@@ -78,19 +80,20 @@ TEST_CASE("parse: a well-formed line") {
   // Windows line ending is tolerated.
   CHECK(parse_criteo_line(good_line() + "\r", s).empty());
   // All-empty features are fine.
-  CHECK(parse_criteo_line(make_line("0", std::vector<std::string>(13), std::vector<std::string>(26)), s).empty());
+  CHECK(parse_criteo_line(make_line("0", std::vector<std::string>(13), std::vector<std::string>(26)), s)
+            .empty());
   CHECK(s.label == 0.0f);
 }
 
 TEST_CASE("parse: malformed lines are rejected with a reason") {
   Sample s;
   CHECK_FALSE(parse_criteo_line("", s).empty());
-  CHECK_FALSE(parse_criteo_line(good_line() + "\textra", s).empty());     // 41 fields
+  CHECK_FALSE(parse_criteo_line(good_line() + "\textra", s).empty());  // 41 fields
   std::string short_line = good_line();
   short_line.resize(short_line.rfind('\t'));
-  CHECK_FALSE(parse_criteo_line(short_line, s).empty());                  // 39 fields
-  CHECK_FALSE(parse_criteo_line(good_line("2"), s).empty());              // label
-  CHECK_FALSE(parse_criteo_line(good_line(""), s).empty());               // empty label
+  CHECK_FALSE(parse_criteo_line(short_line, s).empty());      // 39 fields
+  CHECK_FALSE(parse_criteo_line(good_line("2"), s).empty());  // label
+  CHECK_FALSE(parse_criteo_line(good_line(""), s).empty());   // empty label
   std::vector<std::string> dense(13, "1");
   std::vector<std::string> cat(26, "01234567");
   dense[5] = "1.5";
@@ -118,7 +121,10 @@ TEST_CASE("reader: skips and reports malformed lines, strict mode throws") {
     CriteoReader r(f.path.string(), false);
     Sample s;
     int n = 0, pos = 0;
-    while (r.next(s)) { ++n; pos += s.label > 0.5f; }
+    while (r.next(s)) {
+      ++n;
+      pos += s.label > 0.5f;
+    }
     CHECK(n == 3);
     CHECK(pos == 1);
     CHECK(r.malformed().count == 2);
@@ -252,8 +258,8 @@ TEST_CASE("synthetic: deterministic, batch-size independent, ~25 % positives") {
   cfg.seed = 3;
   SyntheticWorld w1(cfg), w2(cfg);
   CHECK(w1.table_rows() == w2.table_rows());
-  CHECK(w1.table_rows()[2] == 10131);           // round(10131227 * 0.001)
-  CHECK(w1.table_rows()[8] == 2);               // max(2, round(3 * 0.001))
+  CHECK(w1.table_rows()[2] == 10131);  // round(10131227 * 0.001)
+  CHECK(w1.table_rows()[8] == 2);      // max(2, round(3 * 0.001))
   CHECK(w1.intercept() == w2.intercept());
   const std::uint64_t N = 20000;
   SyntheticSource a(w1, 0, N), b(w2, 0, N);
@@ -272,12 +278,15 @@ TEST_CASE("synthetic: deterministic, batch-size independent, ~25 % positives") {
   CHECK(la == lb);  // bitwise: pure function of (seed, i)
   CHECK(ia == ib);
   double pos = 0, pmean = 0;
-  for (std::size_t i = 0; i < la.size(); ++i) { pos += la[i]; pmean += pa[i]; }
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    pos += la[i];
+    pmean += pa[i];
+  }
   pos /= N;
   pmean /= N;
   // The intercept is calibrated on 20000 other samples: both the calibration
   // and this estimate have binomial-ish sd ~0.003; 0.02 is > 4 combined sd.
-  CHECK(pos == doctest::Approx(0.25).epsilon(0.08));   // 0.25 +- 0.02
+  CHECK(pos == doctest::Approx(0.25).epsilon(0.08));  // 0.25 +- 0.02
   CHECK(pmean == doctest::Approx(0.25).epsilon(0.08));
   // Different seed -> different stream.
   cfg.seed = 4;
@@ -285,13 +294,15 @@ TEST_CASE("synthetic: deterministic, batch-size independent, ~25 % positives") {
   SyntheticSource c(w3, 0, 1000);
   Batch bc;
   c.next(bc, 1000);
-  CHECK(std::vector<float>(bc.labels.begin(), bc.labels.end()) != std::vector<float>(la.begin(), la.begin() + 1000));
+  CHECK(std::vector<float>(bc.labels.begin(), bc.labels.end()) !=
+        std::vector<float>(la.begin(), la.begin() + 1000));
   // Ids are skewed: the most frequent row of a big field takes a large share,
   // and it is not row 0 (rows are permuted).
   std::vector<int> cnt(static_cast<std::size_t>(w1.table_rows()[5]), 0);
   for (auto r : ia) ++cnt[static_cast<std::size_t>(r)];
   const auto top = std::max_element(cnt.begin(), cnt.end()) - cnt.begin();
-  CHECK(cnt[static_cast<std::size_t>(top)] > static_cast<int>(N / 10));  // field 5 has 24 rows: rank 1 has ~24 %
+  CHECK(cnt[static_cast<std::size_t>(top)] >
+        static_cast<int>(N / 10));  // field 5 has 24 rows: rank 1 has ~24 %
 }
 
 TEST_CASE("metrics: hand-computed AUC, log loss, accuracy") {
@@ -465,21 +476,24 @@ TEST_CASE("reshape: hashed ids, zero padding to D and the padding's gradient dro
   PlainMixedDim md{{4, 3}, {2, 4}, {}, {}};
   md.w.resize(2);
   for (int t = 0; t < 2; ++t)
-    for (std::int64_t i = 0; i < md.rows[static_cast<std::size_t>(t)] * md.dims[static_cast<std::size_t>(t)]; ++i)
+    for (std::int64_t i = 0; i < md.rows[static_cast<std::size_t>(t)] * md.dims[static_cast<std::size_t>(t)];
+         ++i)
       md.w[static_cast<std::size_t>(t)].push_back(static_cast<float>(100 * t + i));
   ReshapedTables<PlainMixedDim> emb(md, 4, {4, 0});
   const std::vector<std::int64_t> idx = {1, 5, 7, 2, 0, 1};  // t0: {1, 5} {7}; t1: {2} {0, 1}
   const std::vector<std::int64_t> off = {0, 2, 3, 4, 6};
   std::vector<float> out(2 * 2 * 4, -1.0f);
-  emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out), 0);
+  emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out),
+              0);
   // Exact: sums of small integers. 5 mod 4 = 1 and 7 mod 4 = 3.
-  const std::vector<float> want = {2 * 2.0f, 2 * 3.0f, 0, 0,  108, 109, 110, 111,
-                                   6, 7, 0, 0,                 100 + 104, 101 + 105, 102 + 106, 103 + 107};
+  const std::vector<float> want = {2 * 2.0f, 2 * 3.0f, 0, 0, 108,       109,       110,       111,
+                                   6,        7,        0, 0, 100 + 104, 101 + 105, 102 + 106, 103 + 107};
   CHECK(out == want);
   CHECK(idx[1] == 5);  // the caller's ids are not changed
   std::vector<float> inf(out.size(), -1.0f);
   const ReshapedTables<PlainMixedDim>& c = emb;
-  c.forward_inference(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(inf), 0);
+  c.forward_inference(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off),
+                      std::span<float>(inf), 0);
   CHECK(inf == want);
   std::vector<float> g(out.size());
   for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i);
@@ -499,7 +513,8 @@ TEST_CASE("reshape: hashed ids, zero padding to D and the padding's gradient dro
 TEST_CASE("divergence: label-mean baseline is the entropy of the positive rate") {
   // H(p) written out: p = 0.25 gives 0.25 ln 4 + 0.75 ln(4/3). Relative tolerance 1e-12: both
   // sides are a few double logs and products, so they differ by a few ulps at most.
-  CHECK(label_mean_log_loss(0.25) == doctest::Approx(0.25 * std::log(4.0) + 0.75 * std::log(4.0 / 3.0)).epsilon(1e-12));
+  CHECK(label_mean_log_loss(0.25) ==
+        doctest::Approx(0.25 * std::log(4.0) + 0.75 * std::log(4.0 / 3.0)).epsilon(1e-12));
   CHECK(label_mean_log_loss(0.5) == doctest::Approx(std::log(2.0)).epsilon(1e-12));
   // predicting 0.25 on labels with positive rate 0.5: 0.5 ln 4 + 0.5 ln(4/3)
   CHECK(constant_prediction_log_loss(0.25, 0.5) ==
@@ -537,7 +552,8 @@ TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the 
     for (int i = 0; i < 20; ++i) CHECK(m.add(1.0 * b, 100, 25, 1.0, no_sat).empty());
     for (int i = 0; i < 9; ++i) CHECK(m.add(1.07 * b, 100, 25, 1.0, no_sat).empty());
     const std::string why = m.add(1.07 * b, 100, 25, 1.0, no_sat);
-    CHECK(why.find("over the last 30 batches is 2.3 % above the label-mean baseline at step 90") != std::string::npos);
+    CHECK(why.find("over the last 30 batches is 2.3 % above the label-mean baseline at step 90") !=
+          std::string::npos);
   }
   SUBCASE("a window's baseline follows its own labels: more positives, a higher baseline") {
     DivergenceMonitor m;
@@ -557,7 +573,8 @@ TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the 
     // window 4: (1.5 + 1.5 + 1.0) / 3 above 1.1: flagged at its end
     for (int i = 0; i < 9; ++i) CHECK(m.add(1.0 * b, 100, 25, 1.0, no_sat).empty());
     const std::string why = m.add(1.0 * b, 100, 25, 1.0, no_sat);
-    CHECK(why.find("over the last 30 batches is 33.3 % above the label-mean baseline at step 40") != std::string::npos);
+    CHECK(why.find("over the last 30 batches is 33.3 % above the label-mean baseline at step 40") !=
+          std::string::npos);
     CHECK(why.find("was never 3 % below it") != std::string::npos);
   }
   SUBCASE("a slow start that then learns, and a run 9 % above throughout: not flagged") {
@@ -576,7 +593,8 @@ TEST_CASE("divergence: collapse or a lasting climb above the baseline stops the 
     for (int i = 0; i < 2; ++i) CHECK(m.add(0.8 * b, 100, 25, 1.0, sat_now).empty());
     const std::string why = m.add(std::numeric_limits<double>::infinity(), 100, 25, 1.0, sat_now);
     CHECK(why.find("not finite at step 13") != std::string::npos);
-    CHECK(why.find("7 row writes saturated the store format's range (7 in the last window)") != std::string::npos);
+    CHECK(why.find("7 row writes saturated the store format's range (7 in the last window)") !=
+          std::string::npos);
   }
 }
 
@@ -592,20 +610,22 @@ TEST_CASE("reshape: a tiered table's hot id takes a private row that starts as i
   PlainMixedDim md{{6, 3}, {2, 4}, {}, {}};
   md.w.resize(2);
   for (int t = 0; t < 2; ++t)
-    for (std::int64_t i = 0; i < md.rows[static_cast<std::size_t>(t)] * md.dims[static_cast<std::size_t>(t)]; ++i)
+    for (std::int64_t i = 0; i < md.rows[static_cast<std::size_t>(t)] * md.dims[static_cast<std::size_t>(t)];
+         ++i)
       md.w[static_cast<std::size_t>(t)].push_back(static_cast<float>(100 * t + i));
   ReshapedTables<PlainMixedDim> emb(md, 4, {6, 0}, {tc, std::nullopt});
   REQUIRE(emb.tier(1) == nullptr);
   const mpe::TieredRows& tier = *emb.tier(0);
   const std::int64_t shared = tier.row_of(7);
-  REQUIRE(shared >= 2);  // a cold id: one of the shared rows [2, 6)
+  REQUIRE(shared >= 2);                             // a cold id: one of the shared rows [2, 6)
   const std::vector<std::int64_t> idx = {7, 7, 1};  // t0: {7, 7}; t1: {1}
   const std::vector<std::int64_t> off = {0, 2, 3};
-  const std::vector<float> want = {2 * static_cast<float>(2 * shared), 2 * static_cast<float>(2 * shared + 1), 0, 0,
-                                   104, 105, 106, 107};
+  const std::vector<float> want = {
+      2 * static_cast<float>(2 * shared), 2 * static_cast<float>(2 * shared + 1), 0, 0, 104, 105, 106, 107};
   std::vector<float> out(8, -1.0f);
   const auto run = [&] {
-    emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out), 0);
+    emb.forward(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(out),
+                0);
   };
   run();  // counted once (ids are counted once per batch): still cold
   CHECK(out == want);
@@ -623,7 +643,8 @@ TEST_CASE("reshape: a tiered table's hot id takes a private row that starts as i
   md.w[0][static_cast<std::size_t>(2 * shared)] = -5.0f;
   std::vector<float> inf(8, -1.0f);
   const ReshapedTables<PlainMixedDim>& c = emb;
-  c.forward_inference(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off), std::span<float>(inf), 0);
+  c.forward_inference(std::span<const std::int64_t>(idx), std::span<const std::int64_t>(off),
+                      std::span<float>(inf), 0);
   CHECK(inf == want);
   CHECK(tier.stats().promotions == 1);
 }

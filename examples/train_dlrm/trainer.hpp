@@ -4,22 +4,20 @@
 // their own translation unit, and by sharded_run.hpp (MPI runs).
 #pragma once
 
-#include <mpe/mpe.hpp>
+#include <unistd.h>
 
 #include <Eigen/Core>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <mpe/mpe.hpp>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <unistd.h>
 
 #include "data.hpp"
 #include "divergence.hpp"
@@ -35,8 +33,12 @@ namespace dlrm {
 class Progress {
  public:
   Progress(std::string label, std::uint64_t total, bool enabled)
-      : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(2) != 0),
-        start_(Clock::now()), last_(start_) {}
+      : label_(std::move(label)),
+        total_(total),
+        enabled_(enabled),
+        tty_(isatty(2) != 0),
+        start_(Clock::now()),
+        last_(start_) {}
   void update(std::uint64_t rows, double loss) {
     done_ += rows;
     loss_sum_ += loss * static_cast<double>(rows);
@@ -65,11 +67,10 @@ class Progress {
     const double t = std::chrono::duration<double>(Clock::now() - start_).count();
     const double rate = t > 0 ? static_cast<double>(done_) / t : 0.0;
     const double eta = rate > 0 && total_ > done_ ? static_cast<double>(total_ - done_) / rate : 0.0;
-    std::fprintf(stderr, "%s%-22s %10llu/%llu rows  %8.0f rows/s  ETA %5.0fs  loss %.4f%s",
-                 tty_ ? "\r" : "", label_.c_str(), static_cast<unsigned long long>(done_),
+    std::fprintf(stderr, "%s%-22s %10llu/%llu rows  %8.0f rows/s  ETA %5.0fs  loss %.4f%s", tty_ ? "\r" : "",
+                 label_.c_str(), static_cast<unsigned long long>(done_),
                  static_cast<unsigned long long>(total_), rate, eta,
-                 loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : 0.0,
-                 (tty_ && !final_line) ? "" : "\n");
+                 loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : 0.0, (tty_ && !final_line) ? "" : "\n");
     std::fflush(stderr);
   }
   std::string label_;
@@ -115,13 +116,14 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
                 static_cast<std::uint64_t>(spec.epochs) * train->size_hint(), spec.progress);
   if constexpr (kHasEmb) emb->reset_stats();
   const auto t0 = Clock::now();
-  DivergenceMonitor monitor;  // checked before this batch's update is applied
+  DivergenceMonitor monitor;   // checked before this batch's update is applied
   std::FILE* trace = nullptr;  // --loss-trace: one line per batch
   if (!spec.loss_trace.empty()) {
     trace = std::fopen(spec.loss_trace.c_str(), "a");
     if (!trace) throw std::runtime_error("cannot open --loss-trace '" + spec.loss_trace + "'");
     std::fseek(trace, 0, SEEK_END);
-    if (std::ftell(trace) == 0) std::fprintf(trace, "config,seed,emb_lr,epoch,batch,size,positives,loss,logit_sd\n");
+    if (std::ftell(trace) == 0)
+      std::fprintf(trace, "config,seed,emb_lr,epoch,batch,size,positives,loss,logit_sd\n");
   }
   std::uint64_t batch_no = 0;
   for (int e = 0; e < spec.epochs; ++e) {
@@ -156,19 +158,27 @@ RunResult train_and_eval(const RunSpec& spec, const DataSetup& data, Emb* emb, s
       ++batch_no;
       if (spec.stop_on_divergence) {
         const std::string why = monitor.add(loss, B, positives, logit_sd, [&]() -> std::uint64_t {
-          if constexpr (kHasEmb) return emb->stats().saturated_rows;
-          else return 0;
+          if constexpr (kHasEmb)
+            return emb->stats().saturated_rows;
+          else
+            return 0;
         });
-        if (!why.empty()) throw Diverged(spec.label + " (seed " + std::to_string(spec.seed) + ", embedding lr " +
-                                         fmt_g(spec.emb_lr) + ", dense lr " + fmt_g(spec.lr) + ") diverged: " + why);
+        if (!why.empty())
+          throw Diverged(spec.label + " (seed " + std::to_string(spec.seed) + ", embedding lr " +
+                         fmt_g(spec.emb_lr) + ", dense lr " + fmt_g(spec.lr) + ") diverged: " + why);
       }
       if constexpr (kHasEmb) {
         const std::span<const float> g(emb_grad);
-        if (spec.optimizer == "sgd") emb->backward(g, mpe::Sgd{spec.emb_lr});
-        else if (spec.optimizer == "adagrad") emb->backward(g, mpe::Adagrad{spec.emb_lr});
-        else if (spec.optimizer == "rowwise_adagrad") emb->backward(g, mpe::RowwiseAdagrad{spec.emb_lr});
-        else if (spec.optimizer == "adam") emb->backward(g, mpe::Adam{spec.emb_lr});
-        else throw std::invalid_argument("unknown optimizer '" + spec.optimizer + "'");
+        if (spec.optimizer == "sgd")
+          emb->backward(g, mpe::Sgd{spec.emb_lr});
+        else if (spec.optimizer == "adagrad")
+          emb->backward(g, mpe::Adagrad{spec.emb_lr});
+        else if (spec.optimizer == "rowwise_adagrad")
+          emb->backward(g, mpe::RowwiseAdagrad{spec.emb_lr});
+        else if (spec.optimizer == "adam")
+          emb->backward(g, mpe::Adam{spec.emb_lr});
+        else
+          throw std::invalid_argument("unknown optimizer '" + spec.optimizer + "'");
       }
       model.sgd(spec.lr);
       res.train_samples += static_cast<std::uint64_t>(B);
@@ -319,9 +329,11 @@ RunResult run_instantiation(const RunSpec& spec, const DataSetup& data, std::int
   if (spec.large_dim > 0) {
     // Reshaped tables (@md / @h): with stochastic rounding and FP32 optimizer state only, to
     // keep the example's instantiations (and its build time) small.
-    if constexpr (std::is_same_v<Rounding, mpe::StochasticRounding> && std::is_same_v<Precision, mpe::StateFp32>)
+    if constexpr (std::is_same_v<Rounding, mpe::StochasticRounding> &&
+                  std::is_same_v<Precision, mpe::StateFp32>)
       return run_reshaped<Storage, Cache, Rounding, Precision>(spec, data);
-    throw std::invalid_argument("@md<d> / @h<k> are built with --rounding stochastic and --state-precision fp32 only");
+    throw std::invalid_argument(
+        "@md<d> / @h<k> are built with --rounding stochastic and --state-precision fp32 only");
   }
   mpe::EmbeddingConfig cfg;
   cfg.table_rows = data.table_rows;
@@ -341,9 +353,12 @@ RunResult run_cache(const RunSpec& spec, const DataSetup& data) {
   // instantiations (and its build time) small.
   if (spec.state_precision != "fp32") {
     if (spec.cache != "lru" && spec.cache != "none")
-      throw std::invalid_argument("--state-precision " + spec.state_precision + " is built with --cache lru or none only");
-    if (spec.state_precision == "bf16") return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateBf16>(spec, data, 32);
-    if (spec.state_precision == "fp16") return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateFp16>(spec, data, 32);
+      throw std::invalid_argument("--state-precision " + spec.state_precision +
+                                  " is built with --cache lru or none only");
+    if (spec.state_precision == "bf16")
+      return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateBf16>(spec, data, 32);
+    if (spec.state_precision == "fp16")
+      return run_instantiation<Storage, mpe::Lru<32>, Rounding, mpe::StateFp16>(spec, data, 32);
     throw std::invalid_argument("unknown state precision '" + spec.state_precision + "'");
   }
   if (spec.cache == "lru" || spec.cache == "none")

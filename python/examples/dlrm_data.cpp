@@ -25,9 +25,11 @@ struct Data {
 };
 
 // The same split, scan and table sizes as train_dlrm's make_data (main.cpp).
-std::shared_ptr<Data> file_data(const std::string& path, double test_fraction, std::int64_t max_rows, bool strict) {
+std::shared_ptr<Data> file_data(const std::string& path, double test_fraction, std::int64_t max_rows,
+                                bool strict) {
   auto d = std::make_shared<Data>();
-  if (!(test_fraction > 0 && test_fraction < 1)) throw std::invalid_argument("test_fraction must be in (0, 1)");
+  if (!(test_fraction > 0 && test_fraction < 1))
+    throw std::invalid_argument("test_fraction must be in (0, 1)");
   // The split is of the data lines (blank lines are not samples), as train_dlrm's.
   const DataLines dl = count_data_lines(path, 1);
   const std::uint64_t n = dl.data;
@@ -47,12 +49,14 @@ std::shared_ptr<Data> file_data(const std::string& path, double test_fraction, s
   const auto rows = d->table_rows;
   const auto ntr = tr.valid, nte = te.valid;
   d->make_train = [=] { return std::make_unique<FileBatchSource>(path, rows, strict, 1, train_last, ntr); };
-  d->make_test = [=] { return std::make_unique<FileBatchSource>(path, rows, strict, test_first, test_last, nte); };
+  d->make_test = [=] {
+    return std::make_unique<FileBatchSource>(path, rows, strict, test_first, test_last, nte);
+  };
   return d;
 }
 
 std::shared_ptr<Data> synthetic_data(double scale, double zipf, double effect_scale, std::uint64_t data_seed,
-                                      std::uint64_t train_samples, std::uint64_t test_samples) {
+                                     std::uint64_t train_samples, std::uint64_t test_samples) {
   auto d = std::make_shared<Data>();
   SyntheticConfig sc;
   sc.scale = scale;
@@ -63,9 +67,10 @@ std::shared_ptr<Data> synthetic_data(double scale, double zipf, double effect_sc
   d->table_rows = d->world->table_rows();
   d->train_size = train_samples;
   d->test_size = test_samples;
-  d->description = "synthetic Criteo-Kaggle-like (scale " + std::to_string(scale) + ", Zipf " + std::to_string(zipf) +
-                   ", data seed " + std::to_string(data_seed) + "): " + std::to_string(train_samples) + " train / " +
-                   std::to_string(test_samples) + " test samples";
+  d->description = "synthetic Criteo-Kaggle-like (scale " + std::to_string(scale) + ", Zipf " +
+                   std::to_string(zipf) + ", data seed " + std::to_string(data_seed) +
+                   "): " + std::to_string(train_samples) + " train / " + std::to_string(test_samples) +
+                   " test samples";
   std::shared_ptr<const SyntheticWorld> w = d->world;
   d->make_train = [w, train_samples] { return std::make_unique<SyntheticSource>(*w, 0, train_samples); };
   d->make_test = [w, train_samples, test_samples] {
@@ -91,8 +96,10 @@ class Source {
     auto i64 = at::TensorOptions().dtype(at::kLong);
     // Eigen (13, B) column-major is (B, 13) row-major.
     at::Tensor dense = torch::from_blob(b_.dense.data(), {B, kNumDense}, f32).clone();
-    at::Tensor idx = torch::from_blob(b_.indices.data(), {static_cast<int64_t>(b_.indices.size())}, i64).clone();
-    at::Tensor off = torch::from_blob(b_.offsets.data(), {static_cast<int64_t>(b_.offsets.size())}, i64).clone();
+    at::Tensor idx =
+        torch::from_blob(b_.indices.data(), {static_cast<int64_t>(b_.indices.size())}, i64).clone();
+    at::Tensor off =
+        torch::from_blob(b_.offsets.data(), {static_cast<int64_t>(b_.offsets.size())}, i64).clone();
     at::Tensor labels = torch::from_blob(b_.labels.data(), {B}, f32).clone();
     at::Tensor p = torch::from_blob(b_.p_true.data(), {static_cast<int64_t>(b_.p_true.size())}, f32).clone();
     return py::make_tuple(dense, idx, off, labels, p);

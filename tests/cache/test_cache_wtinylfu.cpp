@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "reference/cache_harness.hpp"
 #include "io/checkpoint_common.hpp"
+#include "reference/cache_harness.hpp"
 
 using mpe_test::Harness;
 using mpe_test::TraceBatch;

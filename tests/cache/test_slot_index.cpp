@@ -102,7 +102,8 @@ TEST_CASE_TEMPLATE("slot index: exact after every call; same bits as without it"
       CHECK(indexed.memory().cache_bytes == plain.memory().cache_bytes);
       CHECK(indexed.memory().store_bytes - plain.memory().store_bytes == (align == 4 ? 4 * rows : 0));
       CHECK(indexed.cache_ref().slot_stride == static_cast<std::int64_t>(indexed.store_row_bytes() / 4));
-      CHECK(reinterpret_cast<const std::uint8_t*>(indexed.cache_ref().slot_of_row) - indexed.ref().store == 16);
+      CHECK(reinterpret_cast<const std::uint8_t*>(indexed.cache_ref().slot_of_row) - indexed.ref().store ==
+            16);
     } else {
       CHECK(indexed.store_row_bytes() == plain.store_row_bytes());
       CHECK(indexed.memory().cache_bytes - plain.memory().cache_bytes == 4 * rows);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoint round trip and exact resume (between steps, and with a prefetch pending) for Int8Rowwise and
-// Int4Rowwise stores, every cache policy of tests/reference/policy_lists.hpp and both rounding policies (split
-// across two files to keep each compile short).
+// Int4Rowwise stores, every cache policy of tests/reference/policy_lists.hpp and both rounding policies
+// (split across two files to keep each compile short).
 #include <typeinfo>
 
 #include "io/checkpoint_common.hpp"

@@ -16,7 +16,8 @@ namespace mpe_test {
 using Storages = std::tuple<mpe::Fp32, mpe::Fp16, mpe::Bf16, mpe::Int8Rowwise, mpe::Int4Rowwise,
                             mpe::Int2Rowwise, mpe::Fp8E4M3Rowwise, mpe::Fp8E5M2Rowwise>;
 /// Every cache policy (`CachePolicy`), at 4 ways where the policy has a way count.
-using Caches = std::tuple<mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::WTinyLfu<4>, mpe::SecondTouchLru<4>>;
+using Caches =
+    std::tuple<mpe::Lru<4>, mpe::Lfu<4>, mpe::DirectMapped, mpe::WTinyLfu<4>, mpe::SecondTouchLru<4>>;
 /// Both rounding policies.
 using Roundings = std::tuple<mpe::StochasticRounding, mpe::NearestRounding>;
 /// Every optimizer registered in mpe::KnownOptimizers.

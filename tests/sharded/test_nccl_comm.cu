@@ -11,9 +11,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <mpe/mpe.hpp>
 #include <mpe/sharded/nccl_comm.hpp>
 #include <mpe/sharded/sharded_embedding.hpp>
-#include <mpe/mpe.hpp>
 #include <vector>
 
 namespace {

@@ -15,9 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mpe/mpe.hpp>
 #include <mpe/sharded/mpi_comm.hpp>
 #include <mpe/sharded/sharded_embedding.hpp>
-#include <mpe/mpe.hpp>
 #include <string>
 #include <vector>
 

@@ -135,15 +135,16 @@ enum class Pooling { Sum, Mean };
 /// saved with the checkpoint, so a resumed run counts exactly as an uninterrupted one.
 struct CacheStats {
   // Without a cache (cache_rows = 0) only lookups, saturated_rows and skipped_steps move.
-  std::uint64_t lookups = 0;             ///< index occurrences populated
-  std::uint64_t unique_rows = 0;         ///< unique rows per batch, summed over batches
-  std::uint64_t hits = 0;                ///< unique rows found in the cache
-  std::uint64_t misses = 0;              ///< unique rows not found (filled, conflict or rejected)
-  std::uint64_t conflict_misses = 0;     ///< misses left uncached: their set had no free way
-  std::uint64_t evictions = 0;           ///< resident rows replaced by a miss
-  std::uint64_t writebacks = 0;          ///< dirty rows written to the store (eviction or flush)
-  std::uint64_t lfu_rejections = 0;      ///< misses the policy's admission refused (Lfu, WTinyLfu: estimate not above
-                                         ///< the victim's; SecondTouchLru: a first touch); they bypass the cache
+  std::uint64_t lookups = 0;          ///< index occurrences populated
+  std::uint64_t unique_rows = 0;      ///< unique rows per batch, summed over batches
+  std::uint64_t hits = 0;             ///< unique rows found in the cache
+  std::uint64_t misses = 0;           ///< unique rows not found (filled, conflict or rejected)
+  std::uint64_t conflict_misses = 0;  ///< misses left uncached: their set had no free way
+  std::uint64_t evictions = 0;        ///< resident rows replaced by a miss
+  std::uint64_t writebacks = 0;       ///< dirty rows written to the store (eviction or flush)
+  /// Misses the policy's admission refused (Lfu, WTinyLfu: estimate not above the victim's;
+  /// SecondTouchLru: a first touch); they bypass the cache.
+  std::uint64_t lfu_rejections = 0;
   std::uint64_t saturated_rows = 0;      ///< row writes that clamped values into the format range (the row's
                                          ///< weights, or its compact BF16/FP16 optimizer state)
   std::uint64_t bytes_filled = 0;        ///< store bytes read to fill cache rows (+ 2S compact state)

@@ -46,8 +46,8 @@
 /// subnormal round to 0 (stochastically: to 0 or the smallest subnormal). FP16's range
 /// is narrow for optimizer state: after one step Adam's second moment is (1 - beta2) g^2,
 /// below FP16's smallest subnormal (6e-8) for |g| < ~7.7e-3 at beta2 = 0.999, after which
-/// the update m / (sqrt(v) + eps) can grow by orders of magnitude, and Adagrad's accumulator saturates at 65504. BF16 keeps FP32's range with
-/// 8 significant bits (relative error <= 2^-8 per rounding).
+/// the update m / (sqrt(v) + eps) can grow by orders of magnitude, and Adagrad's accumulator saturates at
+/// 65504. BF16 keeps FP32's range with 8 significant bits (relative error <= 2^-8 per rounding).
 #pragma once
 
 #include <concepts>

@@ -95,8 +95,8 @@ struct ShardingPlan {
       const std::int64_t end = s.kind == ShardKind::Row ? table_rows[t] : dim;
       if (s.bounds.size() != static_cast<std::size_t>(world_size) + 1 || s.bounds.front() != 0 ||
           s.bounds.back() != end || !std::is_sorted(s.bounds.begin(), s.bounds.end()))
-        bad(tn + ": " + mpe::sharded::to_string(s.kind) + " bounds must be " + std::to_string(world_size + 1) +
-            " non-decreasing values from 0 to " + std::to_string(end));
+        bad(tn + ": " + mpe::sharded::to_string(s.kind) + " bounds must be " +
+            std::to_string(world_size + 1) + " non-decreasing values from 0 to " + std::to_string(end));
     }
   }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// mpe_torch: the Int8Rowwise instantiations: the other cache policies (Lfu<32>, DirectMapped, SecondTouchLru<32>, WTinyLfu<32>),
-// stochastic rounding, FP32 state (variants.hpp, is_built).
+// mpe_torch: the Int8Rowwise instantiations: the other cache policies (Lfu<32>, DirectMapped,
+// SecondTouchLru<32>, WTinyLfu<32>), stochastic rounding, FP32 state (variants.hpp, is_built).
 #include "group_impl.hpp"
 
 namespace mpe_torch {

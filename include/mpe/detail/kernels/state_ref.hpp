@@ -9,10 +9,10 @@
 #include <cstdint>
 
 #include "mpe/cache/cache_ref.hpp"
+#include "mpe/core/types.hpp"
 #include "mpe/numeric/atomics.hpp"
 #include "mpe/numeric/philox.hpp"
 #include "mpe/optim/state_precision.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::detail {
 

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
+#include "mpe/core/types.hpp"
 #include "mpe/detail/kernels/validation.hpp"
 #include "mpe/numeric/config.hpp"
-#include "mpe/core/types.hpp"
 
 namespace mpe::detail {
 
