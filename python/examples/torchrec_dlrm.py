@@ -254,6 +254,10 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (0 = torch's default)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    if args.tiers and args.kernel != "mpe":
+        ap.error("--tiers needs --kernel mpe (TorchRec's fused kernel has no frequency tiers)")
+    if args.tier_min_ids < 0:
+        ap.error(f"--tier-min-ids {args.tier_min_ids}: must be >= 0")
     if args.kernel == "mpe":
         require("mpe_torch", why="--kernel mpe")
     if args.emb_lr is None:

@@ -57,6 +57,9 @@ evaluation it looks up. The map depends on the set of ids of each batch only, so
 of a table (table- or column-wise) keeps the one-process map of the global batch, and the
 collection's rows are keyed by the tables' physical rows: a sharded run trains the bits of
 one ``TableBatchedEmbeddingBags`` (physical rows) with a ``TieredRows`` per tiered table.
+``None`` means untiered; the fields, and ``private_rows + shared_rows <= num_embeddings``, are
+checked on every rank when DMP shards. The plan in the state dict records each tiered table's
+resolved map configuration, so a state loads only into a model with the same tiers.
 
 **Errors.** Option names and values are checked when the sharder is made, plans when DMP
 shards (every rank alike); a batch a kernel refuses (an index outside its table, a
@@ -70,7 +73,8 @@ table t's map, for a tiered table), the plan
 (``<prefix>_mpe_plan``, the same on every rank) and, readable as TorchRec users read them,
 ``<prefix>embedding_bags.<table>.weight``: a ShardedTensor of the table's ``(rows, D)``
 float32 weights as the module reads them (cached rows in FP32, others dequantized; a tiered
-table's ``(num_embeddings, D)`` as its ids read their physical rows). Loading
+table's is its ``(private_rows + shared_rows, D)`` physical rows: id i reads row ``row_of(i)``
+of its map, ``tiers()``, and ``MpeEmbeddingBag.logical_weights()`` gives ``(ids, D)``). Loading
 (``load_state_dict``, or ``torch.distributed.checkpoint`` then ``load_state_dict``) checks the
 plan first (another plan or world size is refused naming both), verifies every kernel's
 bytes, and replaces nothing on any rank unless every rank can load; the ``weight`` entries
@@ -89,6 +93,7 @@ except ImportError as e:  # pragma: no cover - only without torchrec
                       "dependencies, see python/README.md)") from e
 
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata
+from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor.metadata import TensorProperties
 from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
@@ -103,7 +108,7 @@ import mpe_torch as _mpe
 from . import STORE_PLACEMENTS, TableBatchedEmbeddingBags, _Movable
 from ._args import _integer
 from ._layout import BagPlanCache
-from ._tiered import TieredRows, _planned_tier_bytes
+from ._tiered import TieredRows, _planned_tier_bytes, _tier_config
 
 __all__ = ["EmbeddingBagCollectionSharder", "ShardedEmbeddingBagCollection", "MpeEmbeddingBag", "MPE_KERNEL",
            "SHARDING_TYPES", "OPTION_NAMES", "COMPUTE_DEVICES", "table_wise", "column_wise", "sharding_plan", "planner",
@@ -150,20 +155,41 @@ _EMB_OPTIM_TYPES = {"EXACT_SGD": "sgd", "SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "
                     "EXACT_ADAGRAD": "adagrad", "ADAM": "adam"}
 
 
-def _check_tiers(tiers, where):
-    """A table's ``tiers`` option: a dict of TIER_FIELDS with integer values (private_rows and
-    shared_rows required). Their ranges are checked against the table's ids when DMP shards."""
+def _check_tiers(tiers, where, ids=None):
+    """A table's ``tiers`` option: None (not tiered) or a dict of TIER_FIELDS with integer values
+    (private_rows and shared_rows required); returns the dict or None. With ``ids`` (the
+    table's, or a shard's rows) also every field's range (``TieredRows``' constructor's) and
+    private_rows + shared_rows <= ids, and a dict may carry ``ids`` if it equals them (a
+    ``TieredRows.config``); returns the resolved configuration then. Without ``ids`` the
+    ranges are checked when DMP shards."""
+    if tiers is None:
+        return None
+    where = where if where.endswith("tiers") else f"{where}['tiers']"
     if not isinstance(tiers, dict):
-        raise TypeError(f"mpe_torch.torchrec: {where}['tiers'] must be a dict of {', '.join(TIER_FIELDS)}, got "
+        raise TypeError(f"mpe_torch.torchrec: {where} must be a dict of {', '.join(TIER_FIELDS)}, got "
                         f"{type(tiers).__name__}")
-    bad = [k for k in tiers if k not in TIER_FIELDS]
+    bad = [k for k in tiers if k not in TIER_FIELDS and not (k == "ids" and ids is not None)]
     if bad:
-        raise ValueError(f"mpe_torch.torchrec: {where}['tiers'] has unknown field(s) {', '.join(map(repr, bad))}; "
+        raise ValueError(f"mpe_torch.torchrec: {where} has unknown field(s) {', '.join(map(repr, bad))}; "
                          f"valid: {', '.join(TIER_FIELDS)} (ids is the table's num_embeddings)")
     missing = [k for k in ("private_rows", "shared_rows") if k not in tiers]
     if missing:
-        raise ValueError(f"mpe_torch.torchrec: {where}['tiers'] lacks {' and '.join(missing)}")
-    return {k: _integer(v, f"{where}['tiers'][{k!r}]", "an integer") for k, v in tiers.items()}
+        raise ValueError(f"mpe_torch.torchrec: {where} lacks {' and '.join(missing)}")
+    tiers = {k: _integer(v, f"{where}[{k!r}]", "an integer") for k, v in tiers.items()}
+    if ids is None:
+        return tiers
+    given = tiers.pop("ids", ids)
+    if given != ids:
+        raise ValueError(f"mpe_torch.torchrec: {where} has ids = {given}, but the table has {ids}")
+    try:
+        resolved = _tier_config(ids, **tiers)
+    except ValueError as e:
+        raise ValueError(f"mpe_torch.torchrec: {where} for its {ids} ids: {e}") from None
+    physical = resolved["private_rows"] + resolved["shared_rows"]
+    if physical > ids:
+        raise ValueError(f"mpe_torch.torchrec: {where} gives private_rows + shared_rows = {physical} rows, "
+                         f"more than the table's {ids} ids (untiered, it would be smaller)")
+    return resolved
 
 
 def _validate(options, where, device=None):
@@ -316,7 +342,8 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
                 if bad.numel():
                     i = int(bad[0, 0])
                     raise IndexError(f"mpe_torch.torchrec: feature {keys[f]!r} of table {self._tables[t].name!r} has "
-                                     f"id {int(ids[i])} (its value {i} in this batch) outside [0, {limit})")
+                                     f"id {int(ids[i])} (at position {i} of its ids in this batch) outside "
+                                     f"[0, {limit})")
         train = self.training and torch.is_grad_enabled()
         values = values.clone()
         for t, m in self._maps.items():
@@ -458,7 +485,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         for sharding_type, sharding in zip(self._sharding_types, self._embedding_shardings):
             self._lookups.append(
                 _MpeLookup(self._mpe_table_keys, self._mpe_tiers, grouped_configs=sharding._grouped_embedding_configs,
-                           pg=sharding._pg, device=sharding._device, env=sharding._env, sharding_type=ShardingType(sharding_type)))
+                           pg=sharding._pg, device=sharding._device, env=sharding._env,
+                           sharding_type=ShardingType(sharding_type)))
 
     def kernels(self):
         """This rank's MpeEmbeddingBag kernels, in lookup order."""
@@ -482,7 +510,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
     def memory(self):
         """This rank's mpe bytes, summed over its kernels (``TableBatchedEmbeddingBags.memory``),
         with ``tiers_bytes``: the tiered tables' maps (``TieredRows.memory_bytes``, host memory;
-        0 when no table is tiered)."""
+        0 when no table is tiered; each column-wise shard keeps its own map and counts it), which
+        ``total_bytes`` (the kernels' own) leaves out."""
         total = {}
         for k in self.kernels():
             for name, v in k.tbe.memory().items():
@@ -506,6 +535,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                            shards=[(list(s.shard_offsets), list(s.shard_sizes), str(s.placement))
                                    for s in (p.sharding_spec.shards if p.sharding_spec is not None else [])])
                 for name, p in sorted(self.module_sharding_plan.items())}
+        for name, t in self._mpe_tiers.items():  # a tiered table's resolved map configuration
+            plan[name]["tiers"] = _tier_config(**t)
         return json.dumps(dict(world_size=self._mpe_world, tables=plan), sort_keys=True)
 
     def _mpe_key(self, i):
@@ -527,19 +558,33 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                 destination[prefix + self._mpe_key(i) + f"tiers{t}"] = m.get_extra_state().numpy().tobytes()
         local = {}
         for k in kernels:
-            for t, w in zip(k._tables, k.logical_weights()):
+            for t, w in zip(k._tables, k.weights()):
                 # On the shard's placement (cuda:N for a CUDA kernel; get_weights reads back to it).
                 w = w.to(t.local_metadata.placement.device())
-                local.setdefault(t.name, []).append(Shard(tensor=w, metadata=t.local_metadata))
+                md = self._mpe_physical(t.name, t.local_metadata)
+                local.setdefault(t.name, []).append(Shard(tensor=w, metadata=md))
         pg = self._env.process_group
         for c in self._embedding_bag_configs:
             p = self.module_sharding_plan[c.name]
-            meta = ShardedTensorMetadata(shards_metadata=list(p.sharding_spec.shards),
-                                         size=torch.Size([c.num_embeddings, c.embedding_dim]),
+            t = self._mpe_tiers.get(c.name)
+            rows = c.num_embeddings if t is None else t["private_rows"] + t["shared_rows"]
+            shards = [self._mpe_physical(c.name, s) for s in p.sharding_spec.shards]
+            meta = ShardedTensorMetadata(shards_metadata=shards,
+                                         size=torch.Size([rows, c.embedding_dim]),
                                          tensor_properties=TensorProperties(dtype=torch.float32))
             destination[f"{prefix}embedding_bags.{c.name}.weight"] = \
                 ShardedTensor._init_from_local_shards_and_global_metadata(local.get(c.name, []), meta,
                                                                           process_group=pg)
+
+    def _mpe_physical(self, name, md):
+        """A shard's metadata as its kernel stores it: a tiered table's shards hold its
+        private + shared rows (row 0 of the table; the plan's columns), not num_embeddings."""
+        t = self._mpe_tiers.get(name)
+        if t is None:
+            return md
+        return ShardMetadata(shard_offsets=[0, md.shard_offsets[1]],
+                             shard_sizes=[t["private_rows"] + t["shared_rows"], md.shard_sizes[1]],
+                             placement=md.placement)
 
     def _mpe_state_keys(self, prefix):
         keys = [prefix + "_mpe_plan"]
@@ -558,8 +603,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
             return
         theirs, mine = state_dict[plan_key], self._mpe_plan()
         if _plan_placement(theirs) != _plan_placement(mine):
-            raise ValueError(f"mpe_torch.torchrec: the state was saved with another sharding plan or world size; "
-                             f"nothing was loaded.\n  state:  {_describe_plan(theirs)}\n  module: "
+            raise ValueError(f"mpe_torch.torchrec: the state was saved with another sharding plan, world size or "
+                             f"tiers; nothing was loaded.\n  state:  {_describe_plan(theirs)}\n  module: "
                              f"{_describe_plan(mine)}")
         kernels = self.kernels()
         wanted = [(prefix + self._mpe_key(i) + "mpe_state", prefix + self._mpe_key(i) + "config")
@@ -567,7 +612,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         tier_keys = [{t: prefix + self._mpe_key(i) + f"tiers{t}" for t in sorted(k._maps)}
                      for i, k in enumerate(kernels)]
         absent = [key for pair in wanted for key in pair if key not in state_dict]
-        absent += [key for per_kernel in tier_keys for key in per_kernel.values() if key not in state_dict]
+        absent += [f"{key} (table {k._tables[t].name!r}'s map)" for k, per_kernel in zip(kernels, tier_keys)
+                   for t, key in per_kernel.items() if key not in state_dict]
         error = None
         if absent:
             error = ValueError(f"mpe_torch.torchrec: rank {self._mpe_rank}'s state lacks {', '.join(absent)}; "
@@ -589,7 +635,8 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                         try:
                             probe.set_extra_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
                         except _mpe.CheckpointError as e:
-                            raise _mpe.CheckpointError(f"mpe_torch.torchrec: {key}: {e}") from None
+                            raise _mpe.CheckpointError(f"mpe_torch.torchrec: {key} (table {k._tables[t].name!r}'s "
+                                                       f"map): {e}") from None
                         maps[t] = probe
                     try:
                         extra = json.loads(state_dict[config_key])
@@ -648,10 +695,19 @@ def _plan_placement(text):
         return text
 
 
+def _describe_tiers(t):
+    if t is None:
+        return ""
+    return (f" tiered ({t['private_rows']} private + {t['shared_rows']} shared rows of {t['ids']} ids, "
+            f"promote_at {t['promote_at']}, demote_below {t['demote_below']}, decay_every {t['decay_every']}, "
+            f"sketch_width {t['sketch_width']}, seed {t['seed']})")
+
+
 def _describe_plan(text):
     try:
         p = json.loads(text)
-        tables = ", ".join(f"{n}: {v['sharding_type']} on ranks {v['ranks']}" for n, v in p["tables"].items())
+        tables = ", ".join(f"{n}: {v['sharding_type']} on ranks {v['ranks']}" + _describe_tiers(v.get("tiers"))
+                           for n, v in p["tables"].items())
         return f"world size {p['world_size']}; {tables}"
     except (TypeError, ValueError, KeyError):
         return repr(text)[:200]
@@ -682,13 +738,16 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
 
     def __init__(self, fused_params=None, table_options=None, qcomm_codecs_registry=None):
         defaults = _check_options(fused_params, "fused_params")
-        if "tiers" in defaults:
+        if "tiers" in defaults and defaults["tiers"] is None:
+            del defaults["tiers"]  # None: no tiers, as in table_options
+        if defaults.get("tiers") is not None:
             raise ValueError("mpe_torch.torchrec: fused_params sets tiers; tiers are sized per table (their rows "
                              "within its ids): set them in table_options[<table>]['tiers']")
         if table_options is not None and not isinstance(table_options, dict):
             raise TypeError("mpe_torch.torchrec: table_options must map table names to option dicts")
         per_table = {str(n): _check_options(o, f"table_options[{n!r}]") for n, o in (table_options or {}).items()}
         tiers = {n: _check_tiers(o.pop("tiers"), f"table_options[{n!r}]") for n, o in per_table.items() if "tiers" in o}
+        tiers = {n: t for n, t in tiers.items() if t is not None}
         super().__init__(fused_params=None, qcomm_codecs_registry=qcomm_codecs_registry)
         self._mpe_defaults, self._mpe_table_options, self._mpe_tiers = defaults, per_table, tiers
         _validate(self.options(None), "fused_params")
@@ -767,12 +826,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         for c in configs:
             if c.name in self._mpe_tiers:
                 # Every rank checks every tiered table's sizes against its ids before any
-                # kernel is built (a map is built to check, then dropped).
-                try:
-                    TieredRows(ids=c.num_embeddings, **self._mpe_tiers[c.name])
-                except (ValueError, TypeError) as e:
-                    raise type(e)(f"mpe_torch.torchrec: table_options[{c.name!r}]['tiers'] for its "
-                                  f"{c.num_embeddings} ids: {e}") from None
+                # kernel is built.
+                _check_tiers(self._mpe_tiers[c.name], f"table_options[{c.name!r}]", c.num_embeddings)
         if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in configs):
             raise ValueError("mpe_torch.torchrec: only SUM and MEAN pooling are supported")
         mean = [c.name for c in configs if c.pooling == PoolingType.MEAN]
@@ -863,7 +918,8 @@ def shard_storage(rows, dim, options, column_key=0, compute_device="cpu", tiers=
     _device_kind(compute_device, "compute_device")
     map_bytes = 0
     if tiers is not None:
-        rows = int(tiers["private_rows"]) + int(tiers["shared_rows"])
+        tiers = _check_tiers(tiers, "shard_storage: tiers", _integer(rows, "rows", "an integer"))
+        rows = tiers["private_rows"] + tiers["shared_rows"]
         map_bytes = _planned_tier_bytes(**tiers)
     m = _planned(rows, dim, options, column_key)
     rest = m["cache_bytes"] + m["metadata_bytes"] + m["optimizer_bytes"]

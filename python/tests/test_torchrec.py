@@ -186,7 +186,9 @@ def _resume_body(rank, world, case):
         v.gather(dst=0, out=out)
         full[k] = out
     results = dict(outs_whole=outs_whole, weights_whole=tc.local_weights(whole), readable=full,
-                   weights_half=tc.local_weights(first))
+                   weights_half=tc.local_weights(first),
+                   logical={t.name: w for k in tc.sharded_module(first).kernels()
+                            for t, w in zip(k._tables, k.logical_weights())})
     for how in ("state_dict", "dcp"):
         case2 = dict(case, options=dict(case["options"], seed=case["options"]["seed"] + 1))  # state brings the seed
         second = tc.build_dmp(case2, world)

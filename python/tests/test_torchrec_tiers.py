@@ -93,18 +93,18 @@ def test_tiered_resume_from_state_dict_and_dcp(tmp_path):
                     assert torch.equal(a[2], b[2]), (how, name)
         assert res["refused"] is not None and "world size 2" in res["refused"]
         assert res["unchanged"]
-    # The state dict's weight of a tiered table is (ids, D): id i reads its physical row
-    # (after 6 steps: the reference's map and rows, with rank 0's kernel caching as DMP's:
-    # t0 and t2 share one kernel there, so the reference is those two tables, keyed as DMP keys them).
+    # The state dict's weight of a tiered table is its (P + S, D) physical rows, whatever its
+    # ids (after 6 steps: the reference's rows, with rank 0's kernel caching as DMP's: t0 and t2
+    # share one kernel there, so the reference is those two tables, keyed as DMP keys them).
     half = tc.reference({**case, "tables": [FOUR[0], FOUR[2]]}, WORLD, case["steps"] // 2, keys=[0, 32 + 57])
-    for name, t in (("t0", 0), ("t2", 1)):
+    for name in ("t0", "t2"):
         full = results[0]["readable"][f"embedding_bags.{name}.weight"]
-        ids = dict(t0=100, t2=200)[name]
-        assert full.shape == (ids, 8)
-        m = half[2].maps[name]
-        expect = half[1][name][m.lookup(torch.arange(ids))]
-        assert torch.equal(full, expect), name
-        assert len({tuple(r.tolist()) for r in full}) < ids  # cold ids share rows
+        assert torch.equal(full, half[1][name]), name
+    assert results[0]["readable"]["embedding_bags.t0.weight"].shape == (32, 8)
+    assert results[0]["readable"]["embedding_bags.t1.weight"].shape == (57, 8)
+    # MpeEmbeddingBag.logical_weights(): (ids, D), id i's row of its map.
+    m = half[2].maps["t0"]
+    assert torch.equal(results[0]["logical"]["t0"], half[1]["t0"][m.lookup(torch.arange(100))])
 
 
 def _corrupt_body(rank, world, case):
@@ -236,12 +236,19 @@ def test_tiers_option_errors():
         mt.EmbeddingBagCollectionSharder(table_options={"t0": dict(tiers=[8, 24])})
     s = mt.EmbeddingBagCollectionSharder(table_options={"t0": dict(storage="int8", tiers=T0)})
     assert s.tiers("t0") == T0 and s.tiers("t1") is None and "tiers" not in s.options("t0")
+    # None: not tiered (as tiers() reports an untiered table).
+    s2 = mt.EmbeddingBagCollectionSharder(fused_params=dict(tiers=None), table_options={"t0": dict(tiers=None)})
+    assert s2.tiers("t0") is None and s2.options("t0") == {}
     # Sizes are checked against the table's ids when DMP shards, naming the table.
     configs = [torchrec.EmbeddingBagConfig(name="t0", embedding_dim=8, num_embeddings=6, feature_names=["f0"])]
     ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     plan = mt.sharding_plan(ebc, {"t0": mt.table_wise(0)}, s, 1)
     with pytest.raises(ValueError, match=r"table_options\['t0'\]\['tiers'\] for its 6 ids: .*private_rows = 8"):
         s.shard(ebc, plan.plan[""], env=None)
+    # More physical rows than ids: refused (the untiered table is smaller).
+    s3 = mt.EmbeddingBagCollectionSharder(table_options={"t0": dict(tiers=dict(private_rows=2, shared_rows=5))})
+    with pytest.raises(ValueError, match=r"private_rows \+ shared_rows = 7 rows, more than the table's 6 ids"):
+        s3.shard(ebc, plan.plan[""], env=None)
 
 
 def test_planner_counts_physical_rows_and_the_map():
@@ -256,6 +263,20 @@ def test_planner_counts_physical_rows_and_the_map():
         m = mpe_torch.TieredRows(ids=10_000, private_rows=p, shared_rows=5, sketch_width=w)
         assert mt.shard_storage(10_000, 8, opts, tiers=m.config)[1] == (
             mt.shard_bytes(p + 5, 8, opts) + m.memory_bytes()), (p, w)
+    # shard_bytes / shard_storage check the tiers as the sharder does (naming the field).
+    for bad, err, pattern in ((dict(private_rows=-10, shared_rows=5), ValueError, "private_rows = -10"),
+                              (dict(private_rows=5000, shared_rows=5), ValueError, "private_rows = 5000"),
+                              (dict(private_rows=8, shared_rows=0), ValueError, "shared_rows = 0"),
+                              (dict(private_rows=8, shared_rows=9990), ValueError, "9998 rows, more than"),
+                              (dict(private_rows=8, shared_rows=True), TypeError, "must be an integer"),
+                              (dict(private_rows=8, shared_rows=10.7), TypeError, "must be an integer"),
+                              (dict(private_rows=8, shared_rows=5, promote_at=0), ValueError, "promote_at = 0"),
+                              (dict(private_rows=8, shared_rows=5, color=1), ValueError, "unknown field"),
+                              (dict(private_rows=8, shared_rows=5, ids=7), ValueError, "ids = 7"),
+                              (dict(private_rows=8), ValueError, "lacks shared_rows"),
+                              ("p8s5", TypeError, "must be a dict")):
+        with pytest.raises(err, match=pattern):
+            mt.shard_bytes(1000, 8, opts, tiers=bad)
     # On CUDA the map is host memory (DDR) whatever the store's placement.
     hbm, ddr = mt.shard_storage(1_000_000, 64, opts, compute_device="cuda", tiers=tiers)
     assert ddr == mpe_torch.TieredRows(ids=1_000_000, **tiers).memory_bytes() and hbm + ddr == \
@@ -315,3 +336,36 @@ def test_a_table_read_by_two_features_maps_their_ids_together(tmp_path):
                     # left-to-right fp32 sum (one ulp-scale bound, as the VBE test).
                     torch.testing.assert_close(res["first"][b, col:col + 4], expect, rtol=1e-6, atol=1e-6)
     assert ref.stats()["demotions"] > 0
+
+
+def _other_tiers_body(rank, world, case):
+    tiered = tc.build_dmp(case, world)
+    tc.train_steps(tiered, case, rank, world, 2)
+    sd = tiered.state_dict()
+    out = {}
+    t3 = case["table_options"]["t3"]["tiers"]
+    others = {"untiered": {}, "other_seed": {"t3": dict(tiers=dict(t3, seed=5))}}
+    for how, table_options in others.items():
+        model = tc.build_dmp(dict(case, table_options=table_options), world)
+        before = tc.local_weights(model)
+        try:
+            model.load_state_dict(sd)
+            out[how] = None
+        except ValueError as e:
+            out[how] = str(e)
+        after = tc.local_weights(model)
+        out[how + "_unchanged"] = all(torch.equal(a[2], b[2]) for n in before for a, b in zip(before[n], after[n]))
+    return out
+
+
+def test_a_state_loads_only_into_the_same_tiers(tmp_path):
+    # t3's tiers keep its row count (4 + 27 = its 31 ids): only the plan's tiers tell the
+    # states apart, and they refuse it, naming both, on every rank.
+    tiers = dict(private_rows=4, shared_rows=27, promote_at=2)
+    case = dict(tables=FOUR, batch=4, plan=TW, options=dict(SGD, storage="fp32"),
+                table_options={"t3": dict(tiers=tiers)})
+    for res in tc.spawn(_other_tiers_body, case, WORLD, tmp_path):
+        for how in ("untiered", "other_seed"):
+            assert res[how] is not None and "tiers" in res[how] and res[how + "_unchanged"], how
+            assert "t3: table_wise on ranks [1] tiered (4 private + 27 shared rows of 31 ids, promote_at 2" in res[how]
+        assert "seed 5)" in res["other_seed"] and "seed 0)" in res["other_seed"]
