@@ -214,6 +214,20 @@ def _resume_body(rank, world, case):
     return results
 
 
+def assert_resumed(results, steps):
+    """_resume_body's runs: both resumed runs (state_dict, DCP) equal the uninterrupted one
+    (outputs and weights), and another plan was refused with nothing loaded."""
+    for res in results:
+        for how in ("state_dict", "dcp"):
+            for i, out in enumerate(res[how]["outs"]):
+                assert torch.equal(out, res["outs_whole"][steps // 2 + i]), (how, i)
+            for name, shards in res["weights_whole"].items():
+                for a, b in zip(shards, res[how]["weights"][name]):
+                    assert torch.equal(a[2], b[2]), (how, name)
+        assert res["refused"] is not None and "world size 2" in res["refused"], res["refused"]
+        assert res["unchanged"]
+
+
 @pytest.mark.parametrize("options", [dict(SGD, storage="int8", cache="lru", cache_fraction=0.2),
                                      dict(storage="int4", optimizer="rowwise_adagrad", learning_rate=0.05, seed=2,
                                           cache="lru", cache_fraction=0.3, defer_admission=True)],
@@ -221,16 +235,9 @@ def _resume_body(rank, world, case):
 def test_state_dict_and_dcp_resume_bit_for_bit(tmp_path, options):
     case = dict(tables=FOUR, batch=4, steps=12, plan=TW, options=options, dir=str(tmp_path))
     results = tc.spawn(_resume_body, case, WORLD, tmp_path)
+    assert_resumed(results, case["steps"])
     for res in results:
-        for how in ("state_dict", "dcp"):
-            for i, out in enumerate(res[how]["outs"]):
-                assert torch.equal(out, res["outs_whole"][case["steps"] // 2 + i]), (how, i)
-            for name, shards in res["weights_whole"].items():
-                for a, b in zip(shards, res[how]["weights"][name]):
-                    assert torch.equal(a[2], b[2]), (how, name)
-        assert res["refused"] is not None and "world size 2" in res["refused"], res["refused"]
         assert "t0: table_wise on ranks [0]" in res["refused"] and "t0: table_wise on ranks [1]" in res["refused"]
-        assert res["unchanged"]
     # The state dict's weights read as the tables: rank 0 gathered each (rows, D) table.
     for c in tc.table_configs(case):
         full = results[0]["readable"][f"embedding_bags.{c.name}.weight"]

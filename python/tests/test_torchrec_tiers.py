@@ -15,7 +15,8 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (py
 import mpe_torch  # noqa: E402
 import mpe_torch.torchrec as mt  # noqa: E402
 import torchrec_cases as tc  # noqa: E402
-from test_torchrec import FOUR, SGD, TW, WORLD, assert_shards_equal, joined, _resume_body  # noqa: E402
+from test_torchrec import (FOUR, SGD, TW, WORLD, _resume_body, assert_resumed, assert_shards_equal,  # noqa: E402
+                           joined)
 
 # Small private tiers, fast decays: 20 steps of Zipf-like ids promote, refuse and demote.
 T0 = dict(private_rows=8, shared_rows=24, promote_at=2, demote_below=1, decay_every=30)
@@ -84,15 +85,7 @@ def test_tiered_resume_from_state_dict_and_dcp(tmp_path):
                    cache_fraction=0.3)
     case = dict(tables=FOUR, batch=4, steps=12, plan=TW, options=options, table_options=TIERS, dir=str(tmp_path))
     results = tc.spawn(_resume_body, case, WORLD, tmp_path)
-    for res in results:
-        for how in ("state_dict", "dcp"):
-            for i, out in enumerate(res[how]["outs"]):
-                assert torch.equal(out, res["outs_whole"][case["steps"] // 2 + i]), (how, i)
-            for name, shards in res["weights_whole"].items():
-                for a, b in zip(shards, res[how]["weights"][name]):
-                    assert torch.equal(a[2], b[2]), (how, name)
-        assert res["refused"] is not None and "world size 2" in res["refused"]
-        assert res["unchanged"]
+    assert_resumed(results, case["steps"])
     # The state dict's weight of a tiered table is its (P + S, D) physical rows, whatever its
     # ids (after 6 steps: the reference's rows, with rank 0's kernel caching as DMP's: t0 and t2
     # share one kernel there, so the reference is those two tables, keyed as DMP keys them).
