@@ -60,15 +60,8 @@ class TieredRows(nn.Module):
     def __init__(self, ids, private_rows, shared_rows, promote_at=4, demote_below=2, decay_every=0,
                  sketch_width=0, seed=0):
         super().__init__()
-        args = dict(ids=ids, private_rows=private_rows, shared_rows=shared_rows, promote_at=promote_at,
-                    demote_below=demote_below, decay_every=decay_every, sketch_width=sketch_width, seed=seed)
-        args = {k: _integer(v, k, "an integer") for k, v in args.items()}
-        if not 0 <= args["seed"] < 2**64:
-            raise ValueError(f"mpe_torch.TieredRows: seed = {args['seed']} is outside [0, 2**64)")
-        for k in ("ids", "private_rows", "shared_rows", "decay_every", "sketch_width"):
-            if not -2**63 <= args[k] < 2**63:
-                raise ValueError(f"mpe_torch.TieredRows: {k} = {args[k]} is outside int64")
-        self._map = _C.TieredRows(**args)
+        self._map = _C.TieredRows(**_config_args(ids, private_rows, shared_rows, promote_at, demote_below,
+                                                 decay_every, sketch_width, seed))
         self._moves_copied = True  # no map() yet: nothing to copy
 
     # ---- the map ----
@@ -196,50 +189,29 @@ class TieredRows(nn.Module):
         return ids.detach().to("cpu").contiguous()
 
 
-def _pow2_at_least(n):
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def _planned_tier_bytes(private_rows, sketch_width=0, **_):
-    """``TieredRows.memory_bytes()`` of a map with these fields, without building it: 4 W + 12 P
-    + 4 C (W the sketch width, default the smallest power of two >= max(64, P); C the hot-id
-    index's capacity, the smallest power of two >= 2 P, 0 for P = 0)."""
-    p = int(private_rows)
-    w = int(sketch_width) or _pow2_at_least(max(64, p))
-    c = _pow2_at_least(2 * p) if p else 0
-    return 4 * w + 12 * p + 4 * c
-
-
-def _tier_config(ids, private_rows, shared_rows, promote_at=4, demote_below=2, decay_every=0, sketch_width=0,
+def _config_args(ids, private_rows, shared_rows, promote_at=4, demote_below=2, decay_every=0, sketch_width=0,
                  seed=0):
-    """The resolved configuration (``TieredRows.config``) of a map with these fields, checked as
-    the constructor checks them, without building it (a planner sizes 10^9-id tables). Raises
-    ValueError naming the first field out of its range and its value (the constructor's
-    ranges: include/mpe/embedding/tiered_rows.hpp)."""
-    f = dict(ids=ids, private_rows=private_rows, shared_rows=shared_rows, promote_at=promote_at,
-             demote_below=demote_below, decay_every=decay_every, sketch_width=sketch_width, seed=seed)
-    f = {k: _integer(v, k, "an integer") for k, v in f.items()}
-    p = f["private_rows"]
+    """The constructor's arguments as _C.TieredRows takes them: integers (TypeError otherwise),
+    each within its C++ type (ValueError naming it); mpe checks the ranges."""
+    args = dict(ids=ids, private_rows=private_rows, shared_rows=shared_rows, promote_at=promote_at,
+                demote_below=demote_below, decay_every=decay_every, sketch_width=sketch_width, seed=seed)
+    args = {k: _integer(v, k, "an integer") for k, v in args.items()}
+    if not 0 <= args["seed"] < 2**64:
+        raise ValueError(f"mpe_torch.TieredRows: seed = {args['seed']} is outside [0, 2**64)")
+    for k in ("ids", "private_rows", "shared_rows", "decay_every", "sketch_width"):
+        if not -2**63 <= args[k] < 2**63:
+            raise ValueError(f"mpe_torch.TieredRows: {k} = {args[k]} is outside int64")
+    return args
 
-    def bad(name, where):
-        raise ValueError(f"mpe_torch.TieredRows: {name} = {f[name]} is outside {where}")
-    if f["ids"] < 1:
-        bad("ids", "[1, 2**63)")
-    if not 0 <= p <= min(f["ids"], 2**31 - 1):
-        bad("private_rows", f"[0, min(ids, 2**31 - 1)] = [0, {min(f['ids'], 2**31 - 1)}]")
-    if not 1 <= f["shared_rows"] <= 2**62 - p:
-        bad("shared_rows", "[1, 2**62 - private_rows]")
-    if not 1 <= f["promote_at"] <= 255:
-        bad("promote_at", "[1, 255]")
-    if not 0 <= f["demote_below"] <= f["promote_at"]:
-        bad("demote_below", f"[0, promote_at] = [0, {f['promote_at']}]")
-    if not 0 <= f["decay_every"] < 2**63:
-        bad("decay_every", "[0, 2**63)")
-    w = f["sketch_width"]
-    if not (w == 0 or (1 <= w <= 2**30 and w & (w - 1) == 0)):
-        bad("sketch_width", "0 or a power of two in [1, 2**30]")
-    if not 0 <= f["seed"] < 2**64:
-        bad("seed", "[0, 2**64)")
-    f["decay_every"] = f["decay_every"] or 10 * max(p, 16)
-    f["sketch_width"] = w or _pow2_at_least(max(64, p))
-    return f
+
+def _tier_config(**fields):
+    """``TieredRows(**fields).config`` without building the map (mpe's ``TieredRows::resolve``:
+    a planner sizes 10^9-id tables). Raises as the constructor."""
+    return _C.TieredRows.resolve(**_config_args(**fields))
+
+
+def _planned_tier_bytes(**fields):
+    """``TieredRows(**fields).memory_bytes()`` without building the map (mpe's
+    ``TieredRows::planned_memory_bytes``: 4 W + 12 P + 4 C host bytes). Raises as the
+    constructor."""
+    return _C.TieredRows.planned_memory_bytes(**_config_args(**fields))

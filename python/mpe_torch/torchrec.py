@@ -164,7 +164,6 @@ def _check_tiers(tiers, where, ids=None):
     ranges are checked when DMP shards."""
     if tiers is None:
         return None
-    where = where if where.endswith("tiers") else f"{where}['tiers']"
     if not isinstance(tiers, dict):
         raise TypeError(f"mpe_torch.torchrec: {where} must be a dict of {', '.join(TIER_FIELDS)}, got "
                         f"{type(tiers).__name__}")
@@ -182,7 +181,7 @@ def _check_tiers(tiers, where, ids=None):
     if given != ids:
         raise ValueError(f"mpe_torch.torchrec: {where} has ids = {given}, but the table has {ids}")
     try:
-        resolved = _tier_config(ids, **tiers)
+        resolved = _tier_config(ids=ids, **tiers)
     except ValueError as e:
         raise ValueError(f"mpe_torch.torchrec: {where} for its {ids} ids: {e}") from None
     physical = resolved["private_rows"] + resolved["shared_rows"]
@@ -285,7 +284,11 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
                                              **_kernel_options(options, device))
         self._direct = feature_table == list(range(len(tables)))  # one feature per table
         self._feature_table = feature_table
-        self._rows = [r for r, _ in specs]
+        # Per table the ids its features may hold (a tiered table's ids, else its rows), and per
+        # tiered table its features.
+        self._id_limits = [t.num_embeddings if i in self._maps else rows for i, (t, (rows, _))
+                           in enumerate(zip(tables, specs))]
+        self._features_of = {i: [f for f, ft in enumerate(feature_table) if ft == i] for i in self._maps}
         self._plans = BagPlanCache(feature_table, [d for _, d in specs])
         self._optimizer = _MpeFusedOptimizer(self.tbe)
 
@@ -337,7 +340,7 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
             a, b = bounds[f], bounds[f + 1]
             if b > a:
                 ids = values[a:b]
-                limit = self._maps[t].config["ids"] if t in self._maps else self._rows[t]
+                limit = self._id_limits[t]
                 bad = ((ids < 0) | (ids >= limit)).nonzero()
                 if bad.numel():
                     i = int(bad[0, 0])
@@ -347,7 +350,7 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
         train = self.training and torch.is_grad_enabled()
         values = values.clone()
         for t, m in self._maps.items():
-            spans = [(bounds[f], bounds[f + 1]) for f, ft in enumerate(self._feature_table) if ft == t]
+            spans = [(bounds[f], bounds[f + 1]) for f in self._features_of[t]]
             ids = torch.cat([values[a:b] for a, b in spans])
             rows = m.map(ids) if train else m.lookup(ids)
             at = 0
@@ -365,8 +368,8 @@ class MpeEmbeddingBag(_Movable, BaseEmbedding, FusedOptimizerModule):
 
     def logical_weights(self):
         """Each local table shard's weights as its ids read them, ``(ids, local_cols)`` float32
-        (copies): a tiered table's id i reads its physical row ``row_of(i)``; an untiered table's
-        weights as ``weights()`` (materialises ids x local_cols floats)."""
+        copies on the kernel's device (synchronous): a tiered table's id i reads its physical row
+        ``row_of(i)`` (materialises ids x local_cols floats); an untiered table's as ``weights()``."""
         out = []
         for i, w in enumerate(self.weights()):
             m = self._maps.get(i)
@@ -618,26 +621,23 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         if absent:
             error = ValueError(f"mpe_torch.torchrec: rank {self._mpe_rank}'s state lacks {', '.join(absent)}; "
                                "nothing was loaded")
-        backups, loaded = [(k.tbe.state_dict(), {t: m.get_extra_state() for t, m in k._maps.items()})
-                           for k in kernels], 0
+        # Kernels [0, touched) may have changed: a failure restores them from these backups.
+        backups, touched = [(k.tbe.state_dict(), {t: m.get_extra_state() for t, m in k._maps.items()})
+                            for k in kernels], 0
         if error is None:
             try:
                 for k, (state_key, config_key), per_kernel in zip(kernels, wanted, tier_keys):
-                    # Every map's bytes verify (MPETIER1: size, CRC-32C, configuration, rows)
-                    # before the kernel's own state is touched.
-                    maps = {}
+                    touched += 1
                     for t, key in per_kernel.items():
                         raw = state_dict[key]
                         if not isinstance(raw, (bytes, bytearray)):
                             raise ValueError(f"mpe_torch.torchrec: {key} must be the bytes mpe_torch writes, got "
                                              f"{type(raw).__name__}")
-                        probe = TieredRows(**{f: k._maps[t].config[f] for f in ("ids",) + TIER_FIELDS})
-                        try:
-                            probe.set_extra_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+                        try:  # MPETIER1 verified whole (size, CRC-32C, configuration, rows) before it replaces
+                            k._maps[t].set_extra_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
                         except _mpe.CheckpointError as e:
                             raise _mpe.CheckpointError(f"mpe_torch.torchrec: {key} (table {k._tables[t].name!r}'s "
                                                        f"map): {e}") from None
-                        maps[t] = probe
                     try:
                         extra = json.loads(state_dict[config_key])
                     except (TypeError, ValueError):
@@ -649,10 +649,7 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
                                          f"{type(raw).__name__}")
                     k.tbe.load_state_dict({"mpe_state": torch.frombuffer(bytearray(raw), dtype=torch.uint8),
                                            "_extra_state": extra})
-                    for t, probe in maps.items():
-                        k._maps[t].set_extra_state(probe.get_extra_state())
                     k.fused_optimizer.param_groups[0]["lr"] = k.tbe.get_learning_rate()
-                    loaded += 1
             except Exception as e:  # restore below, then raise on every rank
                 error = e
         # NCCL reduces CUDA tensors only; gloo takes either.
@@ -662,7 +659,7 @@ class ShardedEmbeddingBagCollection(_TorchrecSharded):
         if pg is not None and dist.get_world_size(pg) > 1:
             dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=pg)
         if int(failed.item()) != 0:
-            for k, (backup, map_backups) in list(zip(kernels, backups))[:loaded]:
+            for k, (backup, map_backups) in list(zip(kernels, backups))[:touched]:
                 k.tbe.load_state_dict(backup)
                 for t, b in map_backups.items():
                     k._maps[t].set_extra_state(b)
@@ -746,7 +743,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         if table_options is not None and not isinstance(table_options, dict):
             raise TypeError("mpe_torch.torchrec: table_options must map table names to option dicts")
         per_table = {str(n): _check_options(o, f"table_options[{n!r}]") for n, o in (table_options or {}).items()}
-        tiers = {n: _check_tiers(o.pop("tiers"), f"table_options[{n!r}]") for n, o in per_table.items() if "tiers" in o}
+        tiers = {n: _check_tiers(o.pop("tiers"), f"table_options[{n!r}]['tiers']") for n, o in per_table.items()
+                 if "tiers" in o}
         tiers = {n: t for n, t in tiers.items() if t is not None}
         super().__init__(fused_params=None, qcomm_codecs_registry=qcomm_codecs_registry)
         self._mpe_defaults, self._mpe_table_options, self._mpe_tiers = defaults, per_table, tiers
@@ -827,7 +825,7 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
             if c.name in self._mpe_tiers:
                 # Every rank checks every tiered table's sizes against its ids before any
                 # kernel is built.
-                _check_tiers(self._mpe_tiers[c.name], f"table_options[{c.name!r}]", c.num_embeddings)
+                _check_tiers(self._mpe_tiers[c.name], f"table_options[{c.name!r}]['tiers']", c.num_embeddings)
         if any(c.pooling not in (PoolingType.SUM, PoolingType.MEAN) for c in configs):
             raise ValueError("mpe_torch.torchrec: only SUM and MEAN pooling are supported")
         mean = [c.name for c in configs if c.pooling == PoolingType.MEAN]
@@ -912,9 +910,11 @@ def shard_storage(rows, dim, options, column_key=0, compute_device="cpu", tiers=
     ``compute_device``. ``"cpu"``: ``(0, shard_bytes)``. ``"cuda"``: cache, optimizer state and
     metadata in HBM; the store in HBM with ``store_placement`` ``"device"`` (the default), in
     host memory (DDR) with ``"host_mapped"`` or ``"managed"`` (mpe's CudaBackend placements).
-    ``tiers``: the table's ``tiers`` option (``EmbeddingBagCollectionSharder.tiers``): the shard
-    then holds ``private_rows + shared_rows`` rows, not ``rows``, plus its map's host bytes
-    (``TieredRows.memory_bytes``) in DDR on either device."""
+    ``tiers``: the table's ``tiers`` option (``EmbeddingBagCollectionSharder.tiers``, or a
+    ``TieredRows.config`` whose ids are ``rows``): the shard then holds ``private_rows +
+    shared_rows`` rows, not ``rows``, plus its map's host bytes (``TieredRows.memory_bytes``) in
+    DDR on either device. Raises ValueError for another compute device, and for ``tiers`` what
+    the sharder raises (TypeError / ValueError naming the field and its value, or P + S > rows)."""
     _device_kind(compute_device, "compute_device")
     map_bytes = 0
     if tiers is not None:

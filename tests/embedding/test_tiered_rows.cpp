@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -252,6 +253,30 @@ TEST_CASE("TieredRows equals the simulator batch by batch (promotions, refusals,
     while (cap < static_cast<std::size_t>(2 * cfg.private_rows)) cap *= 2;
     REQUIRE(t.memory_bytes() ==
             static_cast<std::size_t>(4 * sim.w) + 12 * static_cast<std::size_t>(cfg.private_rows) + 4 * cap);
+  }
+}
+
+TEST_CASE("TieredRows::resolve and planned_memory_bytes equal what a built map reports") {
+  // Defaults (0) and explicit values, P = 0, P not a power of two, P above the default sketch.
+  for (const auto& [p, w, decay] : {std::tuple<i64, i64, i64>{0, 0, 0},
+                                    {1, 0, 0},
+                                    {37, 0, 0},
+                                    {64, 0, 5},
+                                    {65, 0, 0},
+                                    {300, 128, 0},
+                                    {500, 1, 7}}) {
+    mpe::TieredRowsConfig cfg = small_config();
+    cfg.private_rows = p;
+    cfg.sketch_width = w;
+    cfg.decay_every = decay;
+    CAPTURE(p);
+    const mpe::TieredRows t(cfg);
+    const mpe::TieredRowsConfig r = mpe::TieredRows::resolve(cfg);
+    CHECK(r.decay_every == t.config().decay_every);
+    CHECK(r.sketch_width == t.config().sketch_width);
+    CHECK(r.ids == t.config().ids);
+    CHECK(r.private_rows == p);
+    CHECK(mpe::TieredRows::planned_memory_bytes(cfg) == t.memory_bytes());
   }
 }
 
@@ -548,8 +573,12 @@ TEST_CASE("TieredRows: bad ids and bad config fields") {
   };
   for (const Bad& b : bads) {
     CAPTURE(b.field);
-    CHECK_THROWS_WITH_AS(mpe::TieredRows{b.c},
-                         doctest::Contains((std::string("TieredRowsConfig::") + b.field).c_str()),
+    const auto needle = std::string("TieredRowsConfig::") + b.field;
+    CHECK_THROWS_WITH_AS(mpe::TieredRows{b.c}, doctest::Contains(needle.c_str()), std::invalid_argument);
+    // The planner's entry points check as the constructor does.
+    CHECK_THROWS_WITH_AS((void)mpe::TieredRows::resolve(b.c), doctest::Contains(needle.c_str()),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS((void)mpe::TieredRows::planned_memory_bytes(b.c), doctest::Contains(needle.c_str()),
                          std::invalid_argument);
   }
   // The edges of the ranges are accepted.

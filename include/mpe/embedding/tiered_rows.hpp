@@ -109,6 +109,14 @@ class TieredRows {
   /// per-row owner and count arrays and the hot-id index (memory_bytes()).
   explicit TieredRows(const TieredRowsConfig& config);
 
+  /// `config` with decay_every and sketch_width resolved (what config() of a map built from it
+  /// returns), checked as the constructor checks it, allocating nothing: a planner can size a
+  /// 10^9-id map before building it. Throws std::invalid_argument as the constructor.
+  static TieredRowsConfig resolve(const TieredRowsConfig& config);
+  /// memory_bytes() of a map built from `config` (4 W + 12 P + 4 C), allocating nothing.
+  /// Throws std::invalid_argument as the constructor.
+  static std::size_t planned_memory_bytes(const TieredRowsConfig& config);
+
   /// The configuration with decay_every and sketch_width resolved (never 0).
   const TieredRowsConfig& config() const { return cfg_; }
   /// P + S: rows the embedding table must have for this map.

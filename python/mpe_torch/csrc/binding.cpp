@@ -355,6 +355,11 @@ class Tbe {
     if (psw_opt.has_value() && psw_opt->defined()) {
       psw = *psw_opt;
       check_tensor("forward", "per_sample_weights", psw, at::kFloat, 1, device_);
+      if (psw.requires_grad())
+        throw std::invalid_argument(
+            "mpe_torch.TableBatchedEmbeddingBags.forward: per_sample_weights must not require grad "
+            "(mpe_torch "
+            "does not differentiate them)");
       if (psw.numel() != indices.numel())
         throw std::invalid_argument("mpe_torch.TableBatchedEmbeddingBags.forward: per_sample_weights has " +
                                     std::to_string(psw.numel()) + " elements but indices has " +

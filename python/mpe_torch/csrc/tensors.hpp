@@ -73,8 +73,6 @@ inline void check_tensor_arg(const char* cls, const char* fn, const char* name, 
                                 (dims == 1 ? "" : "s") + ", got shape " + shape_str(t));
   if (!t.is_contiguous())
     throw std::invalid_argument(where + " must be contiguous (call .contiguous()), got strides that are not");
-  if (t.requires_grad() && std::string(name) == "per_sample_weights")
-    throw std::invalid_argument(where + " must not require grad (mpe_torch does not differentiate them)");
 }
 
 /// A contiguous tensor's elements (host memory when it is a CPU tensor).

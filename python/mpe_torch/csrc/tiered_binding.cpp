@@ -26,12 +26,61 @@ std::span<const std::int64_t> ids_of(const char* fn, const at::Tensor& ids) {
   return cspan<std::int64_t>(ids);
 }
 
+/// The constructor's arguments as a TieredRowsConfig: a value beyond the u32 fields is named
+/// here (mpe checks the ranges it can see).
+mpe::TieredRowsConfig make_config(int64_t ids, int64_t private_rows, int64_t shared_rows, int64_t promote_at,
+                                  int64_t demote_below, int64_t decay_every, int64_t sketch_width,
+                                  uint64_t seed) {
+  for (const auto& [name, v] :
+       {std::pair{"promote_at", promote_at}, std::pair{"demote_below", demote_below}}) {
+    if (v < 0 || v > 0xffffffffLL)
+      throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + name + " = " +
+                                  std::to_string(v) + " must be in [0, 2^32)");
+  }
+  mpe::TieredRowsConfig c;
+  c.ids = ids;
+  c.private_rows = private_rows;
+  c.shared_rows = shared_rows;
+  c.promote_at = static_cast<std::uint32_t>(promote_at);
+  c.demote_below = static_cast<std::uint32_t>(demote_below);
+  c.decay_every = decay_every;
+  c.sketch_width = sketch_width;
+  c.seed = seed;
+  return c;
+}
+
+py::dict config_dict(const mpe::TieredRowsConfig& c) {
+  py::dict d;
+  d["ids"] = c.ids;
+  d["private_rows"] = c.private_rows;
+  d["shared_rows"] = c.shared_rows;
+  d["promote_at"] = c.promote_at;
+  d["demote_below"] = c.demote_below;
+  d["decay_every"] = c.decay_every;
+  d["sketch_width"] = c.sketch_width;
+  d["seed"] = c.seed;
+  return d;
+}
+
 class Tiered {
  public:
   Tiered(int64_t ids, int64_t private_rows, int64_t shared_rows, int64_t promote_at, int64_t demote_below,
          int64_t decay_every, int64_t sketch_width, uint64_t seed)
       : t_(make_config(ids, private_rows, shared_rows, promote_at, demote_below, decay_every, sketch_width,
                        seed)) {}
+  /// mpe::TieredRows::resolve (the resolved config as config() returns it) and
+  /// planned_memory_bytes, for the constructor's arguments, allocating nothing.
+  static py::dict resolve(int64_t ids, int64_t private_rows, int64_t shared_rows, int64_t promote_at,
+                          int64_t demote_below, int64_t decay_every, int64_t sketch_width, uint64_t seed) {
+    return config_dict(mpe::TieredRows::resolve(make_config(ids, private_rows, shared_rows, promote_at,
+                                                            demote_below, decay_every, sketch_width, seed)));
+  }
+  static int64_t planned_memory_bytes(int64_t ids, int64_t private_rows, int64_t shared_rows,
+                                      int64_t promote_at, int64_t demote_below, int64_t decay_every,
+                                      int64_t sketch_width, uint64_t seed) {
+    return static_cast<int64_t>(mpe::TieredRows::planned_memory_bytes(make_config(
+        ids, private_rows, shared_rows, promote_at, demote_below, decay_every, sketch_width, seed)));
+  }
 
   at::Tensor map(const at::Tensor& ids) {
     const auto in = ids_of("map", ids);
@@ -60,19 +109,7 @@ class Tiered {
     }
     return out;
   }
-  py::dict config() const {
-    const mpe::TieredRowsConfig& c = t_.config();
-    py::dict d;
-    d["ids"] = c.ids;
-    d["private_rows"] = c.private_rows;
-    d["shared_rows"] = c.shared_rows;
-    d["promote_at"] = c.promote_at;
-    d["demote_below"] = c.demote_below;
-    d["decay_every"] = c.decay_every;
-    d["sketch_width"] = c.sketch_width;
-    d["seed"] = c.seed;
-    return d;
-  }
+  py::dict config() const { return config_dict(t_.config()); }
   py::dict stats() const {
     const mpe::TieredRowsStats& s = t_.stats();
     py::dict d;
@@ -96,27 +133,6 @@ class Tiered {
   }
 
  private:
-  static mpe::TieredRowsConfig make_config(int64_t ids, int64_t private_rows, int64_t shared_rows,
-                                           int64_t promote_at, int64_t demote_below, int64_t decay_every,
-                                           int64_t sketch_width, uint64_t seed) {
-    // The u32 fields: a value beyond u32 is named here (mpe checks the ranges it can see).
-    for (const auto& [name, v] :
-         {std::pair{"promote_at", promote_at}, std::pair{"demote_below", demote_below}}) {
-      if (v < 0 || v > 0xffffffffLL)
-        throw std::invalid_argument(std::string("mpe::TieredRows: TieredRowsConfig::") + name + " = " +
-                                    std::to_string(v) + " must be in [0, 2^32)");
-    }
-    mpe::TieredRowsConfig c;
-    c.ids = ids;
-    c.private_rows = private_rows;
-    c.shared_rows = shared_rows;
-    c.promote_at = static_cast<std::uint32_t>(promote_at);
-    c.demote_below = static_cast<std::uint32_t>(demote_below);
-    c.decay_every = decay_every;
-    c.sketch_width = sketch_width;
-    c.seed = seed;
-    return c;
-  }
   mpe::TieredRows t_;
 };
 
@@ -127,6 +143,12 @@ void bind_tiered_rows(py::module_& m) {
       .def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint64_t>(),
            py::arg("ids"), py::arg("private_rows"), py::arg("shared_rows"), py::arg("promote_at"),
            py::arg("demote_below"), py::arg("decay_every"), py::arg("sketch_width"), py::arg("seed"))
+      .def_static("resolve", &Tiered::resolve, py::arg("ids"), py::arg("private_rows"),
+                  py::arg("shared_rows"), py::arg("promote_at"), py::arg("demote_below"),
+                  py::arg("decay_every"), py::arg("sketch_width"), py::arg("seed"))
+      .def_static("planned_memory_bytes", &Tiered::planned_memory_bytes, py::arg("ids"),
+                  py::arg("private_rows"), py::arg("shared_rows"), py::arg("promote_at"),
+                  py::arg("demote_below"), py::arg("decay_every"), py::arg("sketch_width"), py::arg("seed"))
       .def("map", &Tiered::map, py::arg("ids"))
       .def("lookup", &Tiered::lookup, py::arg("ids"))
       .def("row_of", &Tiered::row_of, py::arg("id"))

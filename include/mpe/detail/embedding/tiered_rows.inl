@@ -40,9 +40,9 @@ struct HotEntry {
 
 }  // namespace detail::tiered
 
-inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
+inline TieredRowsConfig TieredRows::resolve(const TieredRowsConfig& config) {
   using detail::tiered::invalid;
-  const TieredRowsConfig& c = config;
+  TieredRowsConfig c = config;
   constexpr std::int64_t kMaxPhysical = std::int64_t{1} << 62;
   if (c.ids < 1) invalid("ids", std::to_string(c.ids), ">= 1");
   if (c.private_rows < 0 || c.private_rows > c.ids || c.private_rows > std::int64_t{0x7fffffff})
@@ -60,10 +60,23 @@ inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(config) {
                               !std::has_single_bit(static_cast<std::uint64_t>(c.sketch_width))))
     invalid("sketch_width", std::to_string(c.sketch_width), "0 or a power of two in [1, 2^30]");
   const std::int64_t p = c.private_rows;
-  if (cfg_.decay_every == 0) cfg_.decay_every = 10 * std::max<std::int64_t>(p, 16);
-  if (cfg_.sketch_width == 0)
-    cfg_.sketch_width =
+  if (c.decay_every == 0) c.decay_every = 10 * std::max<std::int64_t>(p, 16);
+  if (c.sketch_width == 0)
+    c.sketch_width =
         static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(64, p))));
+  return c;
+}
+
+inline std::size_t TieredRows::planned_memory_bytes(const TieredRowsConfig& config) {
+  const TieredRowsConfig c = resolve(config);
+  const auto p = static_cast<std::size_t>(c.private_rows);
+  const std::size_t index = p > 0 ? static_cast<std::size_t>(std::bit_ceil(std::uint64_t{2} * p)) : 0;
+  return static_cast<std::size_t>(SketchRef::depth * c.sketch_width) * sizeof(std::uint8_t) +
+         p * (sizeof(std::int64_t) + sizeof(std::uint32_t)) + index * sizeof(std::int32_t);
+}
+
+inline TieredRows::TieredRows(const TieredRowsConfig& config) : cfg_(resolve(config)) {
+  const std::int64_t p = cfg_.private_rows;
   sketch_salt_ = static_cast<std::int64_t>(mix64(cfg_.seed ^ detail::tiered::kSaltMix));
   sketch_.assign(static_cast<std::size_t>(SketchRef::depth * cfg_.sketch_width), std::uint8_t{0});
   owner_.assign(static_cast<std::size_t>(p), -1);
@@ -184,17 +197,16 @@ inline void TieredRows::map(std::span<const std::int64_t> ids, std::span<std::in
     detail::tiered::bump(stats_.promotions);
   }
   decay_clock_ += static_cast<std::int64_t>(scratch_.size());
+  std::int64_t n_private = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int64_t hot = find(ids[i]);
-    if (hot >= 0) {
-      rows[i] = hot;
-      detail::tiered::bump(stats_.private_lookups);
-    } else {
-      rows[i] = shared_row_of(ids[i]);
-      detail::tiered::bump(stats_.shared_lookups);
-    }
+    n_private += hot >= 0;
+    rows[i] = hot >= 0 ? hot : shared_row_of(ids[i]);
   }
-  detail::tiered::bump(stats_.lookups, static_cast<std::int64_t>(ids.size()));
+  const auto n = static_cast<std::int64_t>(ids.size());
+  detail::tiered::bump(stats_.private_lookups, n_private);
+  detail::tiered::bump(stats_.shared_lookups, n - n_private);
+  detail::tiered::bump(stats_.lookups, n);
 }
 
 inline void TieredRows::lookup(std::span<const std::int64_t> ids, std::span<std::int64_t> rows) const {
